@@ -1,0 +1,69 @@
+#include "core/file_io.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+
+#include "core/error.h"
+
+namespace fca {
+
+MappedFile::MappedFile(const std::string& path) : path_(path) {
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) throw Error(path + ": cannot open (" + std::strerror(errno) + ")");
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw Error(path + ": not a regular file");
+  }
+  size_ = static_cast<size_t>(st.st_size);
+  if (size_ > 0) {
+    void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (p == MAP_FAILED) {
+      ::close(fd);
+      throw Error(path + ": cannot map (" + std::strerror(errno) + ")");
+    }
+    data_ = static_cast<const unsigned char*>(p);
+  }
+  ::close(fd);
+}
+
+MappedFile::~MappedFile() {
+  if (data_ != nullptr) ::munmap(const_cast<unsigned char*>(data_), size_);
+}
+
+void write_file_atomically(const std::string& path, const std::function<void(std::ostream&)>& write) {
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  try {
+    {
+      std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+      if (!out) throw Error(path + ": cannot create " + tmp + " (" + std::strerror(errno) + ")");
+      write(out);
+      out.flush();
+      if (!out) throw Error(path + ": write failed (disk full?)");
+    }
+    if (std::rename(tmp.c_str(), path.c_str()) != 0)
+      throw Error(path + ": cannot rename " + tmp + " into place (" + std::strerror(errno) + ")");
+  } catch (...) {
+    std::remove(tmp.c_str());
+    throw;
+  }
+}
+
+bool file_exists(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+bool is_directory(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+}  // namespace fca

@@ -1,0 +1,36 @@
+// Files: read-only memory maps, and writes that never leave a half-written file behind (write to a
+// temporary name in the same folder, then rename over the target).
+#pragma once
+#include <cstddef>
+#include <functional>
+#include <ostream>
+#include <string>
+
+namespace fca {
+
+class MappedFile {
+ public:
+  // Maps `path` read-only; throws Error naming the file when it is missing or unreadable.
+  explicit MappedFile(const std::string& path);
+  ~MappedFile();
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+
+  const unsigned char* data() const { return data_; }
+  size_t size() const { return size_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  const unsigned char* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+// Calls write(stream) on "<path>.tmp.<pid>", flushes, and renames it to `path`. On any failure the
+// temporary file is removed and Error is thrown; `path` is either the old file or the complete new one.
+void write_file_atomically(const std::string& path, const std::function<void(std::ostream&)>& write);
+
+bool file_exists(const std::string& path);
+bool is_directory(const std::string& path);
+
+}  // namespace fca

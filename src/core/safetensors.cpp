@@ -1,0 +1,230 @@
+#include "core/safetensors.h"
+
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+
+namespace fca {
+namespace {
+
+DType parse_dtype(const std::string& file, const std::string& tensor, const std::string& s) {
+  if (s == "F32") return DType::F32;
+  if (s == "F16") return DType::F16;
+  if (s == "BF16") return DType::BF16;
+  if (s == "F64") return DType::F64;
+  if (s == "I64") return DType::I64;
+  if (s == "I32") return DType::I32;
+  throw Error(file + ": tensor '" + tensor + "' has unsupported dtype " + s +
+              " (expected F32, F16, BF16, F64, I64 or I32)");
+}
+
+float bf16_to_f32(uint16_t v) {
+  const uint32_t bits = uint32_t(v) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+float f16_to_f32(uint16_t h) {
+  const uint32_t sign = uint32_t(h & 0x8000) << 16;
+  uint32_t exponent = (h >> 10) & 0x1F;
+  uint32_t mantissa = h & 0x3FF;
+  uint32_t bits;
+  if (exponent == 0) {
+    if (mantissa == 0) {
+      bits = sign;
+    } else {  // subnormal: normalise
+      exponent = 127 - 15 + 1;
+      while ((mantissa & 0x400) == 0) {
+        mantissa <<= 1;
+        --exponent;
+      }
+      mantissa &= 0x3FF;
+      bits = sign | (exponent << 23) | (mantissa << 13);
+    }
+  } else if (exponent == 0x1F) {
+    bits = sign | 0x7F800000 | (mantissa << 13);
+  } else {
+    bits = sign | ((exponent - 15 + 127) << 23) | (mantissa << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+// Element i of a tensor as double (little-endian host assumed, checked at build by x86-64/arm64).
+double element(const TensorInfo& t, int64_t i) {
+  const unsigned char* p = t.data + i * dtype_size(t.dtype);
+  switch (t.dtype) {
+    case DType::F32: { float v; std::memcpy(&v, p, 4); return v; }
+    case DType::F64: { double v; std::memcpy(&v, p, 8); return v; }
+    case DType::BF16: { uint16_t v; std::memcpy(&v, p, 2); return bf16_to_f32(v); }
+    case DType::F16: { uint16_t v; std::memcpy(&v, p, 2); return f16_to_f32(v); }
+    case DType::I64: { int64_t v; std::memcpy(&v, p, 8); return double(v); }
+    case DType::I32: { int32_t v; std::memcpy(&v, p, 4); return double(v); }
+  }
+  return 0;
+}
+
+}  // namespace
+
+const char* dtype_name(DType d) {
+  switch (d) {
+    case DType::F32: return "F32";
+    case DType::F16: return "F16";
+    case DType::BF16: return "BF16";
+    case DType::F64: return "F64";
+    case DType::I64: return "I64";
+    case DType::I32: return "I32";
+  }
+  return "?";
+}
+
+size_t dtype_size(DType d) {
+  switch (d) {
+    case DType::F16:
+    case DType::BF16: return 2;
+    case DType::F32:
+    case DType::I32: return 4;
+    case DType::F64:
+    case DType::I64: return 8;
+  }
+  return 0;
+}
+
+int64_t TensorInfo::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+std::string shape_string(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+SafetensorsReader::SafetensorsReader(const std::string& path)
+    : file_(std::make_unique<MappedFile>(path)) {
+  const size_t size = file_->size();
+  if (size < 8) throw Error(path + ": truncated safetensors file (" + std::to_string(size) + " bytes, no header)");
+  uint64_t header_len = 0;
+  std::memcpy(&header_len, file_->data(), 8);
+  if (header_len > size - 8)
+    throw Error(path + ": header length " + std::to_string(header_len) + " exceeds the file (" +
+                std::to_string(size) + " bytes): truncated or not a safetensors file");
+  nlohmann::json header;
+  try {
+    header = nlohmann::json::parse(file_->data() + 8, file_->data() + 8 + header_len);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(path + ": header is not valid JSON (" + e.what() + ")");
+  }
+  if (!header.is_object()) throw Error(path + ": header is not a JSON object");
+  const unsigned char* data_start = file_->data() + 8 + header_len;
+  const size_t data_size = size - 8 - header_len;
+  for (auto it = header.begin(); it != header.end(); ++it) {
+    const std::string& name = it.key();
+    const nlohmann::json& v = it.value();
+    if (name == "__metadata__") {
+      if (!v.is_object()) throw Error(path + ": __metadata__ is not an object");
+      for (auto m = v.begin(); m != v.end(); ++m) {
+        if (!m.value().is_string()) throw Error(path + ": __metadata__." + m.key() + " is not a string");
+        metadata_[m.key()] = m.value().get<std::string>();
+      }
+      continue;
+    }
+    const std::string where = path + ": tensor '" + name + "'";
+    if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") || !v.contains("data_offsets"))
+      throw Error(where + ": header entry lacks dtype, shape or data_offsets");
+    TensorInfo t;
+    t.name = name;
+    if (!v["dtype"].is_string()) throw Error(where + ": dtype is not a string");
+    t.dtype = parse_dtype(path, name, v["dtype"].get<std::string>());
+    if (!v["shape"].is_array()) throw Error(where + ": shape is not an array");
+    for (const auto& d : v["shape"]) {
+      if (!d.is_number_integer() || d.get<int64_t>() < 0) throw Error(where + ": shape has a non-integer or negative entry");
+      t.shape.push_back(d.get<int64_t>());
+    }
+    const auto& off = v["data_offsets"];
+    if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() || !off[1].is_number_unsigned())
+      throw Error(where + ": data_offsets is not a pair of non-negative integers");
+    const uint64_t begin = off[0].get<uint64_t>(), end = off[1].get<uint64_t>();
+    if (begin > end || end > data_size)
+      throw Error(where + ": data_offsets [" + std::to_string(begin) + ", " + std::to_string(end) +
+                  ") outside the data section of " + std::to_string(data_size) + " bytes (truncated file?)");
+    t.nbytes = end - begin;
+    const uint64_t expected = uint64_t(t.numel()) * dtype_size(t.dtype);
+    if (t.nbytes != expected)
+      throw Error(where + ": " + std::to_string(t.nbytes) + " data bytes, but shape " + shape_string(t.shape) +
+                  " of " + dtype_name(t.dtype) + " needs " + std::to_string(expected));
+    t.data = data_start + begin;
+    tensors_.emplace(name, std::move(t));
+  }
+}
+
+const TensorInfo& SafetensorsReader::get(const std::string& name) const {
+  auto it = tensors_.find(name);
+  if (it == tensors_.end()) throw Error(path() + ": tensor '" + name + "' is missing");
+  return it->second;
+}
+
+template <typename T>
+void SafetensorsReader::read_into(const std::string& name, const std::vector<int64_t>& expected_shape,
+                                  T* out) const {
+  const TensorInfo& t = get(name);
+  if (t.shape != expected_shape)
+    throw Error(path() + ": tensor '" + name + "' has shape " + shape_string(t.shape) + ", expected " +
+                shape_string(expected_shape));
+  if (t.dtype == DType::I64 || t.dtype == DType::I32)
+    throw Error(path() + ": tensor '" + name + "' has dtype " + dtype_name(t.dtype) +
+                ", expected a floating-point dtype (F32, BF16, F16)");
+  const int64_t n = t.numel();
+  if (t.dtype == DType::F32 && sizeof(T) == 4) {
+    std::memcpy(out, t.data, t.nbytes);
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i) out[i] = static_cast<T>(element(t, i));
+}
+
+template void SafetensorsReader::read_into<float>(const std::string&, const std::vector<int64_t>&, float*) const;
+template void SafetensorsReader::read_into<double>(const std::string&, const std::vector<int64_t>&, double*) const;
+
+std::vector<double> SafetensorsReader::read_as_double(const std::string& name) const {
+  const TensorInfo& t = get(name);
+  std::vector<double> out(static_cast<size_t>(t.numel()));
+  for (int64_t i = 0; i < t.numel(); ++i) out[size_t(i)] = element(t, i);
+  return out;
+}
+
+void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  nlohmann::ordered_json header;
+  if (!metadata.empty()) {
+    nlohmann::ordered_json m = nlohmann::ordered_json::object();
+    for (const auto& [k, v] : metadata) m[k] = v;
+    header["__metadata__"] = m;
+  }
+  uint64_t offset = 0;
+  for (const auto& t : tensors) {
+    int64_t n = 1;
+    for (int64_t d : t.shape) n *= d;
+    const uint64_t bytes = uint64_t(n) * 4;
+    header[t.name] = {{"dtype", "F32"}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+  }
+  std::string text = header.dump();
+  while ((text.size() + 8) % 8 != 0) text += ' ';  // keep the data section 8-byte aligned
+  write_file_atomically(path, [&](std::ostream& out) {
+    const uint64_t len = text.size();
+    out.write(reinterpret_cast<const char*>(&len), 8);
+    out.write(text.data(), static_cast<std::streamsize>(text.size()));
+    for (const auto& t : tensors) {
+      int64_t n = 1;
+      for (int64_t d : t.shape) n *= d;
+      out.write(reinterpret_cast<const char*>(t.data), static_cast<std::streamsize>(n * 4));
+    }
+  });
+}
+
+}  // namespace fca

@@ -1,0 +1,90 @@
+// Where the gated model's coefficients g_l [B, T'] come from during a forward pass.
+//
+// - LiveCoefficients: the controller computes g from its parameters (and, for featuregate, from the
+//   layer's attention statistics and update norm), counting every evaluation.
+// - RecordingCoefficients: live, and every g is also written into a CoefficientTensor.
+// - ReplayedCoefficients: g is read from a CoefficientTensor. It holds no controller at all, so the
+//   controller's code cannot be reached, and it asks the forward pass not to compute the
+//   controller's inputs (featuregate statistics).
+#pragma once
+#include <cstdint>
+
+#include "models/coefficient_tensor.h"
+#include "models/gated/model.h"
+
+namespace fca {
+
+// The controller: the gate function of the spec, reading the gate parameters of a model.
+template <typename T>
+class GateController {
+ public:
+  GateController(const GatedConfig& config, const GatedWeights<T>& weights) : config_(config), weights_(weights) {}
+  // Whether evaluate() reads the features phi (featuregate).
+  bool needs_features() const { return config_.gate == GateKind::featuregate; }
+  // g[n] for layer `layer`, rows n < N; phi [N, 4] (read only by featuregate).
+  void evaluate(int layer, const T* phi, T* g, int64_t N) const;
+
+ private:
+  GatedConfig config_;
+  GatedWeights<T> weights_;
+};
+
+// The rows of one forward pass: windows first_window .. first_window + batch - 1, tokens each.
+struct BatchPosition {
+  int first_window = 0;
+  int batch = 1;
+  int tokens = 0;
+};
+
+template <typename T>
+class CoefficientSource {
+ public:
+  virtual ~CoefficientSource() = default;
+  // Whether the forward pass must compute the controller's inputs (phi) before asking for layer l.
+  virtual bool needs_controller_inputs() const = 0;
+  // Writes g [batch * tokens] for `layer`. phi [batch * tokens, 4] or null.
+  virtual void coefficients(int layer, const BatchPosition& batch, const T* phi, T* g) = 0;
+  // How many times the controller was evaluated (one per layer per forward pass).
+  int64_t controller_evaluations() const { return controller_evaluations_; }
+
+ protected:
+  int64_t controller_evaluations_ = 0;
+};
+
+template <typename T>
+class LiveCoefficients : public CoefficientSource<T> {
+ public:
+  explicit LiveCoefficients(const GatedModel<T>& model) : controller_(model.config(), model.weights()) {}
+  bool needs_controller_inputs() const override { return controller_.needs_features(); }
+  void coefficients(int layer, const BatchPosition& batch, const T* phi, T* g) override;
+
+ private:
+  GateController<T> controller_;
+};
+
+template <typename T>
+class RecordingCoefficients : public LiveCoefficients<T> {
+ public:
+  // `sink` must have shape [layer L, token T', 1, 1] and enough windows for every batch recorded.
+  RecordingCoefficients(const GatedModel<T>& model, CoefficientTensor& sink);
+  void coefficients(int layer, const BatchPosition& batch, const T* phi, T* g) override;
+
+ private:
+  CoefficientTensor& sink_;
+};
+
+template <typename T>
+class ReplayedCoefficients : public CoefficientSource<T> {
+ public:
+  explicit ReplayedCoefficients(const CoefficientTensor& coefficients) : coefficients_(coefficients) {}
+  bool needs_controller_inputs() const override { return false; }
+  void coefficients(int layer, const BatchPosition& batch, const T* phi, T* g) override;
+
+ private:
+  const CoefficientTensor& coefficients_;
+};
+
+// The gated family's coefficient shape for windows of `tokens` tokens: [L, tokens, 1, 1].
+CoefficientShape gated_coefficient_shape(const GatedConfig& config, int tokens);
+
+}  // namespace fca

@@ -1,0 +1,131 @@
+#include "models/gated/config.h"
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+
+namespace fca {
+
+const char* gate_kind_name(GateKind kind) {
+  switch (kind) {
+    case GateKind::dense: return "dense";
+    case GateKind::fixed: return "fixed";
+    case GateKind::uniform: return "uniform";
+    case GateKind::layerstatic: return "layerstatic";
+    case GateKind::featuregate: return "featuregate";
+  }
+  return "?";
+}
+
+GateKind parse_gate_kind(const std::string& name) {
+  for (GateKind k : {GateKind::dense, GateKind::fixed, GateKind::uniform, GateKind::layerstatic, GateKind::featuregate})
+    if (name == gate_kind_name(k)) return k;
+  throw Error("unknown gate kind '" + name + "' (expected one of dense, fixed, uniform, layerstatic, featuregate)");
+}
+
+void GatedConfig::validate(const std::string& where) const {
+  auto positive = [&](int v, const char* field) {
+    if (v <= 0) throw Error(where + ": " + field + " must be positive, found " + std::to_string(v));
+  };
+  positive(n_layer, "n_layer");
+  positive(d_model, "d_model");
+  positive(n_head, "n_head");
+  positive(seq_len, "seq_len");
+  if (d_model % n_head != 0)
+    throw Error(where + ": d_model " + std::to_string(d_model) + " is not divisible by n_head " + std::to_string(n_head));
+  if (gate == GateKind::fixed && !(gate_value >= 0.0 && gate_value <= 1.0))
+    throw Error(where + ": gate_value must be in [0, 1] for the fixed gate, found " + std::to_string(gate_value));
+}
+
+std::string GatedConfig::to_json() const {
+  nlohmann::ordered_json j;
+  j["n_layer"] = n_layer;
+  j["d_model"] = d_model;
+  j["n_head"] = n_head;
+  j["seq_len"] = seq_len;
+  j["gate"] = gate_kind_name(gate);
+  j["gate_value"] = gate_value;
+  return j.dump();
+}
+
+GatedConfig GatedConfig::from_json(const std::string& text, const std::string& where) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(where + ": config is not valid JSON (" + e.what() + ")");
+  }
+  if (!j.is_object()) throw Error(where + ": config is not a JSON object");
+  GatedConfig c;
+  auto get_int = [&](const char* field) {
+    if (!j.contains(field) || !j[field].is_number_integer())
+      throw Error(where + ": config field '" + field + "' is missing or not an integer");
+    return j[field].get<int>();
+  };
+  c.n_layer = get_int("n_layer");
+  c.d_model = get_int("d_model");
+  c.n_head = get_int("n_head");
+  c.seq_len = get_int("seq_len");
+  if (!j.contains("gate") || !j["gate"].is_string()) throw Error(where + ": config field 'gate' is missing or not a string");
+  try {
+    c.gate = parse_gate_kind(j["gate"].get<std::string>());
+  } catch (const Error& e) {
+    throw Error(where + ": " + e.what());
+  }
+  if (j.contains("gate_value")) {
+    if (!j["gate_value"].is_number()) throw Error(where + ": config field 'gate_value' is not a number");
+    c.gate_value = j["gate_value"].get<double>();
+  }
+  c.validate(where);
+  return c;
+}
+
+std::vector<TensorSlot> gated_tensor_layout(const GatedConfig& c) {
+  std::vector<TensorSlot> slots;
+  size_t offset = 0;
+  // The spec decays "2-D weight matrices only": exactly the tensors of rank 2 (wte, wpe, Linear
+  // weights and, by the same rule, featuregate's gate.weight [L, 4]).
+  auto add = [&](std::string name, std::vector<int64_t> shape) {
+    const bool decay = shape.size() == 2;
+    size_t n = 1;
+    for (int64_t d : shape) n *= size_t(d);
+    // Each tensor starts on a 16-element boundary so that rows of every matrix stay aligned.
+    slots.push_back({std::move(name), std::move(shape), offset, n, decay});
+    offset += (n + 15) / 16 * 16;
+  };
+  const int64_t D = c.d_model, L = c.n_layer;
+  add("wte", {kByteVocab, D});
+  add("wpe", {c.seq_len, D});
+  for (int l = 0; l < L; ++l) {
+    const std::string p = "blocks." + std::to_string(l) + ".";
+    add(p + "ln1.weight", {D});
+    add(p + "ln1.bias", {D});
+    add(p + "attn.qkv.weight", {3 * D, D});
+    add(p + "attn.qkv.bias", {3 * D});
+    add(p + "attn.proj.weight", {D, D});
+    add(p + "attn.proj.bias", {D});
+    add(p + "ln2.weight", {D});
+    add(p + "ln2.bias", {D});
+    add(p + "mlp.fc.weight", {4 * D, D});
+    add(p + "mlp.fc.bias", {4 * D});
+    add(p + "mlp.proj.weight", {D, 4 * D});
+    add(p + "mlp.proj.bias", {D});
+  }
+  add("ln_f.weight", {D});
+  add("ln_f.bias", {D});
+  if (c.gate == GateKind::uniform) add("gate.logit", {1});
+  if (c.gate == GateKind::layerstatic) add("gate.logit", {L});
+  if (c.gate == GateKind::featuregate) {
+    add("gate.weight", {L, 4});
+    add("gate.bias", {L});
+  }
+  return slots;
+}
+
+size_t gated_parameter_count(const GatedConfig& config) {
+  size_t n = 0;
+  for (const auto& s : gated_tensor_layout(config)) n += s.numel;
+  return n;
+}
+
+}  // namespace fca

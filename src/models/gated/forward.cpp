@@ -1,0 +1,116 @@
+#include "models/gated/forward.h"
+
+#include <cmath>
+#include <string>
+
+#include "core/error.h"
+#include "ops/attention.h"
+#include "ops/elementwise.h"
+#include "ops/embedding.h"
+#include "ops/gemm.h"
+#include "ops/layernorm.h"
+
+namespace fca {
+namespace {
+
+// phi[n, 0..2] = mean over heads of the attention statistics; phi[n, 3] = ||F_n|| / (||h_n|| + 1e-6).
+template <typename T>
+void featuregate_features(T* phi, const T* head_features, const T* update, const T* h, int B, int Tn, int H, int D) {
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < int64_t(B) * Tn; ++n) {
+    const int64_t b = n / Tn, t = n % Tn;
+    T acc[3] = {0, 0, 0};
+    for (int hh = 0; hh < H; ++hh) {
+      const T* f = head_features + ((b * H + hh) * Tn + t) * 3;
+      for (int i = 0; i < 3; ++i) acc[i] += f[i];
+    }
+    T update_sq = 0, hidden_sq = 0;
+    for (int c = 0; c < D; ++c) {
+      update_sq += update[n * D + c] * update[n * D + c];
+      hidden_sq += h[n * D + c] * h[n * D + c];
+    }
+    T* out = phi + n * 4;
+    for (int i = 0; i < 3; ++i) out[i] = acc[i] / T(H);
+    out[3] = std::sqrt(update_sq) / (std::sqrt(hidden_sq) + T(1e-6));
+  }
+}
+
+}  // namespace
+
+template <typename T>
+void gated_forward(const GatedModel<T>& model, GatedRunState<T>& rs, const int32_t* tokens, int B, int Tn,
+                   CoefficientSource<T>& source, int first_window) {
+  const GatedConfig& c = model.config();
+  if (Tn > c.seq_len)
+    throw Error("sequence of " + std::to_string(Tn) + " tokens is longer than the model's " +
+                std::to_string(c.seq_len) + " positions");
+  if (B > rs.max_batch || Tn > rs.max_tokens || B <= 0 || Tn <= 0)
+    throw Error("batch [" + std::to_string(B) + ", " + std::to_string(Tn) + "] does not fit the run state [" +
+                std::to_string(rs.max_batch) + ", " + std::to_string(rs.max_tokens) + "]");
+  const int D = c.d_model, H = c.n_head, L = c.n_layer;
+  const int N = B * Tn;
+  const auto& w = model.weights();
+  rs.batch = B;
+  rs.tokens = Tn;
+  for (int i = 0; i < N; ++i) {
+    if (tokens[i] < 0 || tokens[i] >= kByteVocab) throw Error("token id " + std::to_string(tokens[i]) + " is outside [0, 256)");
+    rs.tokens_in[i] = tokens[i];
+  }
+  const bool controller_inputs = source.needs_controller_inputs();
+  const BatchPosition position{first_window, B, Tn};
+
+  embedding_forward(rs.hidden[0], tokens, w.wte, w.wpe, B, Tn, D);
+  for (int l = 0; l < L; ++l) {
+    const auto& p = w.blocks[l];
+    auto& a = rs.blocks[l];
+    const T* h = rs.hidden[l];
+    layernorm_forward(a.ln1_out, a.ln1_mean, a.ln1_rstd, h, p.ln1_weight, p.ln1_bias, N, D);
+    linear_forward(a.qkv, a.ln1_out, p.qkv_weight, p.qkv_bias, N, D, 3 * D);
+    AttentionStats<T> stats{rs.logp[l % 2], l > 0 ? rs.logp[(l + 1) % 2] : nullptr, rs.head_features};
+    attention_forward(a.attn_out, a.probs, controller_inputs ? &stats : nullptr, a.qkv, B, Tn, D, H);
+    linear_forward(a.u, a.attn_out, p.proj_weight, p.proj_bias, N, D, D);
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < int64_t(N) * D; ++i) a.ln2_in[i] = h[i] + a.u[i];
+    layernorm_forward(a.ln2_out, a.ln2_mean, a.ln2_rstd, a.ln2_in, p.ln2_weight, p.ln2_bias, N, D);
+    linear_forward(a.fc_pre, a.ln2_out, p.fc_weight, p.fc_bias, N, D, 4 * D);
+    gelu_tanh_forward(a.fc_act, a.fc_pre, int64_t(N) * 4 * D);
+    // F_l = u_l + w_l: the MLP's GEMM accumulates onto a copy of u_l (beta = 1).
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < int64_t(N) * D; ++i) a.update[i] = a.u[i] + p.mlp_proj_bias[i % D];
+    gemm<T>(false, true, N, D, 4 * D, T(1), a.fc_act, 4 * D, p.mlp_proj_weight, 4 * D, T(1), a.update, D);
+    T* phi = controller_inputs ? rs.features + int64_t(l) * N * 4 : nullptr;
+    if (controller_inputs) featuregate_features(phi, rs.head_features, a.update, h, B, Tn, H, D);
+    T* g = rs.gates + int64_t(l) * N;
+    source.coefficients(l, position, phi, g);
+    gated_residual_forward(rs.hidden[l + 1], h, g, a.update, N, D);
+  }
+  layernorm_forward(rs.ln_f_out, rs.ln_f_mean, rs.ln_f_rstd, rs.hidden[L], w.ln_f_weight, w.ln_f_bias, N, D);
+  gemm<T>(false, true, N, kByteVocab, D, T(1), rs.ln_f_out, D, w.wte, D, T(0), rs.logits, kByteVocab);
+}
+
+template <typename T>
+double gated_loss(GatedRunState<T>& rs, const int32_t* targets, double* window_nll) {
+  const int64_t N = int64_t(rs.batch) * rs.tokens;
+  for (int64_t i = 0; i < N; ++i) {
+    if (targets[i] < 0 || targets[i] >= kByteVocab) throw Error("target id " + std::to_string(targets[i]) + " is outside [0, 256)");
+    rs.targets[i] = targets[i];
+  }
+  cross_entropy_forward(rs.losses, rs.logits, rs.targets, N, kByteVocab);
+  double total = 0;
+  for (int b = 0; b < rs.batch; ++b) {
+    double window = 0;  // fixed order: windows, then positions
+    for (int t = 0; t < rs.tokens; ++t) window += rs.losses[int64_t(b) * rs.tokens + t];
+    if (window_nll != nullptr) window_nll[b] = window / rs.tokens;
+    total += window;
+  }
+  return total / double(N);
+}
+
+template void gated_forward<float>(const GatedModel<float>&, GatedRunState<float>&, const int32_t*, int, int,
+                                   CoefficientSource<float>&, int);
+template void gated_forward<double>(const GatedModel<double>&, GatedRunState<double>&, const int32_t*, int, int,
+                                    CoefficientSource<double>&, int);
+template double gated_loss<float>(GatedRunState<float>&, const int32_t*, double*);
+template double gated_loss<double>(GatedRunState<double>&, const int32_t*, double*);
+
+}  // namespace fca

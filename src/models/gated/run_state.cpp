@@ -1,0 +1,73 @@
+#include "models/gated/run_state.h"
+
+#include <omp.h>
+
+namespace fca {
+
+template <typename T>
+template <typename A>
+void GatedRunState<T>::layout(A& a) {
+  const int64_t N = int64_t(max_batch) * max_tokens, D = config.d_model, L = config.n_layer;
+  const int64_t attn = int64_t(max_batch) * config.n_head * max_tokens * max_tokens;
+  const bool featuregate = config.gate == GateKind::featuregate;
+  const int kept = keep_all_layers ? int(L) : 1;
+  blocks.assign(L, {});
+  for (int l = 0; l < kept; ++l) {
+    auto& b = blocks[l];
+    b.ln1_out = a.template take<T>(N * D);
+    b.ln1_mean = a.template take<T>(N);
+    b.ln1_rstd = a.template take<T>(N);
+    b.qkv = a.template take<T>(N * 3 * D);
+    b.probs = a.template take<T>(attn);
+    b.attn_out = a.template take<T>(N * D);
+    b.u = a.template take<T>(N * D);
+    b.ln2_in = a.template take<T>(N * D);
+    b.ln2_out = a.template take<T>(N * D);
+    b.ln2_mean = a.template take<T>(N);
+    b.ln2_rstd = a.template take<T>(N);
+    b.fc_pre = a.template take<T>(N * 4 * D);
+    b.fc_act = a.template take<T>(N * 4 * D);
+    b.update = a.template take<T>(N * D);
+  }
+  for (int l = kept; l < L; ++l) blocks[l] = blocks[0];
+  hidden.assign(L + 1, nullptr);
+  for (auto& h : hidden) h = a.template take<T>(N * D);
+  gates = a.template take<T>(L * N);
+  features = a.template take<T>(featuregate ? L * N * 4 : 0);
+  logp[0] = a.template take<T>(featuregate ? attn : 0);
+  logp[1] = a.template take<T>(featuregate ? attn : 0);
+  head_features = a.template take<T>(featuregate ? int64_t(max_batch) * config.n_head * max_tokens * 3 : 0);
+  ln_f_out = a.template take<T>(N * D);
+  ln_f_mean = a.template take<T>(N);
+  ln_f_rstd = a.template take<T>(N);
+  logits = a.template take<T>(N * kByteVocab);
+  losses = a.template take<T>(N);
+  tokens_in = a.template take<int32_t>(N);
+  targets = a.template take<int32_t>(N);
+  // Backward buffers exist only where backward can run (all layers kept).
+  const int64_t nb = keep_all_layers ? N : 0;
+  d_hidden = a.template take<T>(nb * D);
+  d_update = a.template take<T>(nb * D);
+  d_u = a.template take<T>(nb * D);
+  d_ln2_in = a.template take<T>(nb * D);
+  d_small = a.template take<T>(nb * D);
+  d_wide = a.template take<T>(nb * 4 * D);
+  d_qkv = a.template take<T>(nb * 3 * D);
+  d_gate = a.template take<T>(nb);
+  scratch_threads = keep_all_layers ? omp_get_max_threads() : 0;
+  attn_scratch = a.template take<T>(int64_t(scratch_threads) * max_tokens * max_tokens);
+}
+
+template <typename T>
+GatedRunState<T>::GatedRunState(const GatedConfig& config_, int max_batch_, int max_tokens_, bool keep_all_layers_)
+    : config(config_), max_batch(max_batch_), max_tokens(max_tokens_), keep_all_layers(keep_all_layers_) {
+  ArenaMeasure measure;
+  layout(measure);
+  arena = Arena(measure.bytes());
+  layout(arena);
+}
+
+template struct GatedRunState<float>;
+template struct GatedRunState<double>;
+
+}  // namespace fca

@@ -1,0 +1,69 @@
+// Per-run state of the gated model: every activation of one forward pass (and what backward reads),
+// carved from one arena sized once for the largest batch. Stable names (docs/model.md) address them:
+// hidden.{l} = h_l, blocks.{l}.gate = g_l, blocks.{l}.features = phi_l, logits.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "core/arena.h"
+#include "models/gated/config.h"
+
+namespace fca {
+
+// One block's saved activations. N = B*T' rows.
+template <typename T>
+struct GatedBlockActivations {
+  T* ln1_out;  // [N, D]
+  T* ln1_mean; T* ln1_rstd;  // [N]
+  T* qkv;      // [N, 3D]
+  T* probs;    // [B, H, T', T'] attention probabilities (exact zeros above the diagonal)
+  T* attn_out; // [N, D] heads concatenated, before the output projection
+  T* u;        // [N, D] attention update u_l
+  T* ln2_in;   // [N, D] h_l + u_l
+  T* ln2_out;  // [N, D]
+  T* ln2_mean; T* ln2_rstd;  // [N]
+  T* fc_pre;   // [N, 4D] before GELU
+  T* fc_act;   // [N, 4D] after GELU
+  T* update;   // [N, D] F_l = u_l + w_l
+};
+
+template <typename T>
+struct GatedRunState {
+  // keep_all_layers: keep every block's activations (training, traces); otherwise one set is reused
+  // by all layers (inference), which is all a forward pass needs.
+  GatedRunState(const GatedConfig& config, int max_batch, int max_tokens, bool keep_all_layers);
+
+  GatedConfig config;
+  int max_batch, max_tokens;
+  bool keep_all_layers;
+  int batch = 0, tokens = 0;  // of the last forward pass
+
+  std::vector<GatedBlockActivations<T>> blocks;  // L entries (aliases of one set when not keeping all)
+  std::vector<T*> hidden;  // L+1 entries, [N, D]: h_0 .. h_L
+  T* gates;                // [L, N]   g_l
+  T* features;             // [L, N, 4] phi_l (featuregate, live only)
+  T* logp[2];              // [B, H, T', T'] log-softmax of the previous and current layer (featuregate)
+  T* head_features;        // [B, H, T', 3]
+  T* ln_f_out; T* ln_f_mean; T* ln_f_rstd;  // [N, D], [N], [N]
+  T* logits;               // [N, 256]; overwritten by dlogits in backward
+  T* losses;               // [N] per-position cross-entropy
+  int32_t* tokens_in;      // [N] inputs of the last pass
+  int32_t* targets;        // [N]
+
+  // Backward scratch.
+  T *d_hidden, *d_update, *d_u, *d_ln2_in, *d_small;  // [N, D]
+  T* d_wide;     // [N, 4D]
+  T* d_qkv;      // [N, 3D]
+  T* d_gate;     // [N]
+  T* attn_scratch;  // [scratch_threads, T', T']
+  int scratch_threads = 0;
+
+  size_t bytes() const { return arena.capacity(); }
+
+ private:
+  template <typename A>
+  void layout(A& a);
+  Arena arena;
+};
+
+}  // namespace fca

@@ -1,0 +1,30 @@
+// Causal multi-head self-attention over a fused qkv buffer, with the optional attention statistics
+// that the featuregate controller reads.
+//
+// Shapes: qkv [B*T, 3D] (columns 0..D-1 = q, D..2D-1 = k, 2D..3D-1 = v; head h owns columns
+// h*dh .. h*dh+dh-1 of each), out [B*T, D] (heads concatenated), probs [B, H, T, T] (row t holds
+// p[t, u] for u <= t and exact zeros for u > t). Scores are s[t,u] = q_t . k_u / sqrt(dh).
+#pragma once
+#include <cstdint>
+
+namespace fca {
+
+// Statistics of the attention distributions for the featuregate controller; all per (b, h, t).
+template <typename T>
+struct AttentionStats {
+  T* logp = nullptr;             // [B,H,T,T] log-softmax of this layer (u <= t), for the next layer's KL
+  const T* prev_logp = nullptr;  // [B,H,T,T] the previous layer's logp, or null at layer 0 (KL = 0)
+  T* head_features = nullptr;    // [B,H,T,3]: entropy / log(t+1) (0 at t = 0), KL(p || p_prev),
+                                 //            logsumexp_u s - log(t+1)
+};
+
+// stats may be null: then no statistic is computed, and out/probs are bitwise the same as with it.
+template <typename T>
+void attention_forward(T* out, T* probs, const AttentionStats<T>* stats, const T* qkv, int B, int Tn, int D, int H);
+
+// dqkv [B*T, 3D] is overwritten; scratch holds one [T, T] buffer per OpenMP thread.
+template <typename T>
+void attention_backward(T* dqkv, T* scratch, const T* dout, const T* probs, const T* qkv, int B, int Tn, int D,
+                        int H);
+
+}  // namespace fca

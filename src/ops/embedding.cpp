@@ -1,0 +1,75 @@
+#include "ops/embedding.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace fca {
+
+template <typename T>
+void embedding_forward(T* h0, const int32_t* tokens, const T* wte, const T* wpe, int B, int Tn, int C) {
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < int64_t(B) * Tn; ++n) {
+    const T* e = wte + int64_t(tokens[n]) * C;
+    const T* p = wpe + (n % Tn) * C;
+    T* y = h0 + n * C;
+    for (int c = 0; c < C; ++c) y[c] = e[c] + p[c];
+  }
+}
+
+template <typename T>
+void embedding_backward(T* dwte, T* dwpe, const T* dh0, const int32_t* tokens, int B, int Tn, int C) {
+  const int blocks = (C + 15) / 16;
+#pragma omp parallel for schedule(static)
+  for (int blk = 0; blk < blocks; ++blk) {
+    const int c0 = blk * 16, c1 = std::min(c0 + 16, C);
+    for (int64_t n = 0; n < int64_t(B) * Tn; ++n) {
+      const T* d = dh0 + n * C;
+      T* e = dwte + int64_t(tokens[n]) * C;
+      T* p = dwpe + (n % Tn) * C;
+      for (int c = c0; c < c1; ++c) {
+        e[c] += d[c];
+        p[c] += d[c];
+      }
+    }
+  }
+}
+
+template <typename T>
+void cross_entropy_forward(T* losses, const T* logits, const int32_t* targets, int64_t N, int V) {
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n) {
+    const T* z = logits + n * V;
+    T mx = z[0];
+    for (int v = 1; v < V; ++v) mx = std::max(mx, z[v]);
+    T sum = 0;
+    for (int v = 0; v < V; ++v) sum += std::exp(z[v] - mx);
+    losses[n] = mx + std::log(sum) - z[targets[n]];
+  }
+}
+
+template <typename T>
+void cross_entropy_backward(T* dlogits, const T* logits, const int32_t* targets, T scale, int64_t N, int V) {
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n) {
+    const T* z = logits + n * V;
+    T* dz = dlogits + n * V;
+    T mx = z[0];
+    for (int v = 1; v < V; ++v) mx = std::max(mx, z[v]);
+    T sum = 0;
+    for (int v = 0; v < V; ++v) sum += std::exp(z[v] - mx);
+    const T inv = T(1) / sum;
+    for (int v = 0; v < V; ++v) dz[v] = scale * std::exp(z[v] - mx) * inv;
+    dz[targets[n]] -= scale;
+  }
+}
+
+#define FCA_INSTANTIATE(T)                                                                         \
+  template void embedding_forward<T>(T*, const int32_t*, const T*, const T*, int, int, int);      \
+  template void embedding_backward<T>(T*, T*, const T*, const int32_t*, int, int, int);           \
+  template void cross_entropy_forward<T>(T*, const T*, const int32_t*, int64_t, int);             \
+  template void cross_entropy_backward<T>(T*, const T*, const int32_t*, T, int64_t, int);
+FCA_INSTANTIATE(float)
+FCA_INSTANTIATE(double)
+#undef FCA_INSTANTIATE
+
+}  // namespace fca

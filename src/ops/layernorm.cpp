@@ -1,0 +1,76 @@
+#include "ops/layernorm.h"
+
+#include <cmath>
+
+namespace fca {
+
+template <typename T>
+void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, const T* bias, int64_t N, int C) {
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n) {
+    const T* x = inp + n * C;
+    T sum = 0;
+    for (int c = 0; c < C; ++c) sum += x[c];
+    const T m = sum / T(C);
+    T var = 0;  // two-pass variance: no cancellation for rows with a large mean
+    for (int c = 0; c < C; ++c) var += (x[c] - m) * (x[c] - m);
+    const T r = T(1) / std::sqrt(var / T(C) + T(kLayerNormEps));
+    T* y = out + n * C;
+    for (int c = 0; c < C; ++c) y[c] = (x[c] - m) * r * weight[c] + bias[c];
+    mean[n] = m;
+    rstd[n] = r;
+  }
+}
+
+template <typename T>
+void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* mean, const T* rstd,
+                        const T* weight, int64_t N, int C) {
+  // Input gradient, row-parallel: dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)).
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n) {
+    const T* x = inp + n * C;
+    const T* dy = dout + n * C;
+    const T m = mean[n], r = rstd[n];
+    T sum_dxhat = 0, sum_dxhat_xhat = 0;
+    for (int c = 0; c < C; ++c) {
+      const T dxhat = dy[c] * weight[c];
+      sum_dxhat += dxhat;
+      sum_dxhat_xhat += dxhat * (x[c] - m) * r;
+    }
+    const T mean_dxhat = sum_dxhat / T(C), mean_dxhat_xhat = sum_dxhat_xhat / T(C);
+    T* dx = dinp + n * C;
+    for (int c = 0; c < C; ++c) {
+      const T xhat = (x[c] - m) * r;
+      dx[c] += r * (dy[c] * weight[c] - mean_dxhat - xhat * mean_dxhat_xhat);
+    }
+  }
+  // Parameter gradients, column-parallel so that each column is summed in row order.
+  const int blocks = (C + 15) / 16;
+#pragma omp parallel for schedule(static)
+  for (int blk = 0; blk < blocks; ++blk) {
+    const int c0 = blk * 16, c1 = c0 + 16 < C ? c0 + 16 : C;
+    T dw[16] = {}, db[16] = {};
+    for (int64_t n = 0; n < N; ++n) {
+      const T* x = inp + n * C;
+      const T* dy = dout + n * C;
+      const T m = mean[n], r = rstd[n];
+      for (int c = c0; c < c1; ++c) {
+        dw[c - c0] += dy[c] * (x[c] - m) * r;
+        db[c - c0] += dy[c];
+      }
+    }
+    for (int c = c0; c < c1; ++c) {
+      dweight[c] += dw[c - c0];
+      dbias[c] += db[c - c0];
+    }
+  }
+}
+
+template void layernorm_forward<float>(float*, float*, float*, const float*, const float*, const float*, int64_t, int);
+template void layernorm_forward<double>(double*, double*, double*, const double*, const double*, const double*, int64_t, int);
+template void layernorm_backward<float>(float*, float*, float*, const float*, const float*, const float*, const float*,
+                                        const float*, int64_t, int);
+template void layernorm_backward<double>(double*, double*, double*, const double*, const double*, const double*,
+                                         const double*, const double*, int64_t, int);
+
+}  // namespace fca
