@@ -1,2 +1,88 @@
+// Kernel benchmarks (Google Benchmark): GEMM and attention in GFLOP/s, and the memory-bound
+// kernels around them, at the shapes of the default model (B 8, T 256, D 256, H 4).
+// Run: build/fca_kernels_bench (make bench). FLOP convention: a multiply-add is 2 FLOPs.
 #include <benchmark/benchmark.h>
-BENCHMARK_MAIN();
+
+#include <vector>
+
+#include "core/rng.h"
+#include "core/threads.h"
+#include "ops/attention.h"
+#include "ops/elementwise.h"
+#include "ops/gemm.h"
+#include "ops/layernorm.h"
+
+namespace fca {
+namespace {
+
+std::vector<float> random_vector(size_t n, uint64_t seed, double scale = 1.0) {
+  Rng rng(seed);
+  std::vector<float> v(n);
+  for (auto& x : v) x = float(rng.normal() * scale);
+  return v;
+}
+
+constexpr int kB = 8, kT = 256, kD = 256, kH = 4, kN = kB * kT;
+
+void BM_Sgemm(benchmark::State& state) {
+  const int M = int(state.range(0)), N = int(state.range(1)), K = int(state.range(2));
+  auto a = random_vector(size_t(M) * K, 1), b = random_vector(size_t(K) * N, 2);
+  std::vector<float> c(size_t(M) * N);
+  for (auto _ : state) gemm<float>(false, true, M, N, K, 1.0f, a.data(), K, b.data(), K, 0.0f, c.data(), N);
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * M * N * K, benchmark::Counter::kIsIterationInvariantRate,
+                                                 benchmark::Counter::kIs1000);
+}
+// The default model's Linear layers (N = B*T rows): qkv, proj, fc, mlp proj; and a square peak probe.
+BENCHMARK(BM_Sgemm)->Args({kN, 3 * kD, kD})->Args({kN, kD, kD})->Args({kN, 4 * kD, kD})->Args({kN, kD, 4 * kD})
+    ->Args({2048, 2048, 2048})->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void BM_AttentionForward(benchmark::State& state) {
+  const bool with_stats = state.range(0) != 0;
+  auto qkv = random_vector(size_t(kN) * 3 * kD, 3);
+  std::vector<float> out(size_t(kN) * kD), probs(size_t(kB) * kH * kT * kT), logp(probs.size()), prev(probs.size()),
+      feats(size_t(kB) * kH * kT * 3);
+  AttentionStats<float> stats{logp.data(), prev.data(), feats.data()};
+  for (auto _ : state) attention_forward(out.data(), probs.data(), with_stats ? &stats : nullptr, qkv.data(), kB, kT, kD, kH);
+  state.counters["GFLOP/s"] = benchmark::Counter(4.0 * kB * kT * double(kT) * kD,
+                                                 benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
+}
+BENCHMARK(BM_AttentionForward)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void BM_AttentionBackward(benchmark::State& state) {
+  auto qkv = random_vector(size_t(kN) * 3 * kD, 3), dout = random_vector(size_t(kN) * kD, 4);
+  std::vector<float> out(size_t(kN) * kD), probs(size_t(kB) * kH * kT * kT), dqkv(qkv.size()),
+      scratch(size_t(thread_count()) * kT * kT);
+  attention_forward<float>(out.data(), probs.data(), nullptr, qkv.data(), kB, kT, kD, kH);
+  for (auto _ : state) attention_backward(dqkv.data(), scratch.data(), dout.data(), probs.data(), qkv.data(), kB, kT, kD, kH);
+  state.counters["GFLOP/s"] = benchmark::Counter(8.0 * kB * kT * double(kT) * kD,
+                                                 benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
+}
+BENCHMARK(BM_AttentionBackward)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void BM_GeluForward(benchmark::State& state) {
+  auto x = random_vector(size_t(kN) * 4 * kD, 5);
+  std::vector<float> y(x.size());
+  for (auto _ : state) gelu_tanh_forward(y.data(), x.data(), int64_t(x.size()));
+  state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(x.size()) * 8);
+}
+BENCHMARK(BM_GeluForward)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+void BM_LayerNormForward(benchmark::State& state) {
+  auto x = random_vector(size_t(kN) * kD, 6), w = random_vector(kD, 7), b = random_vector(kD, 8);
+  std::vector<float> y(x.size()), mean(kN), rstd(kN);
+  for (auto _ : state) layernorm_forward(y.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), kN, kD);
+  state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(x.size()) * 8);
+}
+BENCHMARK(BM_LayerNormForward)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+}  // namespace
+}  // namespace fca
+
+int main(int argc, char** argv) {
+  fca::set_threads(0);  // both cores, as the CLI does by default
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -2,9 +2,11 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
+#include "ops/fast_math.h"
 #include "ops/gemm.h"
 
 namespace fca {
@@ -15,37 +17,41 @@ namespace {
 // the same with and without stats, so replay (no stats) reproduces live runs bit for bit.
 template <typename T>
 void causal_softmax_row(T* row, int t, int Tn, T* logp, const T* prev_logp, T* features) {
-  T mx = -std::numeric_limits<T>::infinity();
-  for (int u = 0; u <= t; ++u) mx = row[u] > mx ? row[u] : mx;
-  T sum = 0;
-  for (int u = 0; u <= t; ++u) {
-    const T shifted = row[u] - mx;
-    if (logp != nullptr) logp[u] = shifted;
-    const T e = std::exp(shifted);
-    row[u] = e;
-    sum += e;
-  }
+  const int n = t + 1;
+  const T mx = lane_max(row, n);
+  if (logp != nullptr)
+    for (int u = 0; u < n; ++u) logp[u] = row[u] - mx;
+  for (int u = 0; u < n; ++u) row[u] = fast_exp(row[u] - mx);
+  const T sum = lane_sum(row, n);
   const T inv = T(1) / sum;
-  for (int u = 0; u <= t; ++u) row[u] *= inv;
-  for (int u = t + 1; u < Tn; ++u) row[u] = 0;
+  for (int u = 0; u < n; ++u) row[u] *= inv;
+  for (int u = n; u < Tn; ++u) row[u] = 0;
   if (logp == nullptr) return;
 
   // logp = s - logsumexp(s), from the shifted scores: never the log of an underflowed probability.
   const T log_sum = std::log(sum);
-  T neg_entropy = 0, kl = 0;
-  for (int u = 0; u <= t; ++u) {
-    logp[u] -= log_sum;
-    neg_entropy += row[u] * logp[u];
-    if (prev_logp != nullptr) kl += row[u] * (logp[u] - prev_logp[u]);
-  }
-  for (int u = t + 1; u < Tn; ++u) logp[u] = 0;
-  const T log_positions = std::log(T(t + 1));
+  for (int u = 0; u < n; ++u) logp[u] -= log_sum;
+  for (int u = n; u < Tn; ++u) logp[u] = 0;
+  const T neg_entropy = lane_dot(row, logp, n);
+  T kl = 0;
+  if (prev_logp != nullptr) kl = neg_entropy - lane_dot(row, prev_logp, n);
+  const T log_positions = std::log(T(n));
   features[0] = t == 0 ? T(0) : -neg_entropy / log_positions;
   features[1] = kl;
   features[2] = mx + log_sum - log_positions;
 }
 
 }  // namespace
+
+// Causal blocking: rows are processed in blocks of kRowBlock; block [r0, r1) only needs keys
+// [0, r1), so the products skip most of the masked upper triangle (5/8 of the full work at T = 256).
+constexpr int kRowBlock = 64;
+
+int64_t attention_executed_pairs(int Tn) {
+  int64_t pairs = 0;
+  for (int r0 = 0; r0 < Tn; r0 += kRowBlock) pairs += int64_t(std::min(Tn, r0 + kRowBlock) - r0) * std::min(Tn, r0 + kRowBlock);
+  return pairs;
+}
 
 template <typename T>
 void attention_forward(T* out, T* probs, const AttentionStats<T>* stats, const T* qkv, int B, int Tn, int D, int H) {
@@ -60,15 +66,19 @@ void attention_forward(T* out, T* probs, const AttentionStats<T>* stats, const T
     const T* k = q + D;
     const T* v = q + 2 * D;
     T* p = probs + bh * TT;
-    // Full T x T scores; the masked half is overwritten with zeros by the row softmax.
-    gemm<T>(false, true, Tn, Tn, dh, scale, q, ld, k, ld, T(0), p, Tn);
-    for (int t = 0; t < Tn; ++t) {
-      T* logp = stats ? stats->logp + bh * TT + int64_t(t) * Tn : nullptr;
-      const T* prev = stats && stats->prev_logp ? stats->prev_logp + bh * TT + int64_t(t) * Tn : nullptr;
-      T* feat = stats ? stats->head_features + (int64_t(bh) * Tn + t) * 3 : nullptr;
-      causal_softmax_row(p + int64_t(t) * Tn, t, Tn, logp, prev, feat);
+    T* y = out + int64_t(b) * Tn * D + h * dh;
+    for (int r0 = 0; r0 < Tn; r0 += kRowBlock) {
+      const int r1 = std::min(Tn, r0 + kRowBlock), rows = r1 - r0;
+      T* pb = p + int64_t(r0) * Tn;
+      gemm<T>(false, true, rows, r1, dh, scale, q + int64_t(r0) * ld, ld, k, ld, T(0), pb, Tn);  // S = scale Q K^T
+      for (int t = r0; t < r1; ++t) {
+        T* logp = stats ? stats->logp + bh * TT + int64_t(t) * Tn : nullptr;
+        const T* prev = stats && stats->prev_logp ? stats->prev_logp + bh * TT + int64_t(t) * Tn : nullptr;
+        T* feat = stats ? stats->head_features + (int64_t(bh) * Tn + t) * 3 : nullptr;
+        causal_softmax_row(p + int64_t(t) * Tn, t, Tn, logp, prev, feat);
+      }
+      gemm<T>(false, false, rows, dh, r1, T(1), pb, Tn, v, ld, T(0), y + int64_t(r0) * D, D);  // Y = P V
     }
-    gemm<T>(false, false, Tn, dh, Tn, T(1), p, Tn, v, ld, T(0), out + int64_t(b) * Tn * D + h * dh, D);
   }
 }
 
@@ -92,18 +102,26 @@ void attention_backward(T* dqkv, T* scratch, const T* dout, const T* probs, cons
     T* dv = dq + 2 * D;
     const T* p = probs + bh * TT;
     T* ds = scratch + omp_get_thread_num() * TT;
-    gemm<T>(false, true, Tn, Tn, dh, T(1), dy, D, v, ld, T(0), ds, Tn);  // dP = dY V^T
-    gemm<T>(true, false, Tn, dh, Tn, T(1), p, Tn, dy, D, T(0), dv, ld);  // dV = P^T dY
-    for (int t = 0; t < Tn; ++t) {  // dS = P * (dP - rowsum(P * dP))
-      const T* pr = p + int64_t(t) * Tn;
-      T* r = ds + int64_t(t) * Tn;
-      T dot = 0;
-      for (int u = 0; u <= t; ++u) dot += pr[u] * r[u];
-      for (int u = 0; u <= t; ++u) r[u] = pr[u] * (r[u] - dot);
-      for (int u = t + 1; u < Tn; ++u) r[u] = 0;
+    // Row blocks from last to first: the last block reaches every key, so its dK and dV products
+    // initialise them (beta 0) and the earlier, shorter blocks accumulate (beta 1) in a fixed order.
+    const int last_r0 = (Tn - 1) / kRowBlock * kRowBlock;
+    for (int r0 = last_r0; r0 >= 0; r0 -= kRowBlock) {
+      const int r1 = std::min(Tn, r0 + kRowBlock), rows = r1 - r0;
+      const T beta = r1 == Tn ? T(0) : T(1);
+      const T* pb = p + int64_t(r0) * Tn;
+      T* dsb = ds + int64_t(r0) * Tn;
+      gemm<T>(false, true, rows, r1, dh, T(1), dy + int64_t(r0) * D, D, v, ld, T(0), dsb, Tn);  // dP = dY V^T
+      gemm<T>(true, false, r1, dh, rows, T(1), pb, Tn, dy + int64_t(r0) * D, D, beta, dv, ld);  // dV += P^T dY
+      for (int t = r0; t < r1; ++t) {  // dS = P * (dP - rowsum(P * dP)), zero above the diagonal
+        const T* pr = p + int64_t(t) * Tn;
+        T* r = ds + int64_t(t) * Tn;
+        const T dot = lane_dot(pr, r, t + 1);
+        for (int u = 0; u <= t; ++u) r[u] = pr[u] * (r[u] - dot);
+        for (int u = t + 1; u < r1; ++u) r[u] = 0;
+      }
+      gemm<T>(false, false, rows, dh, r1, scale, dsb, Tn, k, ld, T(0), dq + int64_t(r0) * ld, ld);  // dQ = s dS K
+      gemm<T>(true, false, r1, dh, rows, scale, dsb, Tn, q + int64_t(r0) * ld, ld, beta, dk, ld);   // dK += s dS^T Q
     }
-    gemm<T>(false, false, Tn, dh, Tn, scale, ds, Tn, k, ld, T(0), dq, ld);  // dQ = scale dS K
-    gemm<T>(true, false, Tn, dh, Tn, scale, ds, Tn, q, ld, T(0), dk, ld);   // dK = scale dS^T Q
   }
 }
 

@@ -18,6 +18,10 @@ struct AttentionStats {
                                  //            logsumexp_u s - log(t+1)
 };
 
+// (query, key) pairs whose products the blocked kernels execute per head: the causal triangle plus
+// the masked part of each diagonal block. The FLOP counts of exec/ use it.
+int64_t attention_executed_pairs(int Tn);
+
 // stats may be null: then no statistic is computed, and out/probs are bitwise the same as with it.
 template <typename T>
 void attention_forward(T* out, T* probs, const AttentionStats<T>* stats, const T* qkv, int B, int Tn, int D, int H);

@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "ops/fast_math.h"
+
 namespace fca {
 namespace {
 template <typename T>
@@ -13,7 +15,7 @@ void gelu_tanh_forward(T* out, const T* inp, int64_t n) {
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < n; ++i) {
     const T x = inp[i];
-    out[i] = T(0.5) * x * (T(1) + std::tanh(kSqrt2OverPi<T> * (x + T(0.044715) * x * x * x)));
+    out[i] = T(0.5) * x * (T(1) + fast_tanh(kSqrt2OverPi<T> * (x + T(0.044715) * x * x * x)));
   }
 }
 
@@ -22,7 +24,7 @@ void gelu_tanh_backward(T* dinp, const T* dout, const T* inp, int64_t n) {
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < n; ++i) {
     const T x = inp[i];
-    const T th = std::tanh(kSqrt2OverPi<T> * (x + T(0.044715) * x * x * x));
+    const T th = fast_tanh(kSqrt2OverPi<T> * (x + T(0.044715) * x * x * x));
     const T dtanh_arg = kSqrt2OverPi<T> * (T(1) + T(3 * 0.044715) * x * x);
     dinp[i] = dout[i] * (T(0.5) * (T(1) + th) + T(0.5) * x * (T(1) - th * th) * dtanh_arg);
   }

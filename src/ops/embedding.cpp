@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
+
+#include "ops/fast_math.h"
 
 namespace fca {
 
@@ -36,14 +39,16 @@ void embedding_backward(T* dwte, T* dwpe, const T* dh0, const int32_t* tokens, i
 
 template <typename T>
 void cross_entropy_forward(T* losses, const T* logits, const int32_t* targets, int64_t N, int V) {
-#pragma omp parallel for schedule(static)
-  for (int64_t n = 0; n < N; ++n) {
-    const T* z = logits + n * V;
-    T mx = z[0];
-    for (int v = 1; v < V; ++v) mx = std::max(mx, z[v]);
-    T sum = 0;
-    for (int v = 0; v < V; ++v) sum += std::exp(z[v] - mx);
-    losses[n] = mx + std::log(sum) - z[targets[n]];
+#pragma omp parallel
+  {
+    std::vector<T> e(static_cast<size_t>(V));  // one row's exponentials, per thread
+#pragma omp for schedule(static)
+    for (int64_t n = 0; n < N; ++n) {
+      const T* z = logits + n * V;
+      const T mx = lane_max(z, V);
+      for (int v = 0; v < V; ++v) e[size_t(v)] = fast_exp(z[v] - mx);
+      losses[n] = mx + std::log(lane_sum(e.data(), V)) - z[targets[n]];
+    }
   }
 }
 
@@ -53,12 +58,10 @@ void cross_entropy_backward(T* dlogits, const T* logits, const int32_t* targets,
   for (int64_t n = 0; n < N; ++n) {
     const T* z = logits + n * V;
     T* dz = dlogits + n * V;
-    T mx = z[0];
-    for (int v = 1; v < V; ++v) mx = std::max(mx, z[v]);
-    T sum = 0;
-    for (int v = 0; v < V; ++v) sum += std::exp(z[v] - mx);
-    const T inv = T(1) / sum;
-    for (int v = 0; v < V; ++v) dz[v] = scale * std::exp(z[v] - mx) * inv;
+    const T mx = lane_max(z, V);
+    for (int v = 0; v < V; ++v) dz[v] = fast_exp(z[v] - mx);  // may alias z: each z[v] is read before dz[v] is written
+    const T factor = scale / lane_sum(dz, V);
+    for (int v = 0; v < V; ++v) dz[v] *= factor;
     dz[targets[n]] -= scale;
   }
 }

@@ -1,0 +1,126 @@
+// fca bench forward / fca bench train: tokens/s and achieved GFLOP/s of the gated model against
+// this machine's measured SGEMM peak (FLOPs by the formula in exec/gated_flops.h).
+#include <sys/resource.h>
+
+#include <cstdio>
+#include <memory>
+
+#include "cli/common.h"
+#include "core/provenance.h"
+#include "core/rng.h"
+#include "core/sha256.h"
+#include "exec/gated_flops.h"
+#include "exec/timing.h"
+#include "models/gated/forward.h"
+#include "train/trainer.h"
+
+namespace fca::cli {
+namespace {
+
+struct BenchFlags {
+  ModelShapeFlags shape;
+  std::string model;
+  uint64_t seed = 0;
+  int batch = 8, seq = 0, runs = 20, warmup = 3, threads = 0;
+  bool json = false;
+};
+
+void add_bench_flags(CLI::App& cmd, BenchFlags& f, const char* runs_name) {
+  f.shape.add_to(cmd);
+  cmd.add_option("--model", f.model, "Checkpoint to benchmark (default: a fresh model of the shape flags)");
+  cmd.add_option("--seed", f.seed, "Initialisation seed of the fresh model")->capture_default_str();
+  cmd.add_option("--batch", f.batch, "Windows per pass")->check(CLI::PositiveNumber)->capture_default_str();
+  cmd.add_option("--tokens", f.seq, "Tokens per window (0 = the model's seq_len)")->check(CLI::NonNegativeNumber)->capture_default_str();
+  cmd.add_option(runs_name, f.runs, "Timed repetitions")->check(CLI::PositiveNumber)->capture_default_str();
+  cmd.add_option("--warmup", f.warmup, "Untimed warm-up repetitions")->check(CLI::NonNegativeNumber)->capture_default_str();
+  cmd.add_flag("--json", f.json, "Print one JSON object instead of a table");
+  add_threads_flag(cmd, f.threads);
+}
+
+GatedModel<float> bench_model(const BenchFlags& f) {
+  return f.model.empty() ? GatedModel<float>::initialized(f.shape.config(), f.seed) : GatedModel<float>::load(f.model);
+}
+
+void report(const BenchFlags& f, const char* what, const GatedModel<float>& model, int T, const TimingStats& s,
+            double flops, size_t state_bytes) {
+  const double peak = measure_sgemm_peak_gflops();
+  const double tokens_per_s = double(f.batch) * T / s.median;
+  const double gflops = flops / s.median / 1e9;
+  struct rusage usage {};
+  getrusage(RUSAGE_SELF, &usage);
+  nlohmann::ordered_json j;
+  j["schema"] = "fca-bench-v1";
+  j["benchmark"] = what;
+  j["config"] = nlohmann::json::parse(model.config().to_json());
+  j["batch"] = f.batch;
+  j["tokens"] = T;
+  j["median_s"] = s.median;
+  j["timing"] = s.to_json();
+  j["tokens_per_s"] = tokens_per_s;
+  j["gflop_per_pass"] = flops / 1e9;
+  j["gflops_per_s"] = gflops;
+  j["sgemm_peak_gflops"] = peak;
+  j["peak_ratio"] = gflops / peak;
+  j["run_state_mib"] = double(state_bytes) / (1 << 20);
+  j["max_rss_mib"] = double(usage.ru_maxrss) / 1024;
+  auto prov = provenance_base();
+  if (!f.model.empty()) prov["model_sha256"] = sha256_file(f.model);
+  j["provenance"] = prov;
+  if (f.json) {
+    std::printf("%s\n", j.dump().c_str());
+    return;
+  }
+  const GatedConfig& c = model.config();
+  std::printf("bench %s: %s L %d D %d H %d, batch %d x %d tokens, %d threads\n", what, gate_kind_name(c.gate), c.n_layer,
+              c.d_model, c.n_head, f.batch, T, int(prov["threads"]));
+  std::printf("  median %.4f s  [p10 %.4f, p90 %.4f]  over %d runs\n", s.median, s.p10, s.p90, s.runs);
+  std::printf("  %.0f tokens/s   %.1f GFLOP/s model   SGEMM peak %.1f GFLOP/s   ratio %.1f%%\n", tokens_per_s, gflops, peak,
+              100 * gflops / peak);
+}
+
+}  // namespace
+
+void add_bench_command(CLI::App& app) {
+  CLI::App* bench = app.add_subcommand("bench", "Benchmarks: tokens/s and GFLOP/s against the SGEMM peak");
+  bench->require_subcommand(1);
+
+  auto fwd = std::make_shared<BenchFlags>();
+  CLI::App* forward = bench->add_subcommand("forward", "Time inference forward passes (live controller)");
+  add_bench_flags(*forward, *fwd, "--runs");
+  forward->callback([fwd] {
+    apply_threads(fwd->threads);
+    const GatedModel<float> model = bench_model(*fwd);
+    const int T = fwd->seq > 0 ? fwd->seq : model.config().seq_len;
+    GatedRunState<float> rs(model.config(), fwd->batch, T, false);
+    std::vector<int32_t> tokens(size_t(fwd->batch) * T);
+    Rng rng(fwd->seed + 1);
+    for (auto& t : tokens) t = int32_t(rng.below(kByteVocab));
+    LiveCoefficients<float> live(model);
+    const TimingStats s = time_runs([&] { gated_forward(model, rs, tokens.data(), fwd->batch, T, live); },
+                                    fwd->warmup, fwd->runs);
+    report(*fwd, "forward", model, T, s, gated_forward_flops(model.config(), fwd->batch, T, model.config().n_layer),
+           rs.bytes());
+  });
+
+  auto trn = std::make_shared<BenchFlags>();
+  trn->runs = 10;
+  CLI::App* train = bench->add_subcommand("train", "Time training steps (forward, backward, clipping, AdamW)");
+  add_bench_flags(*train, *trn, "--steps");
+  train->callback([trn] {
+    apply_threads(trn->threads);
+    GatedModel<float> model = bench_model(*trn);
+    const int T = trn->seq > 0 ? trn->seq : model.config().seq_len;
+    GatedTrainStep step(model, trn->batch, T, AdamWOptions{}, 1.0);
+    std::vector<int32_t> inputs(size_t(trn->batch) * T), targets(inputs.size());
+    Rng rng(trn->seed + 1);
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      inputs[i] = int32_t(rng.below(kByteVocab));
+      targets[i] = int32_t(rng.below(kByteVocab));
+    }
+    // A fixed batch and learning rate, as in bench/compare_pytorch.py's PyTorch step.
+    const TimingStats s = time_runs([&] { step.run(inputs.data(), targets.data(), 1, 1e-4); }, trn->warmup, trn->runs);
+    report(*trn, "train", model, T, s, gated_train_flops(model.config(), trn->batch, T), step.run_state_bytes());
+  });
+}
+
+}  // namespace fca::cli

@@ -1,0 +1,90 @@
+// fca eval and fca info: evaluation of a checkpoint on a split, and a checkpoint's summary.
+#include <cmath>
+#include <cstdio>
+#include <memory>
+
+#include "cli/common.h"
+#include "core/provenance.h"
+#include "core/safetensors.h"
+#include "core/sha256.h"
+#include "data/corpus.h"
+#include "models/gated/model.h"
+#include "train/evaluate.h"
+
+namespace fca::cli {
+
+void add_eval_command(CLI::App& app) {
+  struct Flags {
+    std::string model, data, split = "test", out;
+    int64_t windows = 0;
+    int seq = 0, batch = 8, threads = 0;
+    bool no_progress = false;
+  };
+  auto f = std::make_shared<Flags>();
+  CLI::App* cmd = app.add_subcommand("eval", "Evaluate a model: NLL, bits/byte, Byte-PPL, gate mass");
+  cmd->add_option("--model", f->model, "Checkpoint (.safetensors)")->required();
+  cmd->add_option("--data", f->data, "Data folder; default: the nlp-corpus");
+  cmd->add_option("--split", f->split, "Split to evaluate")->check(CLI::IsMember({"train", "valid", "test"}))->capture_default_str();
+  cmd->add_option("--windows", f->windows, "Evenly spaced windows to evaluate (0 = all)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--seq", f->seq, "Window length T (0 = the model's seq_len)")->check(CLI::NonNegativeNumber)->capture_default_str();
+  cmd->add_option("--batch", f->batch, "Windows per forward pass")->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--out", f->out, "JSON result file (default: <model>.eval-<split>.json)");
+  cmd->add_flag("--no-progress", f->no_progress, "No progress bar");
+  add_threads_flag(*cmd, f->threads);
+  cmd->callback([f] {
+    apply_threads(f->threads);
+    const GatedModel<float> model = GatedModel<float>::load(f->model);
+    const int T = f->seq > 0 ? f->seq : model.config().seq_len;
+    Corpus corpus(resolve_data_dir(f->data));
+    const TextSplit& split = corpus.split(f->split);
+    const EvalResult r = evaluate_gated(model, split, T, f->windows, f->batch, !f->no_progress);
+    std::printf("%s on %s/%s: %zu windows of %d bytes\n", f->model.c_str(), corpus.dir().c_str(), f->split.c_str(),
+                r.windows.size(), T);
+    std::printf("  NLL %.4f nats/byte   %.4f bits/byte   Byte-PPL %.4f   gate mass %.4f\n", r.nll, r.bits_per_byte,
+                r.byte_ppl, r.gate_mass);
+    nlohmann::ordered_json j;
+    j["schema"] = "fca-eval-v1";
+    j["model"] = f->model;
+    j["config"] = nlohmann::json::parse(model.config().to_json());
+    j["split"] = f->split;
+    j["seq_len"] = T;
+    j["windows"] = r.windows.size();
+    j["nll"] = r.nll;
+    j["bits_per_byte"] = r.bits_per_byte;
+    j["byte_ppl"] = r.byte_ppl;
+    j["gate_mass"] = r.gate_mass;
+    j["seconds"] = r.seconds;
+    auto prov = provenance_base();
+    prov["model_sha256"] = sha256_file(f->model);
+    prov["data"] = {{"dir", corpus.dir()}, {"split_file", split.path()}, {"split_sha256", split.content_hash()}};
+    j["provenance"] = prov;
+    const std::string out = f->out.empty() ? f->model + ".eval-" + f->split + ".json" : f->out;
+    write_json_file(out, j);
+    std::printf("  written: %s\n", out.c_str());
+  });
+}
+
+void add_info_command(CLI::App& app) {
+  auto model_path = std::make_shared<std::string>();
+  CLI::App* cmd = app.add_subcommand("info", "Show a checkpoint's config, parameter count and gate kind");
+  cmd->add_option("--model", *model_path, "Checkpoint (.safetensors)")->required();
+  cmd->callback([model_path] {
+    const GatedModel<float> model = GatedModel<float>::load(*model_path);  // full validation
+    const GatedConfig& c = model.config();
+    SafetensorsReader reader(*model_path);
+    std::printf("model:      %s\n", model_path->c_str());
+    std::printf("format:     %s\n", kGatedFormat);
+    std::printf("gate:       %s%s\n", gate_kind_name(c.gate),
+                c.gate == GateKind::fixed ? (" (g = " + std::to_string(c.gate_value) + ")").c_str() : "");
+    std::printf("shape:      L %d, D %d, H %d (head width %d), T %d\n", c.n_layer, c.d_model, c.n_head, c.head_dim(),
+                c.seq_len);
+    std::printf("parameters: %zu\n", gated_parameter_count(c));
+    for (const auto& [k, v] : reader.metadata())
+      if (k != "format" && k != "config") std::printf("%-11s %s\n", (k + ":").c_str(), v.c_str());
+    std::printf("sha256:     %s\n", sha256_file(*model_path).c_str());
+  });
+}
+
+}  // namespace fca::cli

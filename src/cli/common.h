@@ -1,0 +1,37 @@
+// Helpers shared by the subcommands: the model-shape flags, thread and data flags, JSON output.
+#pragma once
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "models/gated/config.h"
+
+namespace fca::cli {
+
+// Flags that describe a gated model's shape: --gate, --gate-value, --layers, --dim, --heads, --seq.
+struct ModelShapeFlags {
+  std::string gate = "featuregate";
+  double gate_value = 0.6;
+  int layers = 6, dim = 256, heads = 4, seq = 256;
+  void add_to(CLI::App& app);
+  GatedConfig config() const;  // validated; errors name the flag
+};
+
+// --threads N (0 = all cores); applied with apply_threads() before any work.
+void add_threads_flag(CLI::App& app, int& threads);
+void apply_threads(int threads);
+
+// The --data folder, or the default corpus when empty.
+std::string resolve_data_dir(const std::string& flag_value);
+
+// Writes JSON (pretty, 2 spaces) atomically.
+void write_json_file(const std::string& path, const nlohmann::ordered_json& j);
+
+// Registration of each subcommand (cmd_*.cpp).
+void add_train_command(CLI::App& app);
+void add_eval_command(CLI::App& app);
+void add_info_command(CLI::App& app);
+void add_trace_command(CLI::App& app);
+void add_bench_command(CLI::App& app);
+
+}  // namespace fca::cli

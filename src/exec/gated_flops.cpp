@@ -1,0 +1,18 @@
+#include "exec/gated_flops.h"
+
+#include "ops/attention.h"
+
+namespace fca {
+
+double gated_forward_flops(const GatedConfig& c, int B, int T, int layers) {
+  const double N = double(B) * T, D = c.d_model;
+  const double linear = 2.0 * N * 12.0 * D * D;          // qkv 3D^2, proj D^2, fc 4D^2, mlp proj 4D^2
+  // QK^T and PV over all heads, for the (query, key) pairs the blocked causal kernel executes.
+  const double attention = 2.0 * 2.0 * double(B) * double(attention_executed_pairs(T)) * D;
+  const double head = 2.0 * N * D * kByteVocab;          // tied output head
+  return layers * (linear + attention) + head;
+}
+
+double gated_train_flops(const GatedConfig& c, int B, int T) { return 3.0 * gated_forward_flops(c, B, T, c.n_layer); }
+
+}  // namespace fca

@@ -1,0 +1,41 @@
+// AdamW over a flat parameter buffer (decoupled weight decay, as torch.optim.AdamW), with the
+// learning-rate schedule and global-norm gradient clipping of the spec's training defaults.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "models/gated/config.h"
+
+namespace fca {
+
+struct AdamWOptions {
+  double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1;
+};
+
+class AdamW {
+ public:
+  AdamW(const std::vector<TensorSlot>& layout, size_t buffer_size, AdamWOptions options);
+  // One update of params from grads at learning rate lr; decays only slots with weight_decay set.
+  void step(float* params, const float* grads, double lr);
+  int64_t steps_taken() const { return t_; }
+  void set_steps_taken(int64_t t) { t_ = t; }
+  std::vector<float>& first_moment() { return m_; }
+  std::vector<float>& second_moment() { return v_; }
+
+ private:
+  std::vector<TensorSlot> layout_;
+  AdamWOptions options_;
+  std::vector<float> m_, v_;
+  int64_t t_ = 0;
+};
+
+// Linear warm-up over `warmup` steps to peak_lr, then cosine decay to min_ratio * peak_lr at
+// `total` steps. step counts from 0.
+double learning_rate(int64_t step, int64_t total, int64_t warmup, double peak_lr, double min_ratio);
+
+// L2 norm of the whole buffer, summed in double over fixed 64Ki-element chunks combined in index
+// order: the same bits for any thread count.
+double global_norm(const float* grads, size_t n);
+void scale_buffer(float* x, size_t n, float factor);
+
+}  // namespace fca

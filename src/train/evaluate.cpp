@@ -1,0 +1,52 @@
+#include "train/evaluate.h"
+
+#include <chrono>
+#include <cmath>
+
+#include "core/error.h"
+#include "core/progress.h"
+#include "models/gated/forward.h"
+
+namespace fca {
+
+EvalResult evaluate_gated(const GatedModel<float>& model, const TextSplit& split, int T, int64_t wanted, int batch,
+                          bool show_progress) {
+  if (T > model.config().seq_len)
+    throw Error("sequence length " + std::to_string(T) + " is longer than the model's " +
+                std::to_string(model.config().seq_len) + " positions");
+  if (batch <= 0) throw Error("batch must be positive, found " + std::to_string(batch));
+  const auto start = std::chrono::steady_clock::now();
+  const int64_t available = split.window_count(T);
+  EvalResult r;
+  r.seq_len = T;
+  r.windows = evenly_spaced_windows(available, wanted > 0 ? wanted : available, split.name());
+  const int64_t W = int64_t(r.windows.size());
+  r.window_nll.assign(size_t(W), 0.0);
+  GatedRunState<float> rs(model.config(), batch, T, false);
+  LiveCoefficients<float> live(model);
+  std::vector<int32_t> inputs(size_t(batch) * T), targets(size_t(batch) * T);
+  const int L = model.config().n_layer;
+  double gate_sum = 0;
+  Progress progress("eval " + split.name(), W, "window");
+  for (int64_t w0 = 0; w0 < W; w0 += batch) {
+    const int B = int(std::min<int64_t>(batch, W - w0));
+    for (int b = 0; b < B; ++b)
+      split.window(r.windows[size_t(w0 + b)], T, inputs.data() + int64_t(b) * T, targets.data() + int64_t(b) * T);
+    gated_forward(model, rs, inputs.data(), B, T, live, int(w0));
+    gated_loss(rs, targets.data(), r.window_nll.data() + w0);
+    for (int l = 0; l < L; ++l)  // fixed order: layer, then rows
+      for (int64_t n = 0; n < int64_t(B) * T; ++n) gate_sum += rs.gates[int64_t(l) * B * T + n];
+    if (show_progress) progress.update(w0 + B);
+  }
+  if (show_progress) progress.finish();
+  double total = 0;
+  for (double v : r.window_nll) total += v;
+  r.nll = total / double(W);
+  r.bits_per_byte = r.nll / std::log(2.0);
+  r.byte_ppl = std::exp(r.nll);
+  r.gate_mass = gate_sum / (double(W) * L * T);
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return r;
+}
+
+}  // namespace fca

@@ -1,0 +1,77 @@
+// Training of the gated family: AdamW, warm-up + cosine schedule, global-norm clipping, gradient
+// accumulation, seeded batches of random windows, periodic validation, checkpoint and resume.
+//
+// Determinism: the batch of step s, micro-batch k is drawn from Rng(derive_seed(seed, s, k)), the
+// learning rate is a function of s, and every kernel reduces in a fixed order, so the same seed,
+// data and thread count give bit-identical checkpoints, and a resumed run continues exactly as an
+// uninterrupted one would.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "data/corpus.h"
+#include "models/gated/config.h"
+#include "models/gated/model.h"
+#include "models/gated/run_state.h"
+#include "train/adamw.h"
+
+namespace fca {
+
+struct TrainOptions {
+  GatedConfig config;
+  int batch = 8;            // windows per micro-batch
+  int grad_accum = 1;       // micro-batches per optimizer step
+  int64_t steps = 1000;     // optimizer steps in the whole schedule
+  double lr = 1e-3;         // peak learning rate
+  int64_t warmup = 100;     // linear warm-up steps
+  double min_lr_ratio = 0.1;  // cosine decays to this fraction of the peak
+  double clip = 1.0;        // global gradient-norm clip (0 = off)
+  AdamWOptions adamw;
+  uint64_t seed = 0;
+  int64_t eval_every = 200;  // validation every N steps (0 = only at the end)
+  int64_t eval_windows = 64;  // evenly spaced validation windows
+  int64_t checkpoint_every = 0;  // 0 = only at the end
+  int64_t log_every = 10;
+  int64_t stop_after = 0;    // stop (checkpointed) after this many steps of the schedule; 0 = run all
+  std::string out;           // model checkpoint path (.safetensors)
+  std::string log_path;      // JSON-lines log; default <out>.log.jsonl
+  bool resume = false;       // continue from <out> and its training state
+  bool progress = true;
+};
+
+struct TrainResult {
+  int64_t steps_done = 0;
+  double final_loss = 0;
+  double final_valid_nll = 0;
+  double tokens_per_second = 0;
+  double seconds = 0;
+};
+
+// One optimizer step of the gated model: forward, loss and backward over each micro-batch, global
+// gradient-norm clipping, AdamW. Shared by `fca train` and `fca bench train`.
+class GatedTrainStep {
+ public:
+  GatedTrainStep(GatedModel<float>& model, int batch, int tokens, AdamWOptions adamw, double clip);
+  struct Stats {
+    double loss;       // mean over the step's micro-batches
+    double grad_norm;  // before clipping
+  };
+  // inputs/targets: [micro_batches, batch, tokens]. Throws Error on a non-finite loss or norm.
+  Stats run(const int32_t* inputs, const int32_t* targets, int micro_batches, double lr);
+  AdamW& optimizer() { return optimizer_; }
+  size_t run_state_bytes() const { return rs_.bytes(); }
+
+ private:
+  GatedModel<float>& model_;
+  GatedModel<float> grads_;
+  GatedRunState<float> rs_;
+  AdamW optimizer_;
+  double clip_;
+};
+
+// Path of the optimizer/training state written beside a checkpoint.
+std::string train_state_path(const std::string& checkpoint);
+
+TrainResult train_gated(const TrainOptions& options, const Corpus& corpus);
+
+}  // namespace fca
