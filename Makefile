@@ -1,0 +1,33 @@
+# Thin wrapper over CMake. Every target installs what it needs first (scripts/install_deps.sh is
+# idempotent and silent when nothing is missing), then configures and builds in Release.
+BUILD ?= build
+JOBS ?= 2
+CMAKE_FLAGS ?=
+
+.PHONY: all deps build data test demo bench clean
+
+all: build
+
+deps:
+	@bash scripts/install_deps.sh
+
+build: deps
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) >/dev/null
+	@cmake --build $(BUILD) -j $(JOBS)
+
+data: deps
+	@bash scripts/fetch_corpus.sh
+
+# The test suite needs no corpus: tests make their own small data.
+test: build
+	@cd $(BUILD) && ctest --output-on-failure -j 1
+
+demo: build data
+	@bash scripts/demo.sh $(BUILD)
+
+bench: build data
+	@FCA_WITH_TORCH=1 bash scripts/install_deps.sh
+	@bash scripts/bench.sh $(BUILD)
+
+clean:
+	rm -rf $(BUILD)

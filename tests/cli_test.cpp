@@ -1,0 +1,190 @@
+// The fca binary on good and bad input: every bad input gets a clear error naming the file, tensor
+// or flag, a nonzero exit, and leaves no partial output file.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "core/safetensors.h"
+#include "models/gated/model.h"
+#include "test_util.h"
+
+namespace fca {
+namespace {
+
+using testing::run_fca;
+
+class Cli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    testing::write_corpus(dir.path(), 20000, 2000, 2000);
+    GatedModel<float>::initialized(testing::tiny_config(GateKind::featuregate), 1).save(model);
+  }
+  // No file or temporary file left in the folder other than the ones named.
+  void expect_no_stray_files(const std::vector<std::string>& allowed) {
+    for (const auto& entry : std::filesystem::directory_iterator(dir.path())) {
+      const std::string name = entry.path().filename().string();
+      bool ok = name == "train.txt" || name == "valid.txt" || name == "test.txt";
+      for (const auto& a : allowed) ok = ok || name == a;
+      EXPECT_TRUE(ok) << "unexpected file left behind: " << name;
+    }
+  }
+  void expect_error(const std::vector<std::string>& args, const std::vector<std::string>& message_parts) {
+    const auto r = run_fca(args);
+    EXPECT_NE(r.exit_code, 0) << r.output;
+    for (const auto& part : message_parts) EXPECT_NE(r.output.find(part), std::string::npos) << "missing '" << part << "' in: " << r.output;
+  }
+  testing::TempDir dir;
+  std::string model = dir.file("m.safetensors");
+};
+
+TEST_F(Cli, TrainEvalInfoTraceRoundTrip) {
+  const std::string out = dir.file("t.safetensors");
+  auto r = run_fca({"train", "--gate", "layerstatic", "--layers", "2", "--dim", "16", "--heads", "2", "--seq", "16",
+                    "--batch", "2", "--steps", "3", "--data", dir.path(), "--out", out, "--no-progress"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = run_fca({"info", "--model", out});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("layerstatic"), std::string::npos);
+  EXPECT_NE(r.output.find("parameters:"), std::string::npos);
+  r = run_fca({"eval", "--model", out, "--data", dir.path(), "--split", "valid", "--windows", "3", "--out",
+               dir.file("e.json"), "--no-progress"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::ifstream in(dir.file("e.json"));
+  const auto j = nlohmann::json::parse(in);
+  EXPECT_EQ(j["windows"], 3);
+  EXPECT_NEAR(j["bits_per_byte"].get<double>(), j["nll"].get<double>() / std::log(2.0), 1e-12);
+  EXPECT_NEAR(j["byte_ppl"].get<double>(), std::exp(j["nll"].get<double>()), 1e-9);
+  EXPECT_TRUE(j["provenance"].contains("model_sha256"));
+  EXPECT_TRUE(j["provenance"]["data"].contains("split_sha256"));
+  // trace, then replay the trace's coefficients: identical logits, no controller evaluation.
+  testing::write_text(dir.file("ids.json"), "[[1,2,3,4,5,6],[7,8,9,10,11,12]]");
+  r = run_fca({"trace", "--model", model, "--ids", dir.file("ids.json"), "--out", dir.file("live.safetensors")});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = run_fca({"trace", "--model", model, "--ids", dir.file("ids.json"), "--out", dir.file("replay.safetensors"),
+               "--replay", dir.file("live.safetensors")});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  SafetensorsReader live(dir.file("live.safetensors")), replay(dir.file("replay.safetensors"));
+  EXPECT_EQ(live.read_as_double("logits"), replay.read_as_double("logits"));
+  EXPECT_EQ(replay.metadata().at("controller_evaluations"), "0");
+  EXPECT_EQ(live.metadata().at("controller_evaluations"), "2");
+  EXPECT_TRUE(live.has("blocks.1.features"));
+  EXPECT_TRUE(live.has("hidden.2"));
+}
+
+TEST_F(Cli, MissingCheckpoint) {
+  expect_error({"info", "--model", dir.file("nope.safetensors")}, {"nope.safetensors", "cannot open"});
+}
+
+TEST_F(Cli, TruncatedCheckpoint) {
+  const std::string bytes = testing::read_bytes(model);
+  testing::write_text(dir.file("cut.safetensors"), bytes.substr(0, bytes.size() / 2));
+  expect_error({"info", "--model", dir.file("cut.safetensors")}, {"cut.safetensors", "truncated"});
+  testing::write_text(dir.file("tiny.safetensors"), bytes.substr(0, 5));
+  expect_error({"info", "--model", dir.file("tiny.safetensors")}, {"tiny.safetensors", "truncated"});
+}
+
+TEST_F(Cli, CorruptedHeader) {
+  std::string bytes = testing::read_bytes(model);
+  bytes[9] = '#';  // inside the JSON header
+  testing::write_text(dir.file("bad.safetensors"), bytes);
+  expect_error({"info", "--model", dir.file("bad.safetensors")}, {"bad.safetensors", "not valid JSON"});
+  std::string huge = testing::read_bytes(model);
+  huge[7] = 0x7f;  // header length far beyond the file
+  testing::write_text(dir.file("huge.safetensors"), huge);
+  expect_error({"info", "--model", dir.file("huge.safetensors")}, {"huge.safetensors", "exceeds the file"});
+}
+
+TEST_F(Cli, WrongShapeMissingTensorAndDtype) {
+  const GatedConfig c = testing::tiny_config(GateKind::featuregate);
+  const GatedModel<float> m = GatedModel<float>::initialized(c, 1);
+  std::vector<TensorToWrite> tensors;
+  for (const auto& s : m.layout()) {
+    auto shape = s.shape;
+    if (s.name == "blocks.1.mlp.fc.weight") shape = {shape[1], shape[0]};
+    tensors.push_back({s.name, shape, m.data() + s.offset});
+  }
+  const std::map<std::string, std::string> meta{{"format", "fca-gated-v1"}, {"config", c.to_json()}};
+  write_safetensors(dir.file("shape.safetensors"), tensors, meta);
+  expect_error({"info", "--model", dir.file("shape.safetensors")},
+               {"shape.safetensors", "blocks.1.mlp.fc.weight", "[16, 64]", "expected [64, 16]"});
+  std::vector<TensorToWrite> all_but_last;
+  for (const auto& s : m.layout()) all_but_last.push_back({s.name, s.shape, m.data() + s.offset});
+  all_but_last.pop_back();  // gate.bias
+  write_safetensors(dir.file("missing.safetensors"), all_but_last, meta);
+  expect_error({"info", "--model", dir.file("missing.safetensors")}, {"missing.safetensors", "gate.bias", "missing"});
+  // An integer dtype where F32 is expected: patch the header's dtype text of the first tensor.
+  std::string bytes = testing::read_bytes(model);
+  const auto pos = bytes.find("\"F32\"");
+  ASSERT_NE(pos, std::string::npos);
+  bytes = bytes.substr(0, pos) + "\"I32\"" + bytes.substr(pos + 5);  // same length: offsets stay valid
+  testing::write_text(dir.file("dtype.safetensors"), bytes);
+  expect_error({"info", "--model", dir.file("dtype.safetensors")}, {"dtype.safetensors", "I32", "floating-point"});
+}
+
+TEST_F(Cli, UnknownGateKind) {
+  expect_error({"train", "--gate", "sparse", "--out", dir.file("x.safetensors"), "--data", dir.path()}, {"--gate", "sparse"});
+  GatedConfig c = testing::tiny_config(GateKind::dense);
+  const std::string json = c.to_json();
+  const size_t at = json.find("dense");
+  const std::string cfg = json.substr(0, at) + "magic" + json.substr(at + 5);
+  const GatedModel<float> m = GatedModel<float>::initialized(c, 1);
+  std::vector<TensorToWrite> tensors;
+  for (const auto& s : m.layout()) tensors.push_back({s.name, s.shape, m.data() + s.offset});
+  write_safetensors(dir.file("gate.safetensors"), tensors, {{"format", "fca-gated-v1"}, {"config", cfg}});
+  expect_error({"info", "--model", dir.file("gate.safetensors")}, {"gate.safetensors", "unknown gate kind 'magic'"});
+  expect_no_stray_files({"m.safetensors", "gate.safetensors"});
+}
+
+TEST_F(Cli, SequenceLongerThanPositions) {
+  expect_error({"eval", "--model", model, "--data", dir.path(), "--seq", "32", "--out", dir.file("e.json")},
+               {"32", "longer than the model's 16 positions"});
+  std::string ids = "[[";
+  for (int i = 0; i < 20; ++i) {
+    if (i > 0) ids += ',';
+    ids += std::to_string(i);
+  }
+  testing::write_text(dir.file("ids.json"), ids + "]]");
+  expect_error({"trace", "--model", model, "--ids", dir.file("ids.json"), "--out", dir.file("t.safetensors")},
+               {"20 tokens", "16 positions"});
+  expect_no_stray_files({"m.safetensors", "ids.json"});
+}
+
+TEST_F(Cli, SplitShorterThanOneWindow) {
+  testing::write_text(dir.file("valid.txt"), "too short");
+  expect_error({"eval", "--model", model, "--data", dir.path(), "--split", "valid", "--out", dir.file("e.json")},
+               {"valid.txt", "shorter than one window", "17 bytes"});
+  expect_error({"train", "--layers", "2", "--dim", "16", "--heads", "2", "--seq", "16", "--steps", "2", "--data", dir.path(),
+                "--out", dir.file("x.safetensors")},
+               {"valid.txt", "shorter than one window"});
+  expect_no_stray_files({"m.safetensors"});
+}
+
+TEST_F(Cli, UnreadableFolder) {
+  expect_error({"eval", "--model", model, "--data", dir.file("no-such-dir")}, {"no-such-dir", "does not exist"});
+  std::filesystem::create_directory(dir.file("empty"));
+  expect_error({"eval", "--model", model, "--data", dir.file("empty")}, {"empty", "train.txt", "wiki.train.raw"});
+}
+
+TEST_F(Cli, WikiTextLayoutIsAccepted) {
+  const std::string wiki = dir.file("wiki");
+  std::filesystem::create_directory(wiki);
+  for (const char* s : {"train", "valid", "test"})
+    std::filesystem::copy_file(dir.file(std::string(s) + ".txt"), wiki + "/wiki." + s + ".raw");
+  const auto r = run_fca({"eval", "--model", model, "--data", wiki, "--windows", "2", "--out", dir.file("w.json"), "--no-progress"});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+}
+
+TEST_F(Cli, MalformedNumbersAndUnknownFlags) {
+  expect_error({"train", "--steps", "12abc", "--out", dir.file("x.safetensors")}, {"--steps", "12abc"});
+  expect_error({"train", "--lr", "0.1.2", "--out", dir.file("x.safetensors")}, {"--lr"});
+  expect_error({"train", "--steps", "-5", "--out", dir.file("x.safetensors")}, {"--steps"});
+  expect_error({"eval", "--model", model, "--frobnicate"}, {"frobnicate"});
+  expect_error({"train", "--heads", "3", "--out", dir.file("x.safetensors"), "--data", dir.path()},
+               {"d_model 256 is not divisible by n_head 3"});
+  expect_no_stray_files({"m.safetensors"});
+}
+
+}  // namespace
+}  // namespace fca

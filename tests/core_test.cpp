@@ -1,0 +1,104 @@
+// core: safetensors read/write and dtype upcasts, SHA-256, the RNG, windows of a split.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/rng.h"
+#include "core/safetensors.h"
+#include "core/sha256.h"
+#include "data/corpus.h"
+#include "test_util.h"
+
+namespace fca {
+namespace {
+
+// Writes a safetensors file with one tensor of raw bytes and the given dtype name.
+void write_raw(const std::string& path, const std::string& dtype, std::vector<int64_t> shape, const std::string& data) {
+  nlohmann::json h;
+  h["x"] = {{"dtype", dtype}, {"shape", shape}, {"data_offsets", {0, data.size()}}};
+  const std::string text = h.dump();
+  const uint64_t n = text.size();
+  std::ofstream out(path, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(&n), 8);
+  out << text << data;
+}
+
+TEST(Safetensors, RoundTripF32WithMetadata) {
+  testing::TempDir dir;
+  const std::vector<float> a{1.5f, -2.0f, 3.25f, 0.0f, 7.0f, 1e-30f};
+  write_safetensors(dir.file("t.safetensors"), {{"a", {2, 3}, a.data()}}, {{"format", "x"}});
+  SafetensorsReader r(dir.file("t.safetensors"));
+  EXPECT_EQ(r.metadata().at("format"), "x");
+  std::vector<float> back(6);
+  r.read_into<float>("a", {2, 3}, back.data());
+  EXPECT_EQ(a, back);
+  EXPECT_THROW(r.read_into<float>("a", {3, 2}, back.data()), Error);
+  EXPECT_THROW(r.get("b"), Error);
+}
+
+TEST(Safetensors, Bf16AndF16UpcastExactly) {
+  testing::TempDir dir;
+  // bf16 0x3FC0 = 1.5, 0xC000 = -2; f16 0x3E00 = 1.5, 0xC000 = -2, 0x0001 = 2^-24 (subnormal).
+  const uint16_t bf[2] = {0x3FC0, 0xC000}, hf[3] = {0x3E00, 0xC000, 0x0001};
+  write_raw(dir.file("bf.safetensors"), "BF16", {2}, std::string(reinterpret_cast<const char*>(bf), 4));
+  write_raw(dir.file("hf.safetensors"), "F16", {3}, std::string(reinterpret_cast<const char*>(hf), 6));
+  std::vector<float> x(3);
+  SafetensorsReader(dir.file("bf.safetensors")).read_into<float>("x", {2}, x.data());
+  EXPECT_EQ(x[0], 1.5f);
+  EXPECT_EQ(x[1], -2.0f);
+  SafetensorsReader(dir.file("hf.safetensors")).read_into<float>("x", {3}, x.data());
+  EXPECT_EQ(x[0], 1.5f);
+  EXPECT_EQ(x[1], -2.0f);
+  EXPECT_EQ(x[2], std::ldexp(1.0f, -24));
+}
+
+TEST(Safetensors, ByteCountMustMatchShape) {
+  testing::TempDir dir;
+  write_raw(dir.file("x.safetensors"), "F32", {3}, std::string(8, '\0'));
+  EXPECT_THROW(SafetensorsReader(dir.file("x.safetensors")), Error);
+}
+
+TEST(Sha256, KnownVectors) {
+  EXPECT_EQ(sha256_hex("", 0), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  EXPECT_EQ(sha256_hex("abc", 3), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  const std::string million(1000000, 'a');
+  EXPECT_EQ(sha256_hex(million.data(), million.size()), "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+}
+
+TEST(Rng, DeterministicAndWellSpread) {
+  Rng a(123), b(123), c(124);
+  for (int i = 0; i < 100; ++i) EXPECT_EQ(a.next_u64(), b.next_u64());
+  EXPECT_NE(Rng(123).next_u64(), c.next_u64());
+  Rng r(7);
+  double sum = 0, sq = 0;
+  const int n = 200000;
+  for (int i = 0; i < n; ++i) {
+    const double x = r.normal();
+    sum += x;
+    sq += x * x;
+  }
+  EXPECT_NEAR(sum / n, 0.0, 0.01);  // 5 standard errors (1/sqrt(n) = 0.0022)
+  EXPECT_NEAR(sq / n, 1.0, 0.016);
+  for (int i = 0; i < 1000; ++i) EXPECT_LT(r.below(7), 7u);
+  EXPECT_NE(derive_seed(1, 2, 3), derive_seed(1, 3, 2));
+}
+
+TEST(Windows, SpecLayoutAndEvenSpacing) {
+  testing::TempDir dir;
+  testing::write_text(dir.file("s.txt"), "abcdefghij");  // 10 bytes
+  TextSplit split("test", dir.file("s.txt"));
+  EXPECT_EQ(split.window_count(3), 3);  // floor((10 - 1) / 3)
+  std::vector<int32_t> in(3), out(3);
+  split.window(2, 3, in.data(), out.data());  // bytes [6, 10)
+  EXPECT_EQ(in, (std::vector<int32_t>{'g', 'h', 'i'}));
+  EXPECT_EQ(out, (std::vector<int32_t>{'h', 'i', 'j'}));
+  EXPECT_THROW(split.window_count(10), Error);  // needs 11 bytes
+  EXPECT_EQ(evenly_spaced_windows(10, 4, "test"), (std::vector<int64_t>{0, 2, 5, 7}));
+  EXPECT_THROW(evenly_spaced_windows(3, 4, "test"), Error);
+}
+
+}  // namespace
+}  // namespace fca

@@ -1,0 +1,88 @@
+#include "test_util.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "core/rng.h"
+
+namespace fca::testing {
+
+TempDir::TempDir() {
+  std::string tmpl = (std::filesystem::temp_directory_path() / "fca-test-XXXXXX").string();
+  path_ = mkdtemp(tmpl.data());
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
+}
+
+void write_text(const std::string& path, const std::string& content) {
+  std::ofstream out(path, std::ios::binary);
+  out << content;
+}
+
+std::string read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+namespace {
+std::string pseudo_text(size_t bytes, uint64_t seed) {
+  static const char* words[] = {"the", "model", "gate", "reads", "a", "token", "and", "every", "layer", "mixes",
+                                "input", "with", "its", "past", "controller", "coefficient", "of", "text", "byte"};
+  Rng rng(seed);
+  std::string s;
+  while (s.size() < bytes) {
+    s += words[rng.below(sizeof(words) / sizeof(words[0]))];
+    s += rng.below(9) == 0 ? ".\n" : " ";
+  }
+  s.resize(bytes);
+  return s;
+}
+}  // namespace
+
+void write_corpus(const std::string& dir, size_t train_bytes, size_t valid_bytes, size_t test_bytes) {
+  write_text(dir + "/train.txt", pseudo_text(train_bytes, 1));
+  write_text(dir + "/valid.txt", pseudo_text(valid_bytes, 2));
+  write_text(dir + "/test.txt", pseudo_text(test_bytes, 3));
+}
+
+GatedConfig tiny_config(GateKind kind) {
+  GatedConfig c;
+  c.n_layer = 2;
+  c.d_model = 16;
+  c.n_head = 2;
+  c.seq_len = 16;
+  c.gate = kind;
+  return c;
+}
+
+CommandResult run_fca(const std::vector<std::string>& args) {
+  std::string cmd = std::string("'") + FCA_BINARY + "'";
+  for (const auto& a : args) {
+    std::string quoted = "'";
+    for (char ch : a) quoted += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+    cmd += " " + quoted + "'";
+  }
+  cmd += " 2>&1";
+  FILE* pipe = popen(cmd.c_str(), "r");
+  CommandResult r{-1, ""};
+  if (pipe == nullptr) return r;
+  std::array<char, 4096> buf{};
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) r.output.append(buf.data(), n);
+  const int status = pclose(pipe);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+}  // namespace fca::testing

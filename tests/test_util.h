@@ -1,0 +1,37 @@
+// Helpers shared by the tests: temporary folders, small corpora, tiny models, running the CLI.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "models/gated/config.h"
+
+namespace fca::testing {
+
+// A fresh empty folder under the system temp dir, removed by the destructor.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  const std::string& path() const { return path_; }
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+void write_text(const std::string& path, const std::string& content);
+std::string read_bytes(const std::string& path);
+// Writes train/valid/test .txt of pseudo-English text (deterministic) with the given byte counts.
+void write_corpus(const std::string& dir, size_t train_bytes, size_t valid_bytes, size_t test_bytes);
+// A small config of the given gate kind (L 2, D 16, H 2, T 16).
+GatedConfig tiny_config(GateKind kind);
+
+struct CommandResult {
+  int exit_code;
+  std::string output;  // stdout and stderr together
+};
+// Runs the built fca binary with the given arguments (shell-quoted here).
+CommandResult run_fca(const std::vector<std::string>& args);
+
+}  // namespace fca::testing
