@@ -33,5 +33,7 @@ void add_eval_command(CLI::App& app);
 void add_info_command(CLI::App& app);
 void add_trace_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
+void add_audit_command(CLI::App& app);
+void add_aggregate_command(CLI::App& app);
 
 }  // namespace fca::cli

@@ -16,6 +16,8 @@ int main(int argc, char** argv) {
   fca::cli::add_info_command(app);
   fca::cli::add_trace_command(app);
   fca::cli::add_bench_command(app);
+  fca::cli::add_audit_command(app);
+  fca::cli::add_aggregate_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

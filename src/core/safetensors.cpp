@@ -1,5 +1,7 @@
 #include "core/safetensors.h"
 
+#include <unistd.h>
+
 #include <cstring>
 #include <nlohmann/json.hpp>
 
@@ -197,8 +199,10 @@ std::vector<double> SafetensorsReader::read_as_double(const std::string& name) c
   return out;
 }
 
-void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
-                       const std::map<std::string, std::string>& metadata) {
+namespace {
+// The JSON header for tensors laid out in order, padded so the data section is 8-byte aligned.
+std::string header_text(const std::vector<TensorToWrite>& tensors, const std::map<std::string, std::string>& metadata,
+                        uint64_t* data_bytes) {
   nlohmann::ordered_json header;
   if (!metadata.empty()) {
     nlohmann::ordered_json m = nlohmann::ordered_json::object();
@@ -207,24 +211,81 @@ void write_safetensors(const std::string& path, const std::vector<TensorToWrite>
   }
   uint64_t offset = 0;
   for (const auto& t : tensors) {
+    if (t.dtype != DType::F32 && t.dtype != DType::F64)
+      throw Error("safetensors writer: tensor '" + t.name + "' has dtype " + dtype_name(t.dtype) + "; only F32 and F64 are written");
     int64_t n = 1;
     for (int64_t d : t.shape) n *= d;
-    const uint64_t bytes = uint64_t(n) * 4;
-    header[t.name] = {{"dtype", "F32"}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
+    const uint64_t bytes = uint64_t(n) * dtype_size(t.dtype);
+    header[t.name] = {{"dtype", dtype_name(t.dtype)}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
   }
   std::string text = header.dump();
-  while ((text.size() + 8) % 8 != 0) text += ' ';  // keep the data section 8-byte aligned
+  while ((text.size() + 8) % 8 != 0) text += ' ';
+  *data_bytes = offset;
+  return text;
+}
+
+uint64_t tensor_bytes(const TensorToWrite& t) {
+  int64_t n = 1;
+  for (int64_t d : t.shape) n *= d;
+  return uint64_t(n) * dtype_size(t.dtype);
+}
+}  // namespace
+
+void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  uint64_t data_bytes = 0;
+  const std::string text = header_text(tensors, metadata, &data_bytes);
   write_file_atomically(path, [&](std::ostream& out) {
     const uint64_t len = text.size();
     out.write(reinterpret_cast<const char*>(&len), 8);
     out.write(text.data(), static_cast<std::streamsize>(text.size()));
-    for (const auto& t : tensors) {
-      int64_t n = 1;
-      for (int64_t d : t.shape) n *= d;
-      out.write(reinterpret_cast<const char*>(t.data), static_cast<std::streamsize>(n * 4));
-    }
+    for (const auto& t : tensors)
+      out.write(static_cast<const char*>(t.data), static_cast<std::streamsize>(tensor_bytes(t)));
   });
+}
+
+SafetensorsStreamWriter::SafetensorsStreamWriter(const std::string& path, const std::vector<TensorToWrite>& tensors,
+                                                 const std::map<std::string, std::string>& metadata)
+    : path_(path), tmp_(path + ".tmp." + std::to_string(::getpid())) {
+  const std::string text = header_text(tensors, metadata, &expected_bytes_);
+  file_ = std::fopen(tmp_.c_str(), "wb");
+  if (file_ == nullptr) throw Error(path + ": cannot create " + tmp_);
+  const uint64_t len = text.size();
+  if (std::fwrite(&len, 8, 1, file_) != 1 || std::fwrite(text.data(), 1, text.size(), file_) != text.size()) {
+    std::fclose(file_);
+    std::remove(tmp_.c_str());
+    file_ = nullptr;
+    throw Error(path + ": write failed");
+  }
+}
+
+SafetensorsStreamWriter::~SafetensorsStreamWriter() {
+  if (file_ != nullptr) {
+    std::fclose(file_);
+    std::remove(tmp_.c_str());
+  }
+}
+
+void SafetensorsStreamWriter::append(const void* data, size_t bytes) {
+  if (file_ == nullptr) throw Error(path_ + ": append after commit");
+  if (written_bytes_ + bytes > expected_bytes_)
+    throw Error(path_ + ": more data appended than the header declares");
+  if (std::fwrite(data, 1, bytes, file_) != bytes) throw Error(path_ + ": write failed (disk full?)");
+  written_bytes_ += bytes;
+}
+
+void SafetensorsStreamWriter::commit() {
+  if (written_bytes_ != expected_bytes_)
+    throw Error(path_ + ": " + std::to_string(written_bytes_) + " data bytes written, the header declares " +
+                std::to_string(expected_bytes_));
+  const bool ok = std::fflush(file_) == 0;
+  std::fclose(file_);
+  file_ = nullptr;
+  if (!ok || std::rename(tmp_.c_str(), path_.c_str()) != 0) {
+    std::remove(tmp_.c_str());
+    throw Error(path_ + ": cannot write or rename " + tmp_ + " into place");
+  }
 }
 
 }  // namespace fca

@@ -4,6 +4,7 @@
 // offsets, dtype and byte count before any tensor is used. Writing emits F32 and renames into place.
 #pragma once
 #include <cstdint>
+#include <cstdio>
 #include <map>
 #include <memory>
 #include <string>
@@ -51,15 +52,37 @@ class SafetensorsReader {
   std::map<std::string, TensorInfo> tensors_;
 };
 
-// One tensor to write: F32 data of the given shape (the pointer must stay valid during the write).
+// One tensor to write: F32 (or F64) data of the given shape; the pointer must stay valid during the
+// write (it may be null for SafetensorsStreamWriter, which takes the data later).
 struct TensorToWrite {
   std::string name;
   std::vector<int64_t> shape;
-  const float* data;
+  const void* data;
+  DType dtype = DType::F32;
 };
 
-// Writes an F32 safetensors file atomically; tensors are laid out in the order given.
+// Writes a safetensors file atomically; tensors are laid out in the order given.
 void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
                        const std::map<std::string, std::string>& metadata);
+
+// Writes a safetensors file whose tensors arrive piece by piece (data larger than memory): the
+// header is written first from the declared shapes, then append() must deliver every tensor's bytes
+// in declaration order, then commit() renames the temporary file into place. Destroyed without
+// commit(), it removes the temporary file: a path never holds a partial file.
+class SafetensorsStreamWriter {
+ public:
+  SafetensorsStreamWriter(const std::string& path, const std::vector<TensorToWrite>& tensors,
+                          const std::map<std::string, std::string>& metadata);
+  ~SafetensorsStreamWriter();
+  SafetensorsStreamWriter(const SafetensorsStreamWriter&) = delete;
+  SafetensorsStreamWriter& operator=(const SafetensorsStreamWriter&) = delete;
+  void append(const void* data, size_t bytes);
+  void commit();
+
+ private:
+  std::string path_, tmp_;
+  std::FILE* file_ = nullptr;
+  uint64_t expected_bytes_ = 0, written_bytes_ = 0;
+};
 
 }  // namespace fca

@@ -17,6 +17,19 @@ struct CoefficientShape {
   std::string to_string() const;  // "[layer 6, token 256, stream 1, source 1]"
 };
 
+// A read-only view of coefficients for `windows` windows, laid out as CoefficientTensor stores them,
+// over memory owned elsewhere (a CoefficientTensor or a memory-mapped cache).
+struct CoefficientView {
+  const float* data = nullptr;
+  int windows = 0;
+  CoefficientShape shape;
+  const uint8_t* mask = nullptr;  // [layer][stream][source], nonzero = valid
+  const float* window_data(int window) const { return data + int64_t(window) * shape.per_window(); }
+  bool valid(int layer, int stream, int source) const {
+    return mask[(size_t(layer) * shape.streams + stream) * shape.sources + source] != 0;
+  }
+};
+
 class CoefficientTensor {
  public:
   CoefficientTensor() = default;
@@ -33,6 +46,8 @@ class CoefficientTensor {
   }
   float* window_data(int window) { return values_.data() + window * shape_.per_window(); }
   const float* window_data(int window) const { return values_.data() + window * shape_.per_window(); }
+  CoefficientView view() const { return {values_.data(), windows_, shape_, mask_.data()}; }
+  const std::vector<uint8_t>& mask() const { return mask_; }
   std::vector<float>& values() { return values_; }
   const std::vector<float>& values() const { return values_; }
   // valid(layer, stream, source): whether the coordinate exists (MUDD layers have fewer sources).

@@ -1,0 +1,124 @@
+#include "audit/aggregate.h"
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "audit/audit.h"
+#include "audit/statistics.h"
+#include "core/error.h"
+#include "core/provenance.h"
+#include "core/rng.h"
+
+namespace fca {
+namespace {
+
+nlohmann::json read_audit(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw Error(path + ": cannot open");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(path + ": not valid JSON (" + e.what() + ")");
+  }
+  if (!j.is_object() || !j.contains("schema"))
+    throw Error(path + ": field 'schema' is missing (expected \"" + std::string(kAuditSchema) + "\")");
+  if (j["schema"] != kAuditSchema)
+    throw Error(path + ": schema is " + j["schema"].dump() + ", expected \"" + kAuditSchema + "\"");
+  for (const char* f : {"conditions", "factor_effects", "retention", "variance", "model", "provenance"})
+    if (!j.contains(f)) throw Error(path + ": field '" + std::string(f) + "' is missing");
+  return j;
+}
+
+// A JSON value at a '/'-separated path, or throws naming the file and path.
+double figure_at(const nlohmann::json& j, const std::string& pointer, const std::string& path) {
+  const nlohmann::json::json_pointer p(pointer);
+  if (!j.contains(p) || !j.at(p).is_number()) throw Error(path + ": field '" + pointer + "' is missing or not a number");
+  return j.at(p).get<double>();
+}
+
+}  // namespace
+
+nlohmann::ordered_json aggregate_audits(const std::vector<std::string>& paths, int resamples, uint64_t seed) {
+  if (paths.size() < 2) throw Error("aggregate needs at least 2 audits, found " + std::to_string(paths.size()));
+  std::vector<nlohmann::json> audits;
+  for (const auto& p : paths) audits.push_back(read_audit(p));
+
+  // The figures, as JSON pointers into each audit.json; all of the first audit's conditions etc.
+  std::vector<std::pair<std::string, std::string>> figures;  // name, pointer
+  const auto& first = audits[0];
+  for (size_t c = 0; c < first["conditions"].size(); ++c) {
+    const std::string name = first["conditions"][c]["name"];
+    if (name != "correct") figures.push_back({"delta_nll." + name, "/conditions/" + std::to_string(c) + "/delta_nll"});
+  }
+  if (!first["factor_effects"].is_null())
+    for (const char* f : {"input", "token", "interaction"})
+      figures.push_back({std::string("factor_effect.") + f, std::string("/factor_effects/") + f + "/estimate"});
+  for (auto it = first["retention"].begin(); it != first["retention"].end(); ++it)
+    figures.push_back({"retention." + it.key(), "/retention/" + it.key() + "/estimate"});
+  for (auto it = first["variance"]["shares"].begin(); it != first["variance"]["shares"].end(); ++it)
+    figures.push_back({"variance_share." + it.key(), "/variance/shares/" + it.key()});
+
+  nlohmann::ordered_json out;
+  out["schema"] = kAggregateSchema;
+  out["checkpoints"] = paths.size();
+  out["inputs"] = nlohmann::ordered_json::array();
+  for (size_t i = 0; i < paths.size(); ++i)
+    out["inputs"].push_back({{"path", paths[i]},
+                             {"model", audits[i]["model"]["description"]},
+                             {"model_sha256", audits[i]["provenance"].value("model_sha256", "")}});
+  out["bootstrap_resamples"] = resamples;
+  out["seed"] = seed;
+  nlohmann::ordered_json figs = nlohmann::ordered_json::object();
+  uint64_t index = 0;
+  std::vector<double> factor_p;
+  for (const auto& [name, pointer] : figures) {
+    std::vector<double> values;
+    for (size_t i = 0; i < audits.size(); ++i) {
+      // Conditions are matched by name, not position, in the other audits.
+      std::string ptr = pointer;
+      if (name.rfind("delta_nll.", 0) == 0) {
+        const std::string cond = name.substr(10);
+        bool found = false;
+        for (size_t c = 0; c < audits[i]["conditions"].size(); ++c)
+          if (audits[i]["conditions"][c]["name"] == cond) ptr = "/conditions/" + std::to_string(c) + "/delta_nll", found = true;
+        if (!found) throw Error(paths[i] + ": condition '" + cond + "' is missing (present in " + paths[0] + ")");
+      }
+      values.push_back(figure_at(audits[i], ptr, paths[i]));
+    }
+    const Interval ci = bootstrap_mean_ci(values, resamples, derive_seed(seed, 0xA66, index++));
+    nlohmann::ordered_json f{{"values", values}, {"mean", mean(values)}, {"sd", sample_sd(values)},
+                             {"ci95", {ci.low, ci.high}}, {"sign_flip_p", sign_flip_p_value(values)}};
+    if (name.rfind("factor_effect.", 0) == 0) factor_p.push_back(f["sign_flip_p"]);
+    figs[name] = f;
+  }
+  if (factor_p.size() == 3) {
+    const std::vector<double> holm = holm_adjust(factor_p);
+    int k = 0;
+    for (const char* f : {"input", "token", "interaction"}) figs[std::string("factor_effect.") + f]["holm_p"] = holm[size_t(k++)];
+  }
+  out["figures"] = figs;
+  out["provenance"] = provenance_base();
+  return out;
+}
+
+std::string aggregate_markdown(const nlohmann::ordered_json& a) {
+  std::ostringstream md;
+  char buf[256];
+  md << "# Audit aggregate over " << a["checkpoints"] << " checkpoints\n\n";
+  for (const auto& in : a["inputs"]) md << "- `" << in["path"].get<std::string>() << "`: " << in["model"].get<std::string>() << "\n";
+  md << "\n| figure | mean | sd | 95% CI (checkpoint bootstrap) | sign-flip p | Holm p |\n|---|---:|---:|---|---:|---:|\n";
+  for (auto it = a["figures"].begin(); it != a["figures"].end(); ++it) {
+    const auto& f = it.value();
+    std::snprintf(buf, sizeof buf, "| %s | %.5f | %.5f | [%.5f, %.5f] | %.4g | %s |\n", it.key().c_str(), f["mean"].get<double>(),
+                  f["sd"].get<double>(), f["ci95"][0].get<double>(), f["ci95"][1].get<double>(), f["sign_flip_p"].get<double>(),
+                  f.contains("holm_p") ? std::to_string(f["holm_p"].get<double>()).c_str() : "–");
+    md << buf;
+  }
+  md << "\nThe sign-flip p-value enumerates all 2^n sign assignments of the n checkpoint values (two-sided); with n "
+        "checkpoints the smallest attainable p is 2/2^n. Holm adjusts the three factor effects together.\n";
+  return md.str();
+}
+
+}  // namespace fca

@@ -1,0 +1,341 @@
+#include "audit/audit.h"
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "audit/cache.h"
+#include "audit/conditions.h"
+#include "audit/statistics.h"
+#include "core/error.h"
+#include "core/file_io.h"
+#include "core/progress.h"
+#include "core/provenance.h"
+#include "core/rng.h"
+#include "report/audit_markdown.h"
+
+namespace fca {
+namespace {
+
+// Evenly spaced windows of T+1 tokens (targets shifted by one), as the spec lays them out.
+WindowSet make_windows(const std::vector<int32_t>& tokens, const TextSplit& split, int T, int wanted) {
+  if (tokens.size() < size_t(T) + 1)
+    throw Error(split.path() + ": the " + split.name() + " split has " + std::to_string(tokens.size()) +
+                " tokens, shorter than one window of T+1 = " + std::to_string(T + 1));
+  const int64_t available = int64_t((tokens.size() - 1) / size_t(T));
+  WindowSet w;
+  w.tokens = T;
+  w.indices = evenly_spaced_windows(available, wanted, split.name());
+  for (int64_t idx : w.indices) {
+    const int32_t* p = tokens.data() + idx * T;
+    w.inputs.insert(w.inputs.end(), p, p + T);
+    w.targets.insert(w.targets.end(), p + 1, p + T + 1);
+  }
+  return w;
+}
+
+// Per-window NLL of one condition: [reps][windows].
+struct ConditionRun {
+  std::string name;
+  bool randomized = false;
+  std::vector<std::vector<double>> nll;
+  int64_t controller_evaluations = 0;
+};
+
+struct ExactReplay {
+  double max_abs_delta_logit = 0, max_abs_delta_nll = 0, max_abs_delta_nll_cache = 0;
+  int64_t controller_evaluations = 0;
+};
+
+// Live and replayed (cached coefficients, unchanged) passes side by side, batch by batch.
+ExactReplay check_exact_replay(AuditableModel& model, const WindowSet& eval, const CoefficientView& A,
+                               const std::vector<double>& cached_nll, int batch, ConditionRun& correct,
+                               Progress& bar, int64_t& done, bool progress) {
+  ExactReplay r;
+  const int W = eval.count(), T = eval.tokens;
+  const int64_t before = model.replay_controller_evaluations();
+  correct.nll.assign(1, std::vector<double>(size_t(W)));
+  std::vector<double> live_nll(static_cast<size_t>(W));
+  std::vector<float> live_logits;
+  for (int w0 = 0; w0 < W; w0 += batch) {
+    const int B = std::min(batch, W - w0);
+    const int64_t off = int64_t(w0) * T;
+    model.run_live(eval.inputs.data() + off, eval.targets.data() + off, B, T, nullptr, 0, live_nll.data() + w0);
+    const size_t n_logits = size_t(B) * T * size_t(model.vocab());
+    live_logits.assign(model.last_logits(), model.last_logits() + n_logits);
+    CoefficientTensor coefficients = model.make_coefficients(B, T);
+    std::memcpy(coefficients.values().data(), A.window_data(w0), sizeof(float) * size_t(B * A.shape.per_window()));
+    model.run_replay(eval.inputs.data() + off, eval.targets.data() + off, B, T, coefficients, correct.nll[0].data() + w0);
+    const float* replay_logits = model.last_logits();
+    for (size_t i = 0; i < n_logits; ++i)
+      r.max_abs_delta_logit = std::max(r.max_abs_delta_logit, double(std::abs(replay_logits[i] - live_logits[i])));
+    for (int b = 0; b < B; ++b) {
+      const double v = correct.nll[0][size_t(w0 + b)];
+      r.max_abs_delta_nll = std::max(r.max_abs_delta_nll, std::abs(v - live_nll[size_t(w0 + b)]));
+      r.max_abs_delta_nll_cache = std::max(r.max_abs_delta_nll_cache, std::abs(v - cached_nll[size_t(w0 + b)]));
+    }
+    done += B;
+    if (progress) bar.update(done, "exact replay");
+  }
+  r.controller_evaluations = model.replay_controller_evaluations() - before;
+  correct.controller_evaluations = r.controller_evaluations;
+  return r;
+}
+
+nlohmann::ordered_json interval_json(const Interval& i) { return nlohmann::ordered_json::array({i.low, i.high}); }
+
+}  // namespace
+
+nlohmann::ordered_json run_audit(AuditableModel& model, const Corpus& corpus, const AuditOptions& o) {
+  const int T = o.tokens > 0 ? o.tokens : model.max_tokens();
+  if (T > model.max_tokens())
+    throw Error("--seq " + std::to_string(T) + " is longer than the model's " + std::to_string(model.max_tokens()) + " positions");
+  if (o.reps < 2) throw Error("--reps must be at least 2 (the Monte-Carlo SE needs two randomisations), found " + std::to_string(o.reps));
+  if (o.out_dir.empty()) throw Error("--out is required");
+  const TextSplit& test = corpus.split("test");
+  const TextSplit& valid = corpus.split("valid");
+  const WindowSet eval = make_windows(model.tokenize(test), test, T, o.eval_windows);
+  const WindowSet calib = make_windows(model.tokenize(valid), valid, T, o.calib_windows);
+  const int W = eval.count();
+
+  CacheManifest manifest;
+  manifest.family = model.family();
+  manifest.model_description = model.description();
+  manifest.model_sha256 = model.content_hash();
+  manifest.eval_split = test.path();
+  manifest.eval_split_sha256 = test.content_hash();
+  manifest.calib_split = valid.path();
+  manifest.calib_split_sha256 = valid.content_hash();
+  manifest.eval_windows = eval.indices;
+  manifest.calib_windows = calib.indices;
+  manifest.tokens = T;
+  manifest.batch = o.batch;
+  manifest.shape = model.make_coefficients(1, T).shape();
+  manifest.seed = o.seed;
+
+  auto provenance = provenance_base();
+  provenance["model"] = o.model_path;
+  provenance["model_sha256"] = model.content_hash();
+  provenance["data"] = {{"dir", corpus.dir()},
+                        {"eval_split", test.path()},
+                        {"eval_split_sha256", test.content_hash()},
+                        {"calib_split", valid.path()},
+                        {"calib_split_sha256", valid.content_hash()}};
+  provenance["seed"] = o.seed;
+
+  std::filesystem::create_directories(o.out_dir);
+  const std::string cache_path = o.cache_path.empty() ? o.out_dir + "/cache.safetensors" : o.cache_path;
+  bool cache_reused = file_exists(cache_path);
+  if (!cache_reused)
+    write_coefficient_cache(cache_path, manifest, model, eval, calib, o.batch, o.progress, provenance);
+  const CoefficientCache cache(cache_path, manifest);
+  const CoefficientView A = cache.evaluation();
+
+  // The conditions to run: `correct` always (it is the baseline and the exact-replay pass).
+  std::vector<std::string> names = o.conditions.empty() ? all_condition_names() : o.conditions;
+  std::vector<std::string> skipped;
+  if (o.conditions.empty() && !layers_are_permutable(A)) {
+    names.erase(std::remove(names.begin(), names.end(), "layer_permutation"), names.end());
+    skipped.push_back("layer_permutation");
+  }
+  names.erase(std::remove(names.begin(), names.end(), "correct"), names.end());
+  CalibrationProfiles profiles{model.make_coefficients(1, T), model.make_coefficients(1, T),
+                               model.make_coefficients(1, T), model.make_coefficients(1, T)};
+  compute_means(cache.calibration(), profiles.layer_position_mean, profiles.static_profile);
+  model.identity_profile(profiles.identity);
+  model.structure_removed_profile(profiles.static_profile, profiles.structure_removed);
+  const AuditRandomness randomness(o.seed, W, T);
+  std::vector<std::unique_ptr<Condition>> conditions;
+  for (const auto& n : names) conditions.push_back(make_condition(n, A, profiles, randomness));
+
+  int64_t total = W;
+  for (const auto& c : conditions) total += int64_t(W) * (c->randomized() ? o.reps : 1);
+  Progress bar("audit replay", total, "window");
+  int64_t done = 0;
+
+  std::vector<ConditionRun> runs(1);
+  runs[0].name = "correct";
+  const ExactReplay exact =
+      check_exact_replay(model, eval, A, cache.evaluation_nll(), o.batch, runs[0], bar, done, o.progress);
+  const double worst = std::max(exact.max_abs_delta_logit, std::max(exact.max_abs_delta_nll, exact.max_abs_delta_nll_cache));
+  if (worst > o.replay_tolerance)
+    throw Error("exact replay failed: replaying the cached coefficients differs from the live run (max |delta logit| " +
+                std::to_string(exact.max_abs_delta_logit) + ", max |delta NLL| " + std::to_string(exact.max_abs_delta_nll) +
+                ", max |delta NLL| against the cache " + std::to_string(exact.max_abs_delta_nll_cache) +
+                "); no intervention counts until replay is exact");
+  if (exact.controller_evaluations != 0)
+    throw Error("the controller was evaluated " + std::to_string(exact.controller_evaluations) + " times during replay");
+
+  for (const auto& c : conditions) {
+    ConditionRun run;
+    run.name = c->name();
+    run.randomized = c->randomized();
+    const int reps = run.randomized ? o.reps : 1;
+    const int64_t before = model.replay_controller_evaluations();
+    run.nll.assign(size_t(reps), std::vector<double>(size_t(W)));
+    for (int r = 0; r < reps; ++r)
+      for (int w0 = 0; w0 < W; w0 += o.batch) {
+        const int B = std::min(o.batch, W - w0);
+        CoefficientTensor batch = model.make_coefficients(B, T);
+        for (int b = 0; b < B; ++b) c->coefficients(w0 + b, r, batch.window_data(b));
+        const int64_t off = int64_t(w0) * T;
+        model.run_replay(eval.inputs.data() + off, eval.targets.data() + off, B, T, batch, run.nll[size_t(r)].data() + w0);
+        done += B;
+        if (o.progress) bar.update(done, run.name);
+      }
+    run.controller_evaluations = model.replay_controller_evaluations() - before;
+    runs.push_back(std::move(run));
+  }
+  if (o.progress) bar.finish();
+
+  // ---- Statistics ----
+  const std::vector<double>& base = runs[0].nll[0];
+  auto find = [&](const std::string& n) -> const ConditionRun* {
+    for (const auto& r : runs)
+      if (r.name == n) return &r;
+    return nullptr;
+  };
+  auto window_deltas = [&](const ConditionRun& run) {  // Delta_i, mean over r
+    std::vector<double> d(size_t(W), 0.0);
+    for (const auto& rep : run.nll)
+      for (int i = 0; i < W; ++i) d[size_t(i)] += (rep[size_t(i)] - base[size_t(i)]) / double(run.nll.size());
+    return d;
+  };
+  uint64_t figure = 0;  // each bootstrap gets its own stream of the audit seed
+  auto next_seed = [&] { return derive_seed(o.seed, 0xB007, figure++); };
+
+  nlohmann::ordered_json j;
+  j["schema"] = kAuditSchema;
+  j["model"] = {{"path", o.model_path},
+                {"family", model.family()},
+                {"description", model.description()},
+                {"coefficient_shape",
+                 {{"layer", manifest.shape.layers}, {"token", T}, {"stream", manifest.shape.streams}, {"source", manifest.shape.sources}}},
+                {"static_profile", model.static_profile_name()},
+                {"structure_removed", model.structure_removed_name()}};
+  j["settings"] = {{"eval_windows", W},
+                   {"calib_windows", calib.count()},
+                   {"seq_len", T},
+                   {"reps", o.reps},
+                   {"batch", o.batch},
+                   {"bootstrap_resamples", o.bootstrap_resamples},
+                   {"seed", o.seed},
+                   {"conditions", names},
+                   {"skipped_conditions", skipped},
+                   {"cache", cache_path},
+                   {"cache_reused", cache_reused}};
+  j["exact_replay"] = {{"max_abs_delta_logit", exact.max_abs_delta_logit},
+                       {"max_abs_delta_nll", exact.max_abs_delta_nll},
+                       {"max_abs_delta_nll_vs_cache", exact.max_abs_delta_nll_cache},
+                       {"tolerance", o.replay_tolerance},
+                       {"passed", true}};
+  const double base_mean = mean(base);
+  j["baseline"] = {{"nll", base_mean}, {"bits_per_byte", base_mean / std::log(2.0)}, {"byte_ppl", std::exp(base_mean)},
+                   {"live_nll", mean(cache.evaluation_nll())}, {"calib_nll", mean(cache.calibration_nll())}};
+
+  nlohmann::ordered_json cond_json = nlohmann::ordered_json::array();
+  for (const auto& run : runs) {
+    nlohmann::ordered_json c;
+    c["name"] = run.name;
+    c["randomized"] = run.randomized;
+    c["reps"] = run.nll.size();
+    std::vector<double> rep_means;
+    double nll_sum = 0;
+    for (const auto& rep : run.nll) {
+      double s = 0;
+      for (int i = 0; i < W; ++i) s += rep[size_t(i)] - base[size_t(i)];
+      rep_means.push_back(s / W);
+      nll_sum += mean(rep);
+    }
+    const std::vector<double> d = window_deltas(run);
+    c["delta_nll"] = mean(d);
+    c["ci95"] = interval_json(bootstrap_mean_ci(d, o.bootstrap_resamples, next_seed()));
+    c["mc_se"] = run.randomized ? nlohmann::ordered_json(monte_carlo_se(rep_means)) : nlohmann::ordered_json(nullptr);
+    c["nll"] = nll_sum / double(run.nll.size());
+    c["controller_evaluations"] = run.controller_evaluations;
+    cond_json.push_back(c);
+  }
+  j["conditions"] = cond_json;
+
+  // Factor effects: paired per (window, r), then averaged over r.
+  const ConditionRun *DC = find("cross_input"), *CS = find("token_shuffle"), *DS = find("cross_shuffle");
+  if (DC && CS && DS) {
+    std::vector<double> e_input(size_t(W), 0), e_token(size_t(W), 0), e_inter(size_t(W), 0);
+    const double R = double(o.reps);
+    for (int r = 0; r < o.reps; ++r)
+      for (int i = 0; i < W; ++i) {
+        const double cc = base[size_t(i)], dc = DC->nll[size_t(r)][size_t(i)], cs = CS->nll[size_t(r)][size_t(i)],
+                     ds = DS->nll[size_t(r)][size_t(i)];
+        e_input[size_t(i)] += ((dc - cc) + (ds - cs)) / 2 / R;
+        e_token[size_t(i)] += ((cs - cc) + (ds - dc)) / 2 / R;
+        e_inter[size_t(i)] += (ds - dc - cs + cc) / R;
+      }
+    nlohmann::ordered_json f;
+    for (const auto& [name, v] : {std::pair<std::string, const std::vector<double>*>{"input", &e_input},
+                                  {"token", &e_token}, {"interaction", &e_inter}})
+      f[name] = {{"estimate", mean(*v)}, {"ci95", interval_json(bootstrap_mean_ci(*v, o.bootstrap_resamples, next_seed()))}};
+    j["factor_effects"] = f;
+  } else {
+    j["factor_effects"] = nullptr;
+  }
+
+  // Retention against structure_removed, with the ratio inside each resample.
+  nlohmann::ordered_json retention = nlohmann::ordered_json::object();
+  if (const ConditionRun* removed = find("structure_removed")) {
+    const std::vector<double> den = window_deltas(*removed);
+    for (const char* s : {"static_profile", "layer_position_mean"})
+      if (const ConditionRun* run = find(s)) {
+        const std::vector<double> num = window_deltas(*run);
+        retention[s] = {{"estimate", 1.0 - mean(num) / mean(den)},
+                        {"ci95", interval_json(bootstrap_retention_ci(num, den, o.bootstrap_resamples, next_seed()))},
+                        {"delta_nll", mean(num)},
+                        {"structure_removed_delta_nll", mean(den)}};
+      }
+  }
+  j["retention"] = retention;
+
+  // Prespecified criteria.
+  nlohmann::ordered_json criteria;
+  for (const auto& c : cond_json)
+    if (c["name"] == "static_profile") {
+      const double upper = c["ci95"][1];
+      criteria["static_penalty_small"] = {{"rule", "upper 95% CI bound of static_profile DeltaNLL < threshold"},
+                                          {"threshold", o.small_penalty}, {"value", upper}, {"holds", upper < o.small_penalty}};
+    }
+  if (retention.contains("static_profile")) {
+    const double lower = retention["static_profile"]["ci95"][0];
+    criteria["retention_high"] = {{"rule", "lower 95% CI bound of static_profile retention > threshold"},
+                                  {"threshold", o.high_retention}, {"value", lower}, {"holds", lower > o.high_retention}};
+  }
+  j["criteria"] = criteria;
+
+  const VarianceDecomposition v = functional_anova(A);
+  j["variance"] = {{"total_variance", v.total_variance},
+                   {"cells", {{"coordinates", v.coordinates}, {"inputs", v.inputs}, {"tokens", v.tokens}}},
+                   {"shares",
+                    {{"coordinate", v.coordinate},
+                     {"input", v.input},
+                     {"token", v.token},
+                     {"coordinate_x_input", v.coordinate_input},
+                     {"coordinate_x_token", v.coordinate_token},
+                     {"input_x_token", v.input_token},
+                     {"residual", v.residual}}}};
+  j["provenance"] = provenance;
+
+  // ---- Outputs, each written to a temporary name and renamed ----
+  write_file_atomically(o.out_dir + "/audit.json", [&](std::ostream& out) { out << j.dump(2) << "\n"; });
+  write_file_atomically(o.out_dir + "/windows.csv", [&](std::ostream& out) {
+    out << "condition,rep,window,split_window,nll,delta_nll\n";
+    out.precision(17);
+    for (const auto& run : runs)
+      for (size_t r = 0; r < run.nll.size(); ++r)
+        for (int i = 0; i < W; ++i)
+          out << run.name << ',' << r << ',' << i << ',' << eval.indices[size_t(i)] << ',' << run.nll[r][size_t(i)] << ','
+              << run.nll[r][size_t(i)] - base[size_t(i)] << '\n';
+  });
+  write_file_atomically(o.out_dir + "/audit.md", [&](std::ostream& out) { out << audit_markdown(j); });
+  return j;
+}
+
+}  // namespace fca

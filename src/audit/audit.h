@@ -1,0 +1,39 @@
+// `fca audit`: the Frozen-Controller Audit of one model (audit-protocol spec). Stage 1 caches the
+// live coefficients; stage 2 checks exact replay, then replays every condition with the controller
+// disabled; the statistics give penalties, factor effects, retention, criteria and the variance
+// decomposition. Writes audit.json, windows.csv and audit.md into the output folder.
+#pragma once
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "data/corpus.h"
+#include "models/auditable.h"
+
+namespace fca {
+
+inline constexpr const char* kAuditSchema = "fca-audit-v1";
+
+struct AuditOptions {
+  std::string model_path;            // for provenance
+  int eval_windows = 512;            // N_eval, from the test split
+  int calib_windows = 512;           // N_cal, from the valid split
+  int tokens = 0;                    // T (0 = the model's maximum)
+  int reps = 20;                     // R randomisations per randomised condition
+  int batch = 8;                     // windows per forward pass
+  int bootstrap_resamples = 10000;
+  uint64_t seed = 0;                 // the audit seed: randomisations and bootstrap
+  std::vector<std::string> conditions;  // empty: every condition that applies
+  std::string cache_path;            // empty: <out_dir>/cache.safetensors
+  std::string out_dir;
+  double small_penalty = 0.002;      // static_profile penalty "practically small" iff upper CI < this
+  double high_retention = 0.95;      // retention "high" iff lower CI > this
+  double replay_tolerance = 0.0;     // exact replay must be bitwise (0); only for other backends
+  bool progress = true;
+};
+
+// Runs the audit and writes its outputs; returns the audit.json document.
+nlohmann::ordered_json run_audit(AuditableModel& model, const Corpus& corpus, const AuditOptions& options);
+
+}  // namespace fca

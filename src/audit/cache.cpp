@@ -1,0 +1,151 @@
+#include "audit/cache.h"
+
+#include "core/error.h"
+#include "core/progress.h"
+
+namespace fca {
+namespace {
+constexpr const char* kCacheFormat = "fca-audit-cache-v1";
+}
+
+nlohmann::ordered_json CacheManifest::to_json() const {
+  return {{"family", family},
+          {"model_description", model_description},
+          {"model_sha256", model_sha256},
+          {"eval_split", eval_split},
+          {"eval_split_sha256", eval_split_sha256},
+          {"calib_split", calib_split},
+          {"calib_split_sha256", calib_split_sha256},
+          {"eval_windows", eval_windows},
+          {"calib_windows", calib_windows},
+          {"tokens", tokens},
+          {"batch", batch},
+          {"shape", {{"layer", shape.layers}, {"token", shape.tokens}, {"stream", shape.streams}, {"source", shape.sources}}},
+          {"dtype", dtype},
+          {"axes", axes},
+          {"seed", seed}};
+}
+
+CacheManifest CacheManifest::from_json(const nlohmann::json& j, const std::string& where) {
+  try {
+    CacheManifest m;
+    m.family = j.at("family");
+    m.model_description = j.at("model_description");
+    m.model_sha256 = j.at("model_sha256");
+    m.eval_split = j.at("eval_split");
+    m.eval_split_sha256 = j.at("eval_split_sha256");
+    m.calib_split = j.at("calib_split");
+    m.calib_split_sha256 = j.at("calib_split_sha256");
+    m.eval_windows = j.at("eval_windows").get<std::vector<int64_t>>();
+    m.calib_windows = j.at("calib_windows").get<std::vector<int64_t>>();
+    m.tokens = j.at("tokens");
+    m.batch = j.at("batch");
+    const auto& s = j.at("shape");
+    m.shape = {s.at("layer"), s.at("token"), s.at("stream"), s.at("source")};
+    m.dtype = j.at("dtype");
+    m.axes = j.at("axes").get<std::vector<std::string>>();
+    m.seed = j.at("seed");
+    return m;
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(where + ": malformed cache manifest (" + e.what() + ")");
+  }
+}
+
+void CacheManifest::check_matches(const CacheManifest& found, const std::string& where) const {
+  auto differ = [&](const char* field, const std::string& expected, const std::string& actual) {
+    throw Error(where + ": cache does not match this audit: " + field + " is " + actual + ", expected " + expected +
+                " (delete the cache or pass another --cache)");
+  };
+  if (found.model_sha256 != model_sha256) differ("model_sha256", model_sha256, found.model_sha256);
+  if (found.eval_split_sha256 != eval_split_sha256) differ("eval_split_sha256", eval_split_sha256, found.eval_split_sha256);
+  if (found.calib_split_sha256 != calib_split_sha256)
+    differ("calib_split_sha256", calib_split_sha256, found.calib_split_sha256);
+  if (found.tokens != tokens) differ("tokens", std::to_string(tokens), std::to_string(found.tokens));
+  if (found.batch != batch) differ("batch", std::to_string(batch), std::to_string(found.batch));
+  if (!(found.shape == shape)) differ("shape", shape.to_string(), found.shape.to_string());
+  if (found.eval_windows != eval_windows)
+    differ("eval_windows", std::to_string(eval_windows.size()) + " windows", std::to_string(found.eval_windows.size()) + " other windows");
+  if (found.calib_windows != calib_windows)
+    differ("calib_windows", std::to_string(calib_windows.size()) + " windows",
+           std::to_string(found.calib_windows.size()) + " other windows");
+  if (found.dtype != dtype || found.axes != axes) differ("dtype/axes", dtype, found.dtype);
+}
+
+void write_coefficient_cache(const std::string& path, const CacheManifest& m, AuditableModel& model,
+                             const WindowSet& evaluation, const WindowSet& calibration, int batch, bool progress,
+                             const nlohmann::ordered_json& provenance) {
+  const CoefficientShape& s = m.shape;
+  const int64_t We = evaluation.count(), Wc = calibration.count();
+  std::vector<float> mask_values(size_t(s.layers) * s.streams * s.sources);
+  const CoefficientTensor probe = model.make_coefficients(1, s.tokens);
+  for (size_t i = 0; i < mask_values.size(); ++i) mask_values[i] = probe.mask()[i] ? 1.0f : 0.0f;
+  std::vector<double> eval_nll(static_cast<size_t>(We)), calib_nll(static_cast<size_t>(Wc));
+  SafetensorsStreamWriter writer(
+      path,
+      {{"eval.coefficients", {We, s.layers, s.tokens, s.streams, s.sources}, nullptr},
+       {"calib.coefficients", {Wc, s.layers, s.tokens, s.streams, s.sources}, nullptr},
+       {"eval.nll", {We}, nullptr, DType::F64},
+       {"calib.nll", {Wc}, nullptr, DType::F64},
+       {"mask", {s.layers, s.streams, s.sources}, nullptr}},
+      {{"format", kCacheFormat}, {"manifest", m.to_json().dump()}, {"provenance", provenance.dump()}});
+  Progress bar("audit cache", We + Wc, "window");
+  int64_t done = 0;
+  for (const auto* set : {&evaluation, &calibration}) {
+    std::vector<double>& nll = set == &evaluation ? eval_nll : calib_nll;
+    for (int w0 = 0; w0 < set->count(); w0 += batch) {
+      const int B = std::min(batch, set->count() - w0);
+      CoefficientTensor record = model.make_coefficients(B, s.tokens);
+      const int64_t off = int64_t(w0) * set->tokens;
+      model.run_live(set->inputs.data() + off, set->targets.data() + off, B, set->tokens, &record, 0, nll.data() + w0);
+      writer.append(record.values().data(), sizeof(float) * record.values().size());
+      done += B;
+      if (progress) bar.update(done);
+    }
+  }
+  writer.append(eval_nll.data(), sizeof(double) * eval_nll.size());
+  writer.append(calib_nll.data(), sizeof(double) * calib_nll.size());
+  writer.append(mask_values.data(), sizeof(float) * mask_values.size());
+  writer.commit();
+  if (progress) bar.finish();
+}
+
+CoefficientCache::CoefficientCache(const std::string& path, const CacheManifest& expected) : reader_(path) {
+  const auto& meta = reader_.metadata();
+  auto fmt = meta.find("format");
+  if (fmt == meta.end() || fmt->second != kCacheFormat)
+    throw Error(path + ": not an fca audit cache (format \"" + (fmt == meta.end() ? std::string("none") : fmt->second) +
+                "\", expected \"" + kCacheFormat + "\")");
+  auto man = meta.find("manifest");
+  if (man == meta.end()) throw Error(path + ": cache has no manifest");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(man->second);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(path + ": cache manifest is not valid JSON (" + e.what() + ")");
+  }
+  manifest_ = CacheManifest::from_json(j, path);
+  expected.check_matches(manifest_, path);
+  const CoefficientShape& s = manifest_.shape;
+  const int64_t We = int64_t(manifest_.eval_windows.size()), Wc = int64_t(manifest_.calib_windows.size());
+  auto tensor = [&](const std::string& name, const std::vector<int64_t>& shape, DType dtype) {
+    const TensorInfo& t = reader_.get(name);
+    if (t.shape != shape || t.dtype != dtype)
+      throw Error(path + ": tensor '" + name + "' is " + dtype_name(t.dtype) + " " + shape_string(t.shape) + ", expected " +
+                  dtype_name(dtype) + " " + shape_string(shape));
+    return &t;
+  };
+  eval_ = tensor("eval.coefficients", {We, s.layers, s.tokens, s.streams, s.sources}, DType::F32);
+  calib_ = tensor("calib.coefficients", {Wc, s.layers, s.tokens, s.streams, s.sources}, DType::F32);
+  tensor("eval.nll", {We}, DType::F64);
+  tensor("calib.nll", {Wc}, DType::F64);
+  tensor("mask", {s.layers, s.streams, s.sources}, DType::F32);
+  eval_nll_ = reader_.read_as_double("eval.nll");
+  calib_nll_ = reader_.read_as_double("calib.nll");
+  for (double v : reader_.read_as_double("mask")) mask_.push_back(v != 0 ? 1 : 0);
+}
+
+CoefficientView CoefficientCache::view(const TensorInfo* t) const {
+  return {reinterpret_cast<const float*>(t->data), int(t->shape[0]), manifest_.shape, mask_.data()};
+}
+
+}  // namespace fca

@@ -1,0 +1,71 @@
+// Stage 1 of the audit: the coefficient cache. A live run over the evaluation and calibration
+// windows writes every coefficient tensor and per-window NLL into a safetensors file as it goes
+// (so a cache larger than memory works), with a manifest naming the model, data, windows and axes.
+// Reading memory-maps it; a cache whose manifest does not match, or a truncated one, is refused.
+//
+// Tensors: eval.coefficients [W_eval, L, T, S, K] F32, calib.coefficients [W_cal, L, T, S, K] F32,
+// eval.nll [W_eval] F64, calib.nll [W_cal] F64, mask [L, S, K] F32 (1 = valid coordinate).
+// Metadata: format "fca-audit-cache-v1", manifest (JSON), provenance (JSON).
+#pragma once
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "core/safetensors.h"
+#include "models/auditable.h"
+
+namespace fca {
+
+struct CacheManifest {
+  std::string family, model_description, model_sha256;
+  std::string eval_split, eval_split_sha256, calib_split, calib_split_sha256;
+  std::vector<int64_t> eval_windows, calib_windows;  // window indices in their splits
+  int tokens = 0;
+  int batch = 0;  // windows per forward pass: fixed so that replays see the same batch composition
+  CoefficientShape shape;
+  std::string dtype = "F32";
+  std::vector<std::string> axes{"window", "layer", "token", "stream", "source"};
+  uint64_t seed = 0;  // the audit seed of the run that wrote it (informational)
+
+  nlohmann::ordered_json to_json() const;
+  static CacheManifest from_json(const nlohmann::json& j, const std::string& where);
+  // Throws Error naming the first field where `found` differs from this (expected) manifest.
+  void check_matches(const CacheManifest& found, const std::string& where) const;
+};
+
+// Token windows of one set: inputs and targets [windows, T].
+struct WindowSet {
+  std::vector<int64_t> indices;
+  std::vector<int32_t> inputs, targets;
+  int tokens = 0;
+  int batch = 0;  // windows per forward pass: fixed so that replays see the same batch composition
+  int count() const { return int(indices.size()); }
+};
+
+// Runs the live model over both sets and writes the cache to `path` (atomically).
+void write_coefficient_cache(const std::string& path, const CacheManifest& manifest, AuditableModel& model,
+                             const WindowSet& evaluation, const WindowSet& calibration, int batch, bool progress,
+                             const nlohmann::ordered_json& provenance);
+
+class CoefficientCache {
+ public:
+  // Opens and validates against `expected`.
+  CoefficientCache(const std::string& path, const CacheManifest& expected);
+  CoefficientView evaluation() const { return view(eval_); }
+  CoefficientView calibration() const { return view(calib_); }
+  const std::vector<double>& evaluation_nll() const { return eval_nll_; }
+  const std::vector<double>& calibration_nll() const { return calib_nll_; }
+  const std::string& path() const { return reader_.path(); }
+
+ private:
+  CoefficientView view(const TensorInfo* t) const;
+  SafetensorsReader reader_;
+  CacheManifest manifest_;
+  const TensorInfo* eval_ = nullptr;
+  const TensorInfo* calib_ = nullptr;
+  std::vector<uint8_t> mask_;
+  std::vector<double> eval_nll_, calib_nll_;
+};
+
+}  // namespace fca

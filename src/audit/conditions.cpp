@@ -1,0 +1,198 @@
+#include "audit/conditions.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/error.h"
+#include "core/rng.h"
+
+namespace fca {
+namespace {
+
+int64_t offset(const CoefficientShape& s, int layer, int token, int stream, int source) {
+  return ((int64_t(layer) * s.tokens + token) * s.streams + stream) * s.sources + source;
+}
+
+std::vector<int> uniform_permutation(Rng& rng, int n) {
+  std::vector<int> p(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) p[size_t(i)] = i;
+  for (int i = n - 1; i > 0; --i) std::swap(p[size_t(i)], p[size_t(rng.below(uint64_t(i) + 1))]);
+  return p;
+}
+
+// Randomisation streams: distinct first keys keep the conditions' randomness independent.
+constexpr uint64_t kDerangementStream = 1, kTokenStream = 2, kLayerStream = 3;
+
+// Copies window `source_window` with each (layer, stream) token axis permuted by sigma (or not).
+void permuted_copy(const CoefficientView& A, int source_window, const AuditRandomness* rand, int r, int target_window,
+                   float* out) {
+  const CoefficientShape& s = A.shape;
+  const float* in = A.window_data(source_window);
+  if (rand == nullptr) {
+    std::memcpy(out, in, sizeof(float) * size_t(s.per_window()));
+    return;
+  }
+  for (int l = 0; l < s.layers; ++l)
+    for (int st = 0; st < s.streams; ++st) {
+      const std::vector<int> sigma = rand->token_permutation(r, target_window, l, st);
+      for (int t = 0; t < s.tokens; ++t)  // the whole source vector moves with its token
+        std::memcpy(out + offset(s, l, t, st, 0), in + offset(s, l, sigma[size_t(t)], st, 0), sizeof(float) * size_t(s.sources));
+    }
+}
+
+class WindowCondition : public Condition {
+ public:
+  WindowCondition(std::string name, const CoefficientView& A, const AuditRandomness& rand, bool cross, bool shuffle)
+      : name_(std::move(name)), A_(A), rand_(rand), cross_(cross), shuffle_(shuffle) {}
+  std::string name() const override { return name_; }
+  bool randomized() const override { return cross_ || shuffle_; }
+  void coefficients(int window, int r, float* out) const override {
+    const int source = cross_ ? rand_.derangement(r)[size_t(window)] : window;
+    permuted_copy(A_, source, shuffle_ ? &rand_ : nullptr, r, window, out);
+  }
+
+ private:
+  std::string name_;
+  CoefficientView A_;
+  const AuditRandomness& rand_;
+  bool cross_, shuffle_;
+};
+
+class ProfileCondition : public Condition {
+ public:
+  ProfileCondition(std::string name, const CoefficientTensor& profile) : name_(std::move(name)), profile_(profile) {}
+  std::string name() const override { return name_; }
+  bool randomized() const override { return false; }
+  void coefficients(int, int, float* out) const override {
+    std::memcpy(out, profile_.window_data(0), sizeof(float) * size_t(profile_.shape().per_window()));
+  }
+
+ private:
+  std::string name_;
+  const CoefficientTensor& profile_;
+};
+
+class LayerPermutationCondition : public Condition {
+ public:
+  LayerPermutationCondition(const CoefficientTensor& static_profile, const AuditRandomness& rand)
+      : S_(static_profile), rand_(rand) {}
+  std::string name() const override { return "layer_permutation"; }
+  bool randomized() const override { return true; }
+  void coefficients(int, int r, float* out) const override {
+    const CoefficientShape& s = S_.shape();
+    const std::vector<int> perm = rand_.layer_permutation(r, s.layers);
+    const int64_t per_layer = int64_t(s.tokens) * s.streams * s.sources;
+    for (int l = 0; l < s.layers; ++l)
+      std::memcpy(out + l * per_layer, S_.window_data(0) + perm[size_t(l)] * per_layer, sizeof(float) * size_t(per_layer));
+  }
+
+ private:
+  const CoefficientTensor& S_;
+  const AuditRandomness& rand_;
+};
+
+}  // namespace
+
+void compute_means(const CoefficientView& C, CoefficientTensor& layer_position_mean, CoefficientTensor& static_profile) {
+  const CoefficientShape& s = C.shape;
+  const int64_t per = s.per_window();
+  if (C.windows <= 0) throw Error("calibration set is empty");
+  std::vector<double> sum(size_t(per), 0.0);
+  for (int w = 0; w < C.windows; ++w) {
+    const float* a = C.window_data(w);
+    for (int64_t j = 0; j < per; ++j) sum[size_t(j)] += a[j];
+  }
+  float* lpm = layer_position_mean.window_data(0);
+  for (int64_t j = 0; j < per; ++j) lpm[j] = float(sum[size_t(j)] / C.windows);
+  float* S = static_profile.window_data(0);
+  for (int l = 0; l < s.layers; ++l)
+    for (int st = 0; st < s.streams; ++st)
+      for (int k = 0; k < s.sources; ++k) {
+        double total = 0;
+        for (int t = 0; t < s.tokens; ++t) total += sum[size_t(offset(s, l, t, st, k))];
+        const float v = float(total / (double(C.windows) * s.tokens));
+        for (int t = 0; t < s.tokens; ++t) S[offset(s, l, t, st, k)] = v;
+      }
+}
+
+void source_uniform_mean(const CoefficientTensor& S, CoefficientTensor& out) {
+  const CoefficientShape& s = S.shape();
+  for (int l = 0; l < s.layers; ++l)
+    for (int st = 0; st < s.streams; ++st) {
+      double sum = 0;
+      int valid = 0;
+      for (int k = 0; k < s.sources; ++k)
+        if (S.valid(l, st, k)) sum += S.at(0, l, 0, st, k), ++valid;
+      const float u = valid > 0 ? float(sum / valid) : 0.0f;
+      for (int t = 0; t < s.tokens; ++t)
+        for (int k = 0; k < s.sources; ++k) out.at(0, l, t, st, k) = S.valid(l, st, k) ? u : 0.0f;
+    }
+}
+
+AuditRandomness::AuditRandomness(uint64_t seed, int windows, int tokens)
+    : seed_(seed), windows_(windows), tokens_(tokens) {
+  if (windows < 2) throw Error("cross-input conditions need at least 2 evaluation windows, found " + std::to_string(windows));
+}
+
+const std::vector<int>& AuditRandomness::derangement(int r) const {
+  if (derangements_.size() <= size_t(r)) derangements_.resize(size_t(r) + 1);
+  auto& d = derangements_[size_t(r)];
+  if (d.empty()) {
+    Rng rng(derive_seed(seed_, kDerangementStream, uint64_t(r)));
+    for (;;) {  // a uniform permutation, conditioned on having no fixed point, is a uniform derangement
+      d = uniform_permutation(rng, windows_);
+      bool fixed_point = false;
+      for (int i = 0; i < windows_; ++i) fixed_point = fixed_point || d[size_t(i)] == i;
+      if (!fixed_point) break;
+    }
+  }
+  return d;
+}
+
+std::vector<int> AuditRandomness::token_permutation(int r, int window, int layer, int stream) const {
+  Rng rng(derive_seed(derive_seed(seed_, kTokenStream, uint64_t(r)), uint64_t(window),
+                      (uint64_t(layer) << 32) | uint64_t(stream)));
+  return uniform_permutation(rng, tokens_);
+}
+
+std::vector<int> AuditRandomness::layer_permutation(int r, int layers) const {
+  Rng rng(derive_seed(seed_, kLayerStream, uint64_t(r)));
+  return uniform_permutation(rng, layers);
+}
+
+const std::vector<std::string>& all_condition_names() {
+  static const std::vector<std::string> names{"correct",           "cross_input",     "token_shuffle",
+                                              "cross_shuffle",     "layer_position_mean", "static_profile",
+                                              "structure_removed", "identity",        "layer_permutation"};
+  return names;
+}
+
+bool layers_are_permutable(const CoefficientView& v) {
+  for (int l = 1; l < v.shape.layers; ++l)
+    for (int st = 0; st < v.shape.streams; ++st)
+      for (int k = 0; k < v.shape.sources; ++k)
+        if (v.valid(l, st, k) != v.valid(0, st, k)) return false;
+  return true;
+}
+
+std::unique_ptr<Condition> make_condition(const std::string& name, const CoefficientView& A,
+                                          const CalibrationProfiles& p, const AuditRandomness& rand) {
+  if (name == "correct") return std::make_unique<WindowCondition>(name, A, rand, false, false);
+  if (name == "cross_input") return std::make_unique<WindowCondition>(name, A, rand, true, false);
+  if (name == "token_shuffle") return std::make_unique<WindowCondition>(name, A, rand, false, true);
+  if (name == "cross_shuffle") return std::make_unique<WindowCondition>(name, A, rand, true, true);
+  if (name == "layer_position_mean") return std::make_unique<ProfileCondition>(name, p.layer_position_mean);
+  if (name == "static_profile") return std::make_unique<ProfileCondition>(name, p.static_profile);
+  if (name == "structure_removed") return std::make_unique<ProfileCondition>(name, p.structure_removed);
+  if (name == "identity") return std::make_unique<ProfileCondition>(name, p.identity);
+  if (name == "layer_permutation") {
+    if (!layers_are_permutable(A))
+      throw Error("layer_permutation does not apply: the layers' valid (stream, source) coordinates differ");
+    return std::make_unique<LayerPermutationCondition>(p.static_profile, rand);
+  }
+  std::string known;
+  for (const auto& n : all_condition_names()) known += (known.empty() ? "" : ", ") + n;
+  throw Error("unknown condition '" + name + "' (known: " + known + ")");
+}
+
+}  // namespace fca

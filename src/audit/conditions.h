@@ -1,0 +1,70 @@
+// The audit's conditions (audit-protocol spec, "Conditions"), written once over the coefficient
+// tensor's named axes [layer, token, stream, source]: each condition writes the coefficients that
+// window i receives in randomisation r. Nothing here knows which model the tensor came from.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "models/coefficient_tensor.h"
+
+namespace fca {
+
+// Calibration-set summaries, each stored as a one-window tensor.
+struct CalibrationProfiles {
+  CoefficientTensor layer_position_mean;  // mean over C of A_c[l, t, s, k]
+  CoefficientTensor static_profile;       // mean over C and tokens: S[l, s, k], repeated over tokens
+  CoefficientTensor structure_removed;    // model-specific (GlobalMean / SourceUniformMean)
+  CoefficientTensor identity;             // the controller as a no-op
+};
+
+// Layer means and position means over all windows of a view (in double, rounded once to float).
+void compute_means(const CoefficientView& calibration, CoefficientTensor& layer_position_mean,
+                   CoefficientTensor& static_profile);
+
+// The paired randomness of the audit: pi_r (a derangement of the evaluation windows) and
+// sigma_{r,i,l,s} (a permutation of the token axis), both pure functions of (seed, r, ...), so
+// cross_input, token_shuffle and cross_shuffle share them in randomisation r.
+class AuditRandomness {
+ public:
+  AuditRandomness(uint64_t seed, int windows, int tokens);
+  // pi_r: uniform over derangements (rejection sampling of uniform permutations).
+  const std::vector<int>& derangement(int r) const;
+  // sigma_{r,i,l,s}: uniform permutation of 0..tokens-1 (Fisher-Yates).
+  std::vector<int> token_permutation(int r, int window, int layer, int stream) const;
+  // A uniform permutation of 0..n-1 for randomisation r of the layer_permutation condition.
+  std::vector<int> layer_permutation(int r, int layers) const;
+
+ private:
+  uint64_t seed_;
+  int windows_, tokens_;
+  mutable std::vector<std::vector<int>> derangements_;
+};
+
+class Condition {
+ public:
+  virtual ~Condition() = default;
+  virtual std::string name() const = 0;
+  virtual bool randomized() const = 0;
+  // Writes window i's coefficients under randomisation r (ignored when not randomized) to `out`
+  // (one window's block, shape of the evaluation tensor).
+  virtual void coefficients(int window, int r, float* out) const = 0;
+};
+
+// Every condition name fca knows, in report order.
+const std::vector<std::string>& all_condition_names();
+
+// Builds the named condition over the evaluation coefficients and calibration profiles. Throws
+// Error for an unknown name, or for layer_permutation where layers differ in their valid sources.
+std::unique_ptr<Condition> make_condition(const std::string& name, const CoefficientView& evaluation,
+                                          const CalibrationProfiles& profiles, const AuditRandomness& randomness);
+
+// SourceUniformMean (MUDD's structure_removed): U[l,s,k] = sum_k' S[l,s,k'] / (valid sources of
+// (l, s)) on valid coordinates, 0 elsewhere; keeps every signed sum over sources. Window 0 of both.
+void source_uniform_mean(const CoefficientTensor& static_profile, CoefficientTensor& out);
+
+// Whether layer_permutation applies: every layer has the same validity pattern over (stream, source).
+bool layers_are_permutable(const CoefficientView& view);
+
+}  // namespace fca

@@ -1,0 +1,90 @@
+// fca audit and fca aggregate: the Frozen-Controller Audit of one model, and its combination
+// across independently trained checkpoints.
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <sstream>
+
+#include "audit/aggregate.h"
+#include "audit/audit.h"
+#include "cli/common.h"
+#include "core/error.h"
+#include "core/file_io.h"
+#include "models/gated/auditable.h"
+
+namespace fca::cli {
+
+void add_audit_command(CLI::App& app) {
+  struct Flags {
+    AuditOptions audit;
+    std::string data, conditions;
+    int threads = 0;
+    bool no_progress = false;
+  };
+  auto f = std::make_shared<Flags>();
+  AuditOptions& a = f->audit;
+  CLI::App* cmd = app.add_subcommand("audit", "Frozen-Controller Audit: coefficient variation and functional dependence");
+  cmd->add_option("--model", a.model_path, "Checkpoint (.safetensors)")->required();
+  cmd->add_option("--data", f->data, "Data folder (test = evaluation set, valid = calibration set); default: the nlp-corpus");
+  cmd->add_option("--eval-windows", a.eval_windows, "Evaluation windows from the test split")->check(CLI::Range(2, 1 << 24))->capture_default_str();
+  cmd->add_option("--calib-windows", a.calib_windows, "Calibration windows from the valid split")->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--seq", a.tokens, "Window length T (0 = the model's seq_len)")->check(CLI::NonNegativeNumber)->capture_default_str();
+  cmd->add_option("--reps", a.reps, "Randomisations per randomised condition")->check(CLI::Range(2, 100000))->capture_default_str();
+  cmd->add_option("--batch", a.batch, "Windows per forward pass")->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--bootstrap", a.bootstrap_resamples, "Bootstrap resamples")->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--seed", a.seed, "Audit seed (randomisations and bootstrap)")->capture_default_str();
+  cmd->add_option("--conditions", f->conditions, "Comma-separated conditions (default: all that apply)");
+  cmd->add_option("--cache", a.cache_path, "Coefficient cache: reused when it exists and matches, else written (default: <out>/cache.safetensors)");
+  cmd->add_option("--small-penalty", a.small_penalty, "Threshold: static_profile penalty small iff upper CI < this")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  cmd->add_option("--high-retention", a.high_retention, "Threshold: retention high iff lower CI > this")
+      ->check(CLI::Range(0.0, 1.0))->capture_default_str();
+  cmd->add_option("--replay-tolerance", a.replay_tolerance, "Allowed replay difference (0 = bitwise; for other backends only)")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  cmd->add_option("--out", a.out_dir, "Output folder (audit.json, windows.csv, audit.md)")->required();
+  cmd->add_flag("--no-progress", f->no_progress, "No progress bar");
+  add_threads_flag(*cmd, f->threads);
+  cmd->callback([f] {
+    apply_threads(f->threads);
+    AuditOptions options = f->audit;
+    options.progress = !f->no_progress;
+    std::stringstream list(f->conditions);
+    for (std::string item; std::getline(list, item, ',');)
+      if (!item.empty()) options.conditions.push_back(item);
+    Corpus corpus(resolve_data_dir(f->data));
+    GatedAuditable model(options.model_path, options.batch, options.tokens > 0 ? options.tokens : 1 << 20);
+    const auto j = run_audit(model, corpus, options);
+    std::printf("audit of %s: baseline NLL %.4f nats/byte\n", options.model_path.c_str(), j["baseline"]["nll"].get<double>());
+    for (const auto& c : j["conditions"])
+      std::printf("  %-20s DeltaNLL %+.5f  95%% CI [%+.5f, %+.5f]\n", c["name"].get<std::string>().c_str(),
+                  c["delta_nll"].get<double>(), c["ci95"][0].get<double>(), c["ci95"][1].get<double>());
+    std::printf("written: %s/audit.json, windows.csv, audit.md\n", options.out_dir.c_str());
+  });
+}
+
+void add_aggregate_command(CLI::App& app) {
+  struct Flags {
+    std::vector<std::string> audits;
+    std::string out;
+    int bootstrap = 10000;
+    uint64_t seed = 0;
+  };
+  auto f = std::make_shared<Flags>();
+  CLI::App* cmd = app.add_subcommand("aggregate", "Combine audits of independently trained checkpoints");
+  cmd->add_option("audits", f->audits, "audit.json files (one per checkpoint)")->required()->check(CLI::ExistingFile);
+  cmd->add_option("--out", f->out, "Output folder (aggregate.json, aggregate.md); default: print only");
+  cmd->add_option("--bootstrap", f->bootstrap, "Bootstrap resamples")->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--seed", f->seed, "Bootstrap seed")->capture_default_str();
+  cmd->callback([f] {
+    const auto j = aggregate_audits(f->audits, f->bootstrap, f->seed);
+    const std::string md = aggregate_markdown(j);
+    std::printf("%s", md.c_str());
+    if (!f->out.empty()) {
+      std::filesystem::create_directories(f->out);
+      write_json_file(f->out + "/aggregate.json", j);
+      write_file_atomically(f->out + "/aggregate.md", [&](std::ostream& out) { out << md; });
+    }
+  });
+}
+
+}  // namespace fca::cli

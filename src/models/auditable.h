@@ -1,0 +1,52 @@
+// The one narrow interface through which the audit (src/audit) sees a model: run windows with the
+// live controller (optionally recording its coefficients) or with supplied coefficients, and give
+// back per-window NLL and logits. Adding an architecture means implementing this, nothing in audit/.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "data/corpus.h"
+#include "models/coefficient_tensor.h"
+
+namespace fca {
+
+class AuditableModel {
+ public:
+  virtual ~AuditableModel() = default;
+
+  virtual std::string family() const = 0;       // "gated", "mudd"
+  virtual std::string description() const = 0;  // e.g. "featuregate L 6, D 256, H 4, T 256"
+  virtual std::string content_hash() const = 0;  // SHA-256 of the weights file(s)
+  virtual int max_tokens() const = 0;
+  virtual int vocab() const = 0;
+
+  // The split as the model's token ids (bytes for byte-level models).
+  virtual std::vector<int32_t> tokenize(const TextSplit& split) const = 0;
+
+  // An all-zero coefficient tensor for `windows` windows of `tokens` tokens, with the validity mask.
+  virtual CoefficientTensor make_coefficients(int windows, int tokens) const = 0;
+
+  // Runs B windows [B, T] with the live controller; window_nll [B] receives each window's mean NLL.
+  // With `record`, the coefficients go to its windows record_first .. record_first + B - 1.
+  virtual void run_live(const int32_t* inputs, const int32_t* targets, int B, int T, CoefficientTensor* record,
+                        int record_first, double* window_nll) = 0;
+  // Runs B windows with the coefficients of `coefficients` windows 0 .. B-1; never the controller.
+  virtual void run_replay(const int32_t* inputs, const int32_t* targets, int B, int T,
+                          const CoefficientTensor& coefficients, double* window_nll) = 0;
+  // Logits [B, T, vocab] of the last run.
+  virtual const float* last_logits() const = 0;
+  // Controller evaluations made by run_replay since construction (must stay 0).
+  virtual int64_t replay_controller_evaluations() const = 0;
+
+  // The coefficients that make the controller a no-op (gated: g = 1; MUDD: one-hot newest source),
+  // written into window 0 of `out`.
+  virtual void identity_profile(CoefficientTensor& out) const = 0;
+  // structure_removed from the static profile S (window 0 of `static_profile`, constant over
+  // tokens): gated GlobalMean, MUDD SourceUniformMean. Written into window 0 of `out`.
+  virtual void structure_removed_profile(const CoefficientTensor& static_profile, CoefficientTensor& out) const = 0;
+  virtual std::string static_profile_name() const = 0;      // "LayerMean", "StaticMixMean"
+  virtual std::string structure_removed_name() const = 0;   // "GlobalMean", "SourceUniformMean"
+};
+
+}  // namespace fca

@@ -1,0 +1,10 @@
+// audit.md: the audit's tables for a person, rendered from the audit.json document only.
+#pragma once
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace fca {
+
+std::string audit_markdown(const nlohmann::ordered_json& audit);
+
+}  // namespace fca

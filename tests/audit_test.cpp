@@ -1,0 +1,266 @@
+// The audit's interventions keep what the spec says they keep, and the audit end to end: exact
+// zero penalties where the coefficients are constant, identity = correct for a dense model,
+// nonzero penalties for a trained featuregate model, determinism, and cache refusal.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <set>
+
+#include "audit/audit.h"
+#include "audit/conditions.h"
+#include "core/rng.h"
+#include "core/threads.h"
+#include "models/gated/auditable.h"
+#include "test_util.h"
+#include "train/trainer.h"
+
+namespace fca {
+namespace {
+
+// A synthetic MUDD-shaped tensor: 3 layers, 5 tokens, 2 streams, 4 sources, source k valid iff
+// k <= layer + 1; every entry distinct.
+CoefficientTensor synthetic(int windows) {
+  CoefficientTensor A(windows, CoefficientShape{3, 5, 2, 4});
+  for (int l = 0; l < 3; ++l)
+    for (int s = 0; s < 2; ++s)
+      for (int k = 0; k < 4; ++k) A.set_valid(l, s, k, k <= l + 1);
+  for (size_t i = 0; i < A.values().size(); ++i) A.values()[i] = float(i) * 0.001f + 0.5f;
+  return A;
+}
+
+std::vector<float> window_values(const CoefficientTensor& A, int w) {
+  return std::vector<float>(A.window_data(w), A.window_data(w) + A.shape().per_window());
+}
+
+TEST(Interventions, CrossInputIsADerangementAndKeepsTheMultiset) {
+  const int W = 7;
+  CoefficientTensor A = synthetic(W);
+  CalibrationProfiles p{A, A, A, A};
+  AuditRandomness rand(5, W, A.shape().tokens);
+  auto cond = make_condition("cross_input", A.view(), p, rand);
+  for (int r = 0; r < 4; ++r) {
+    const auto& pi = rand.derangement(r);
+    std::multiset<std::vector<float>> before, after;
+    for (int i = 0; i < W; ++i) {
+      EXPECT_NE(pi[size_t(i)], i) << "fixed point in the derangement";
+      std::vector<float> out(size_t(A.shape().per_window()));
+      cond->coefficients(i, r, out.data());
+      EXPECT_EQ(out, window_values(A, pi[size_t(i)]));
+      before.insert(window_values(A, i));
+      after.insert(out);
+    }
+    EXPECT_EQ(before, after);
+  }
+}
+
+TEST(Interventions, TokenShuffleMovesWholeSourceVectorsAndKeepsTheMultiset) {
+  const int W = 3;
+  CoefficientTensor A = synthetic(W);
+  CalibrationProfiles p{A, A, A, A};
+  AuditRandomness rand(9, W, A.shape().tokens);
+  auto shuffle = make_condition("token_shuffle", A.view(), p, rand);
+  auto cross_shuffle = make_condition("cross_shuffle", A.view(), p, rand);
+  const auto& s = A.shape();
+  for (int i = 0; i < W; ++i) {
+    std::vector<float> out(size_t(s.per_window())), out_cross(size_t(s.per_window()));
+    shuffle->coefficients(i, 1, out.data());
+    cross_shuffle->coefficients(i, 1, out_cross.data());
+    CoefficientTensor got(1, s), got_cross(1, s);
+    got.values() = out;
+    got_cross.values() = out_cross;
+    const int source_window = rand.derangement(1)[size_t(i)];
+    for (int l = 0; l < s.layers; ++l)
+      for (int st = 0; st < s.streams; ++st) {
+        const auto sigma = rand.token_permutation(1, i, l, st);
+        std::multiset<float> before, after;
+        for (int t = 0; t < s.tokens; ++t)
+          for (int k = 0; k < s.sources; ++k) {
+            // The source vector of token sigma(t) arrives intact at t; cross_shuffle uses the same sigma.
+            EXPECT_EQ(got.at(0, l, t, st, k), A.at(i, l, sigma[size_t(t)], st, k));
+            EXPECT_EQ(got_cross.at(0, l, t, st, k), A.at(source_window, l, sigma[size_t(t)], st, k));
+            before.insert(A.at(i, l, t, st, k));
+            after.insert(got.at(0, l, t, st, k));
+          }
+        EXPECT_EQ(before, after);
+      }
+  }
+}
+
+TEST(Interventions, SourceUniformMeanKeepsSignedSums) {
+  CoefficientTensor S = synthetic(1), U = synthetic(1);
+  Rng rng(2);
+  for (auto& v : S.values()) v = float(rng.normal());  // signed values
+  source_uniform_mean(S, U);
+  const auto& s = S.shape();
+  for (int l = 0; l < s.layers; ++l)
+    for (int st = 0; st < s.streams; ++st) {
+      double sum_s = 0, sum_u = 0;
+      for (int k = 0; k < s.sources; ++k)
+        if (S.valid(l, st, k)) sum_s += S.at(0, l, 0, st, k), sum_u += U.at(0, l, 0, st, k);
+      EXPECT_NEAR(sum_s, sum_u, 1e-5);
+      for (int k = 1; k < s.sources; ++k) {
+        if (S.valid(l, st, k)) {
+          EXPECT_EQ(U.at(0, l, 0, st, k), U.at(0, l, 0, st, 0));
+        }
+      }
+    }
+}
+
+TEST(Interventions, LayerPermutationNeedsEqualLayerShapes) {
+  CoefficientTensor A = synthetic(2);
+  CalibrationProfiles p{A, A, A, A};
+  AuditRandomness rand(1, 2, A.shape().tokens);
+  EXPECT_FALSE(layers_are_permutable(A.view()));
+  EXPECT_THROW(make_condition("layer_permutation", A.view(), p, rand), Error);
+  EXPECT_THROW(make_condition("no_such_condition", A.view(), p, rand), Error);
+}
+
+class AuditEndToEnd : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    set_threads(2);
+    testing::write_corpus(dir.path(), 30000, 6000, 6000);
+  }
+  // Trains (or just initialises, steps = 0) a small model of the given gate kind.
+  std::string model_of(GateKind kind, int steps, uint64_t seed = 1) {
+    const std::string path = dir.file(std::string(gate_kind_name(kind)) + std::to_string(seed) + ".safetensors");
+    if (steps == 0) {
+      GatedModel<float>::initialized(testing::tiny_config(kind), seed).save(path);
+      return path;
+    }
+    TrainOptions o;
+    o.config = testing::tiny_config(kind);
+    o.batch = 8;
+    o.steps = steps;
+    o.lr = 1e-2;
+    o.warmup = 5;
+    o.eval_every = 0;
+    o.seed = seed;
+    o.out = path;
+    o.progress = false;
+    train_gated(o, Corpus(dir.path()));
+    return path;
+  }
+  nlohmann::ordered_json audit(const std::string& model_path, const std::string& out, uint64_t seed = 3) {
+    AuditOptions o;
+    o.model_path = model_path;
+    o.eval_windows = 24;
+    o.calib_windows = 16;
+    o.reps = 3;
+    o.batch = 8;
+    o.bootstrap_resamples = 500;
+    o.seed = seed;
+    o.out_dir = dir.file(out);
+    o.progress = false;
+    GatedAuditable model(model_path, o.batch, 1 << 20);
+    return run_audit(model, Corpus(dir.path()), o);
+  }
+  static double delta(const nlohmann::ordered_json& j, const std::string& name) {
+    for (const auto& c : j["conditions"])
+      if (c["name"] == name) return c["delta_nll"];
+    ADD_FAILURE() << "no condition " << name;
+    return 0;
+  }
+  testing::TempDir dir;
+};
+
+TEST_F(AuditEndToEnd, UniformGateGivesExactlyZeroPenalties) {
+  const auto j = audit(model_of(GateKind::uniform, 20), "uniform");
+  for (const char* c : {"cross_input", "token_shuffle", "cross_shuffle", "layer_position_mean", "static_profile",
+                        "structure_removed", "layer_permutation"})
+    EXPECT_EQ(delta(j, c), 0.0) << c;
+  EXPECT_NE(delta(j, "identity"), 0.0);  // g = 1 instead of sigmoid(logit)
+  EXPECT_EQ(j["exact_replay"]["max_abs_delta_logit"], 0.0);
+  for (const auto& c : j["conditions"]) EXPECT_EQ(c["controller_evaluations"], 0);
+  EXPECT_TRUE(std::filesystem::exists(dir.file("uniform/windows.csv")));
+  EXPECT_TRUE(std::filesystem::exists(dir.file("uniform/audit.md")));
+}
+
+TEST_F(AuditEndToEnd, DenseIdentityEqualsCorrect) {
+  const auto j = audit(model_of(GateKind::dense, 0), "dense");
+  EXPECT_EQ(delta(j, "identity"), 0.0);
+  EXPECT_EQ(delta(j, "static_profile"), 0.0);
+}
+
+TEST_F(AuditEndToEnd, TrainedFeatureGateHasPenaltiesAndIsDeterministic) {
+  const std::string m = model_of(GateKind::featuregate, 60);
+  const auto a = audit(m, "fg1"), b = audit(m, "fg2");
+  for (const char* c : {"cross_input", "token_shuffle", "cross_shuffle", "static_profile", "structure_removed", "identity"})
+    EXPECT_NE(delta(a, c), 0.0) << c;
+  // Forcing every gate to 1 moves the model far from its trained operating point (g near 0.5).
+  EXPECT_GT(delta(a, "identity"), 0.0);
+  EXPECT_GT(delta(a, "identity"), std::abs(delta(a, "static_profile")));
+  for (const char* section : {"conditions", "factor_effects", "retention", "criteria", "variance", "baseline"})
+    EXPECT_EQ(a[section], b[section]) << section;
+  // Variance shares add up to one.
+  double total = 0;
+  for (auto& [k, v] : a["variance"]["shares"].items()) total += v.get<double>();
+  EXPECT_NEAR(total, 1.0, 1e-9);
+}
+
+TEST_F(AuditEndToEnd, CacheIsReusedAndMismatchesAreRefused) {
+  const std::string m1 = model_of(GateKind::featuregate, 0, 1), m2 = model_of(GateKind::featuregate, 0, 2);
+  const auto first = audit(m1, "a");
+  EXPECT_FALSE(first["settings"]["cache_reused"].get<bool>());
+  AuditOptions o;
+  o.model_path = m2;
+  o.eval_windows = 24;
+  o.calib_windows = 16;
+  o.reps = 3;
+  o.bootstrap_resamples = 100;
+  o.out_dir = dir.file("b");
+  o.cache_path = dir.file("a/cache.safetensors");
+  o.progress = false;
+  GatedAuditable other(m2, o.batch, 1 << 20);
+  try {
+    run_audit(other, Corpus(dir.path()), o);
+    ADD_FAILURE() << "a cache of another model was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("model_sha256"), std::string::npos) << e.what();
+  }
+  // A truncated cache is refused too.
+  const std::string bytes = testing::read_bytes(dir.file("a/cache.safetensors"));
+  testing::write_text(dir.file("cut.safetensors"), bytes.substr(0, bytes.size() - 100));
+  o.model_path = m1;
+  o.cache_path = dir.file("cut.safetensors");
+  GatedAuditable same(m1, o.batch, 1 << 20);
+  EXPECT_THROW(run_audit(same, Corpus(dir.path()), o), Error);
+  // The matching cache is reused.
+  o.cache_path = dir.file("a/cache.safetensors");
+  GatedAuditable again(m1, o.batch, 1 << 20);
+  EXPECT_TRUE(run_audit(again, Corpus(dir.path()), o)["settings"]["cache_reused"].get<bool>());
+}
+
+// A model whose replay is off by one ulp somewhere: the audit must stop before any condition.
+class InexactReplay : public GatedAuditable {
+ public:
+  using GatedAuditable::GatedAuditable;
+  void run_replay(const int32_t* inputs, const int32_t* targets, int B, int T, const CoefficientTensor& c,
+                  double* window_nll) override {
+    GatedAuditable::run_replay(inputs, targets, B, T, c, window_nll);
+    window_nll[0] = std::nextafter(window_nll[0], 1e9);
+  }
+};
+
+TEST_F(AuditEndToEnd, InexactReplayStopsTheAudit) {
+  const std::string m = model_of(GateKind::featuregate, 0);
+  AuditOptions o;
+  o.model_path = m;
+  o.eval_windows = 8;
+  o.calib_windows = 8;
+  o.reps = 2;
+  o.out_dir = dir.file("inexact");
+  o.progress = false;
+  InexactReplay model(m, o.batch, 1 << 20);
+  try {
+    run_audit(model, Corpus(dir.path()), o);
+    ADD_FAILURE() << "inexact replay was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("exact replay failed"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir.file("inexact/audit.json")));
+}
+
+}  // namespace
+}  // namespace fca
