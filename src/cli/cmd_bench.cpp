@@ -23,6 +23,7 @@ struct BenchFlags {
   uint64_t seed = 0;
   int batch = 8, seq = 0, runs = 20, warmup = 3, threads = 0;
   bool json = false;
+  std::string source = "live";  // forward only: live controller or replayed coefficients
 };
 
 void add_bench_flags(CLI::App& cmd, BenchFlags& f, const char* runs_name) {
@@ -87,6 +88,9 @@ void add_bench_command(CLI::App& app) {
   auto fwd = std::make_shared<BenchFlags>();
   CLI::App* forward = bench->add_subcommand("forward", "Time inference forward passes (live controller)");
   add_bench_flags(*forward, *fwd, "--runs");
+  forward->add_option("--source", fwd->source, "Coefficient source: live (controller) or replay (recorded coefficients)")
+      ->check(CLI::IsMember({"live", "replay"}))
+      ->capture_default_str();
   forward->callback([fwd] {
     apply_threads(fwd->threads);
     const GatedModel<float> model = bench_model(*fwd);
@@ -95,10 +99,17 @@ void add_bench_command(CLI::App& app) {
     std::vector<int32_t> tokens(size_t(fwd->batch) * T);
     Rng rng(fwd->seed + 1);
     for (auto& t : tokens) t = int32_t(rng.below(kByteVocab));
+    // Replay feeds the coefficients of one recorded live pass: the controller and its inputs are skipped.
+    CoefficientTensor recorded(fwd->batch, gated_coefficient_shape(model.config(), T));
+    RecordingCoefficients<float> recording(model, recorded);
+    gated_forward(model, rs, tokens.data(), fwd->batch, T, recording);
     LiveCoefficients<float> live(model);
-    const TimingStats s = time_runs([&] { gated_forward(model, rs, tokens.data(), fwd->batch, T, live); },
+    ReplayedCoefficients<float> replayed(recorded);
+    CoefficientSource<float>& source =
+        fwd->source == "replay" ? static_cast<CoefficientSource<float>&>(replayed) : static_cast<CoefficientSource<float>&>(live);
+    const TimingStats s = time_runs([&] { gated_forward(model, rs, tokens.data(), fwd->batch, T, source); },
                                     fwd->warmup, fwd->runs);
-    report(*fwd, "forward", model, T, s, gated_forward_flops(model.config(), fwd->batch, T, model.config().n_layer),
+    report(*fwd, fwd->source == "replay" ? "forward-replay" : "forward", model, T, s, gated_forward_flops(model.config(), fwd->batch, T, model.config().n_layer),
            rs.bytes());
   });
 
