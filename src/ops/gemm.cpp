@@ -2,11 +2,23 @@
 
 #include <cblas.h>
 
+#include "core/exec_counters.h"
+
 namespace fca {
+
+namespace {
+inline void count_gemm(int M, int N, int K) {
+  if (ExecCounters* c = exec_counters()) {
+    c->gemm_flops.fetch_add(2 * int64_t(M) * N * K, std::memory_order_relaxed);
+    c->gemm_calls.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+}  // namespace
 
 template <>
 void gemm<float>(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
                  const float* B, int ldb, float beta, float* C, int ldc) {
+  count_gemm(M, N, K);
   cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, M, N,
               K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
@@ -14,6 +26,7 @@ void gemm<float>(bool trans_a, bool trans_b, int M, int N, int K, float alpha, c
 template <>
 void gemm<double>(bool trans_a, bool trans_b, int M, int N, int K, double alpha, const double* A, int lda,
                   const double* B, int ldb, double beta, double* C, int ldc) {
+  count_gemm(M, N, K);
   cblas_dgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, M, N,
               K, alpha, A, lda, B, ldb, beta, C, ldc);
 }

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "core/exec_counters.h"
 
 namespace fca {
 namespace {
@@ -47,6 +48,7 @@ template <typename T>
 void LiveCoefficients<T>::coefficients(int layer, const BatchPosition& batch, const T* phi, T* g) {
   controller_.evaluate(layer, phi, g, int64_t(batch.batch) * batch.tokens);
   ++this->controller_evaluations_;
+  if (ExecCounters* c = exec_counters()) c->controller_evaluations.fetch_add(1, std::memory_order_relaxed);
 }
 
 template <typename T>

@@ -1,9 +1,11 @@
 #include "models/gated/forward.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
 #include "core/error.h"
+#include "core/exec_counters.h"
 #include "ops/attention.h"
 #include "ops/elementwise.h"
 #include "ops/embedding.h"
@@ -39,7 +41,7 @@ void featuregate_features(T* phi, const T* head_features, const T* update, const
 
 template <typename T>
 void gated_forward(const GatedModel<T>& model, GatedRunState<T>& rs, const int32_t* tokens, int B, int Tn,
-                   CoefficientSource<T>& source, int first_window) {
+                   CoefficientSource<T>& source, int first_window, const std::vector<uint8_t>* executed_blocks) {
   const GatedConfig& c = model.config();
   if (Tn > c.seq_len)
     throw Error("sequence of " + std::to_string(Tn) + " tokens is longer than the model's " +
@@ -57,6 +59,15 @@ void gated_forward(const GatedModel<T>& model, GatedRunState<T>& rs, const int32
     rs.tokens_in[i] = tokens[i];
   }
   const bool controller_inputs = source.needs_controller_inputs();
+  if (executed_blocks != nullptr) {
+    if (int(executed_blocks->size()) != c.n_layer)
+      throw Error("block mask has " + std::to_string(executed_blocks->size()) + " entries for " +
+                  std::to_string(c.n_layer) + " layers");
+    for (uint8_t run : *executed_blocks)
+      if (!run && controller_inputs)
+        throw Error("a live featuregate controller cannot run with removed blocks; supply its coefficients");
+  }
+  ExecCounters* counters = exec_counters();
   const BatchPosition position{first_window, B, Tn};
 
   embedding_forward(rs.hidden[0], tokens, w.wte, w.wpe, B, Tn, D);
@@ -64,6 +75,12 @@ void gated_forward(const GatedModel<T>& model, GatedRunState<T>& rs, const int32
     const auto& p = w.blocks[l];
     auto& a = rs.blocks[l];
     const T* h = rs.hidden[l];
+    if (executed_blocks != nullptr && !(*executed_blocks)[size_t(l)]) {
+      std::copy(h, h + int64_t(N) * D, rs.hidden[l + 1]);
+      std::fill(rs.gates + int64_t(l) * N, rs.gates + int64_t(l + 1) * N, T(0));
+      continue;
+    }
+    if (counters != nullptr) counters->blocks_executed.fetch_add(1, std::memory_order_relaxed);
     layernorm_forward(a.ln1_out, a.ln1_mean, a.ln1_rstd, h, p.ln1_weight, p.ln1_bias, N, D);
     linear_forward(a.qkv, a.ln1_out, p.qkv_weight, p.qkv_bias, N, D, 3 * D);
     AttentionStats<T> stats{rs.logp[l % 2], l > 0 ? rs.logp[(l + 1) % 2] : nullptr, rs.head_features};
@@ -107,9 +124,9 @@ double gated_loss(GatedRunState<T>& rs, const int32_t* targets, double* window_n
 }
 
 template void gated_forward<float>(const GatedModel<float>&, GatedRunState<float>&, const int32_t*, int, int,
-                                   CoefficientSource<float>&, int);
+                                   CoefficientSource<float>&, int, const std::vector<uint8_t>*);
 template void gated_forward<double>(const GatedModel<double>&, GatedRunState<double>&, const int32_t*, int, int,
-                                    CoefficientSource<double>&, int);
+                                    CoefficientSource<double>&, int, const std::vector<uint8_t>*);
 template double gated_loss<float>(GatedRunState<float>&, const int32_t*, double*);
 template double gated_loss<double>(GatedRunState<double>&, const int32_t*, double*);
 

@@ -1,0 +1,58 @@
+// fca exec: actual execution of one or more models (exec/exec.h).
+#include <cstdio>
+#include <memory>
+#include <sstream>
+
+#include "cli/common.h"
+#include "core/error.h"
+#include "data/corpus.h"
+#include "exec/exec.h"
+
+namespace fca::cli {
+
+void add_exec_command(CLI::App& app) {
+  struct Flags {
+    ExecOptions exec;
+    std::string data, thresholds;
+    int threads = 0;
+    bool no_progress = false;
+  };
+  auto f = std::make_shared<Flags>();
+  ExecOptions& e = f->exec;
+  CLI::App* cmd = app.add_subcommand("exec", "Actual execution: executed blocks, FLOPs, latency, real skipping");
+  cmd->add_option("--model", e.models, "Checkpoint (repeat for several models)")->required();
+  cmd->add_option("--data", f->data, "Data folder (timing and NLL windows from test, calibration from valid)");
+  cmd->add_option("--batch", e.batch, "Windows per forward pass")->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--runs", e.runs, "Timed runs")->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--warmup", e.warmup, "Warm-up runs")->check(CLI::NonNegativeNumber)->capture_default_str();
+  cmd->add_option("--skip-threshold", f->thresholds, "Comma-separated thresholds in [0, 1] for the real skip sweep");
+  cmd->add_option("--calib-windows", e.calib_windows, "Valid-split windows for the calibrated static gates")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--eval-windows", e.eval_windows, "Test-split windows for NLL")->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--out", e.out_dir, "Output folder (exec.json, exec.md)")->required();
+  cmd->add_flag("--no-progress", f->no_progress, "No progress bar");
+  add_threads_flag(*cmd, f->threads);
+  cmd->callback([f] {
+    apply_threads(f->threads);
+    ExecOptions options = f->exec;
+    options.progress = !f->no_progress;
+    std::stringstream list(f->thresholds);
+    for (std::string item; std::getline(list, item, ',');) {
+      size_t used = 0;
+      double v = 0;
+      try {
+        v = std::stod(item, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (item.empty() || used != item.size()) throw Error("--skip-threshold: '" + item + "' is not a number");
+      options.skip_thresholds.push_back(v);
+    }
+    Corpus corpus(resolve_data_dir(f->data));
+    const auto j = run_exec(corpus, options);
+    std::printf("%s", exec_markdown(j).c_str());
+    std::printf("written: %s/exec.json, exec.md\n", options.out_dir.c_str());
+  });
+}
+
+}  // namespace fca::cli

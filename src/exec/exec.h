@@ -1,0 +1,32 @@
+// `fca exec`: the third claim, actual execution. For each model: what ran (blocks, controller
+// evaluations and GEMM FLOPs counted where they happen), what it cost (latency and throughput over
+// timed runs), with the live controller, with replayed coefficients, and with every gate forced to
+// 1; and a real skip sweep, where blocks whose calibrated static gate is below a threshold are
+// removed from the executed graph. Writes exec.json and exec.md.
+#pragma once
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "data/corpus.h"
+
+namespace fca {
+
+inline constexpr const char* kExecSchema = "fca-exec-v1";
+
+struct ExecOptions {
+  std::vector<std::string> models;
+  int batch = 8;
+  int runs = 20;            // timed runs (>= 20 by default)
+  int warmup = 3;
+  std::vector<double> skip_thresholds;  // each in [0, 1]
+  int calib_windows = 64;   // valid-split windows for the calibrated static gates
+  int eval_windows = 64;    // test-split windows for NLL
+  std::string out_dir;
+  bool progress = true;
+};
+
+nlohmann::ordered_json run_exec(const Corpus& corpus, const ExecOptions& options);
+std::string exec_markdown(const nlohmann::ordered_json& exec);
+
+}  // namespace fca
