@@ -1,0 +1,201 @@
+#include "models/mudd/model.h"
+
+#include <fstream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/file_io.h"
+#include "core/safetensors.h"
+#include "core/sha256.h"
+
+namespace fca {
+
+std::vector<TensorSlot> mudd_tensor_layout(const MuddConfig& c) {
+  std::vector<TensorSlot> slots;
+  size_t offset = 0;
+  auto add = [&](std::string name, std::vector<int64_t> shape) {
+    size_t n = 1;
+    for (int64_t d : shape) n *= size_t(d);
+    slots.push_back({std::move(name), std::move(shape), offset, n, shape.size() == 2});
+    offset += (n + 15) / 16 * 16;
+  };
+  const int64_t D = c.dim, V = c.vocab_size;
+  add("tok_embeddings.weight", {V, D});
+  for (int i = 0; i < c.n_layer; ++i) {
+    const std::string p = "layers." + std::to_string(i) + ".";
+    if (i == 0) {
+      add(p + "attention_norm.weight", {D});
+      add(p + "attention_norm.bias", {D});
+    } else {
+      for (int s = 0; s < 3; ++s) {
+        add(p + "attention_norms." + std::to_string(s) + ".weight", {D});
+        add(p + "attention_norms." + std::to_string(s) + ".bias", {D});
+      }
+    }
+    for (const char* m : {"wq", "wk", "wv", "wo"}) {
+      add(p + "attention." + m + ".weight", {D, D});
+      add(p + "attention." + m + ".bias", {D});
+    }
+    add(p + "attention.q_norm.weight", {c.head_dim});
+    add(p + "attention.k_norm.weight", {c.head_dim});
+    const int64_t F = c.ffn_width(i);
+    add(p + "feed_forward.w1.weight", {F, D});
+    add(p + "feed_forward.w1.bias", {F});
+    add(p + "feed_forward.w2.weight", {D, F});
+    add(p + "feed_forward.w2.bias", {D});
+    add(p + "ffn_norm.weight", {D});
+    add(p + "ffn_norm.bias", {D});
+  }
+  add("norm.weight", {D});
+  add("norm.bias", {D});
+  add("output.weight", {V, D});
+  for (int i = 0; i < c.n_layer; ++i) {
+    add("dense_bs." + std::to_string(i), {c.streams(i), c.sources(i)});
+    add("dynamic_dense." + std::to_string(i) + ".w1.weight", {c.da_hidden(i), D});
+    add("dynamic_dense." + std::to_string(i) + ".w2.weight", {int64_t(c.streams(i)) * c.sources(i), c.da_hidden(i)});
+  }
+  return slots;
+}
+
+MuddModel::MuddModel(const MuddConfig& config) : config_(config), layout_(mudd_tensor_layout(config)) {
+  const auto& last = layout_.back();
+  storage_.assign(last.offset + (last.numel + 15) / 16 * 16, 0.0f);
+  bind();
+}
+
+size_t MuddModel::parameter_count() const {
+  size_t n = 0;
+  for (const auto& s : layout_) n += s.numel;
+  return n;
+}
+
+void MuddModel::bind() {
+  std::map<std::string, const float*> at;
+  for (const auto& s : layout_) at[s.name] = storage_.data() + s.offset;
+  MuddWeights& w = weights_;
+  w.embedding = at["tok_embeddings.weight"];
+  w.output = at["output.weight"];
+  w.norm_weight = at["norm.weight"];
+  w.norm_bias = at["norm.bias"];
+  w.blocks.assign(size_t(config_.n_layer), {});
+  w.da.assign(size_t(config_.n_layer), {});
+  for (int i = 0; i < config_.n_layer; ++i) {
+    const std::string p = "layers." + std::to_string(i) + ".";
+    MuddBlockWeights& b = w.blocks[size_t(i)];
+    for (int s = 0; s < 3; ++s) {
+      const std::string norm = i == 0 ? p + "attention_norm." : p + "attention_norms." + std::to_string(s) + ".";
+      b.attention_norm_weight[s] = at[norm + "weight"];
+      b.attention_norm_bias[s] = at[norm + "bias"];
+    }
+    b.wq = at[p + "attention.wq.weight"];
+    b.bq = at[p + "attention.wq.bias"];
+    b.wk = at[p + "attention.wk.weight"];
+    b.bk = at[p + "attention.wk.bias"];
+    b.wv = at[p + "attention.wv.weight"];
+    b.bv = at[p + "attention.wv.bias"];
+    b.wo = at[p + "attention.wo.weight"];
+    b.bo = at[p + "attention.wo.bias"];
+    b.q_norm = at[p + "attention.q_norm.weight"];
+    b.k_norm = at[p + "attention.k_norm.weight"];
+    b.ffn_norm_weight = at[p + "ffn_norm.weight"];
+    b.ffn_norm_bias = at[p + "ffn_norm.bias"];
+    b.w1 = at[p + "feed_forward.w1.weight"];
+    b.b1 = at[p + "feed_forward.w1.bias"];
+    b.w2 = at[p + "feed_forward.w2.weight"];
+    b.b2 = at[p + "feed_forward.w2.bias"];
+    b.ffn_width = config_.ffn_width(i);
+    MuddDaWeights& d = w.da[size_t(i)];
+    d.w1 = at["dynamic_dense." + std::to_string(i) + ".w1.weight"];
+    d.w2 = at["dynamic_dense." + std::to_string(i) + ".w2.weight"];
+    d.beta = at["dense_bs." + std::to_string(i)];
+    d.hidden = config_.da_hidden(i);
+    d.streams = config_.streams(i);
+    d.sources = config_.sources(i);
+  }
+}
+
+namespace {
+// Tensors a checkpoint may hold beyond the architecture, which the spec says to ignore.
+bool ignorable(const std::string& name) {
+  if (name.rfind("layers.", 0) == 0 && name.find(".attention_norm.") != std::string::npos &&
+      name.rfind("layers.0.", 0) != 0)
+    return true;
+  return name.find("cache") != std::string::npos;
+}
+}  // namespace
+
+MuddModel MuddModel::load(const std::string& dir) {
+  if (!is_directory(dir)) throw Error(dir + ": model folder does not exist or is not a folder");
+  MuddModel m(MuddConfig::load(dir));
+  // Which file holds each tensor: the index's weight_map, or everything in model.safetensors.
+  std::map<std::string, std::string> file_of;
+  std::vector<std::string> files;
+  const std::string index_path = dir + "/model.safetensors.index.json";
+  if (file_exists(index_path)) {
+    std::ifstream in(index_path);
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(in);
+    } catch (const nlohmann::json::exception& e) {
+      throw Error(index_path + ": not valid JSON (" + e.what() + ")");
+    }
+    if (!j.contains("weight_map") || !j["weight_map"].is_object()) throw Error(index_path + ": no 'weight_map' object");
+    for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
+      const std::string file = dir + "/" + it.value().get<std::string>();
+      if (!file_exists(file))
+        throw Error(index_path + ": tensor '" + it.key() + "' is mapped to " + it.value().get<std::string>() +
+                    ", which does not exist");
+      file_of[it.key()] = file;
+      if (std::find(files.begin(), files.end(), file) == files.end()) files.push_back(file);
+    }
+  } else {
+    const std::string single = dir + "/model.safetensors";
+    if (!file_exists(single))
+      throw Error(dir + ": no model.safetensors and no model.safetensors.index.json");
+    files.push_back(single);
+  }
+  std::sort(files.begin(), files.end());
+  std::map<std::string, std::unique_ptr<SafetensorsReader>> readers;
+  Sha256 hash;
+  for (const auto& f : files) {
+    readers[f] = std::make_unique<SafetensorsReader>(f);
+    const MappedFile mapped(f);
+    hash.update(mapped.data(), mapped.size());
+  }
+  m.hash_ = hash.hex_digest();
+  for (const auto& s : m.layout_) {
+    const SafetensorsReader* reader = nullptr;
+    if (!file_of.empty()) {
+      auto it = file_of.find(s.name);
+      if (it == file_of.end())
+        throw Error(index_path + ": tensor '" + s.name + "' (shape " + shape_string(s.shape) + ") is not in the weight_map");
+      reader = readers[it->second].get();
+    } else {
+      reader = readers.begin()->second.get();
+    }
+    if (!reader->has(s.name))
+      throw Error(reader->path() + ": tensor '" + s.name + "' is missing (expected shape " + shape_string(s.shape) + ")");
+    reader->read_into<float>(s.name, s.shape, m.storage_.data() + s.offset);
+  }
+  std::map<std::string, bool> known;
+  for (const auto& s : m.layout_) known[s.name] = true;
+  for (const auto& [path, reader] : readers)
+    for (const auto& [name, info] : reader->tensors())
+      if (!known.count(name) && !ignorable(name))
+        throw Error(path + ": unexpected tensor '" + name + "' for a MUDD model with " +
+                    std::to_string(m.config_.n_layer) + " layers");
+  return m;
+}
+
+void MuddModel::save(const std::string& dir) const {
+  if (!is_directory(dir)) throw Error(dir + ": output folder does not exist");
+  std::vector<TensorToWrite> tensors;
+  for (const auto& s : layout_) tensors.push_back({s.name, s.shape, storage_.data() + s.offset});
+  write_safetensors(dir + "/model.safetensors", tensors, {{"format", "pt"}});
+  const std::string text = config_.to_json();
+  write_file_atomically(dir + "/config.json", [&](std::ostream& out) { out << text << "\n"; });
+}
+
+}  // namespace fca
