@@ -71,16 +71,16 @@ struct Fixture {
 void check_live_parity(const std::string& dir) {
   set_threads(2);
   Fixture f;
-  const MuddModel model = MuddModel::load(dir);
+  const MuddModel<float> model = MuddModel<float>::load(dir);
   const MuddConfig& c = model.config();
-  MuddRunState rs(c, B, T);
+  MuddRunState<float> rs(c, B, T);
   CoefficientTensor recorded = make_mudd_coefficients(c, B, T);
-  MuddRecordingCoefficients source(model, recorded);
+  MuddRecordingCoefficients<float> source(model, recorded);
   mudd_forward(model, rs, f.ids.data(), B, T, source);
   EXPECT_LE(max_abs_diff(rs.logits, f.fx.read_as_double("logits")), kLogitsTol) << dir;
   for (int j = 0; j <= c.n_layer; ++j)
     EXPECT_LE(max_abs_diff(rs.hidden[size_t(j)], f.fx.read_as_double("hidden." + std::to_string(j))), kHiddenTol) << "hidden." << j;
-  EXPECT_LE(max_abs_diff(rs.streams[0], f.fx.read_as_double("final_stream")), kHiddenTol);
+  EXPECT_LE(max_abs_diff(rs.final_stream(), f.fx.read_as_double("final_stream")), kHiddenTol);
   const CoefficientTensor stored = f.stored_alpha(c);
   double worst_alpha = 0;
   for (size_t k = 0; k < stored.values().size(); ++k)
@@ -106,7 +106,7 @@ TEST(MuddParity, ShardedFolder) { check_live_parity(kSharded); }
 TEST(MuddParity, ReplayFixtures) {
   set_threads(2);
   Fixture f;
-  const MuddModel model = MuddModel::load(kTiny);
+  const MuddModel<float> model = MuddModel<float>::load(kTiny);
   const MuddConfig& c = model.config();
   const CoefficientTensor stored = f.stored_alpha(c);
   // The fixture's transformations of the stored alphas.
@@ -127,10 +127,10 @@ TEST(MuddParity, ReplayFixtures) {
         for (int b = 0; b < B; ++b)
           for (int t = 0; t < T; ++t) stat.at(b, l, t, st, k) = float(mean / (B * T));
       }
-  MuddRunState rs(c, B, T);
+  MuddRunState<float> rs(c, B, T);
   for (const auto& [name, coeffs] : {std::pair<std::string, const CoefficientTensor*>{"replay_exact", &stored},
                                      {"replay_cross", &cross}, {"replay_shuffle", &shuffle}, {"replay_static", &stat}}) {
-    MuddReplayedCoefficients replay(c, *coeffs);
+    MuddReplayedCoefficients<float> replay(c, *coeffs);
     mudd_forward(model, rs, f.ids.data(), B, T, replay);
     EXPECT_LE(max_abs_diff(rs.logits, f.fx.read_as_double(name + ".logits")), kReplayTol) << name;
     EXPECT_EQ(replay.controller_evaluations(), 0);
@@ -145,11 +145,11 @@ TEST(MuddParity, ReplayFixtures) {
 TEST(MuddReplay, ExactReplayIsBitwise) {
   set_threads(2);
   Fixture f;
-  const MuddModel model = MuddModel::load(kTiny);
-  MuddRunState live_rs(model.config(), B, T), replay_rs(model.config(), B, T);
+  const MuddModel<float> model = MuddModel<float>::load(kTiny);
+  MuddRunState<float> live_rs(model.config(), B, T), replay_rs(model.config(), B, T);
   CoefficientTensor recorded = make_mudd_coefficients(model.config(), B, T);
-  MuddRecordingCoefficients recording(model, recorded);
-  MuddReplayedCoefficients replay(model.config(), recorded);
+  MuddRecordingCoefficients<float> recording(model, recorded);
+  MuddReplayedCoefficients<float> replay(model.config(), recorded);
   mudd_forward(model, live_rs, f.ids.data(), B, T, recording);
   mudd_forward(model, replay_rs, f.ids.data(), B, T, replay);
   EXPECT_EQ(0, std::memcmp(live_rs.logits, replay_rs.logits, sizeof(float) * B * T * size_t(model.config().vocab_size)));
@@ -186,7 +186,7 @@ class MuddBadFolder : public ::testing::Test {
   }
   void expect_error(const std::string& folder, const std::vector<std::string>& parts) {
     try {
-      MuddModel::load(folder);
+      MuddModel<float>::load(folder);
       ADD_FAILURE() << "loaded a bad folder";
     } catch (const Error& e) {
       for (const auto& p : parts) EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what();
@@ -201,7 +201,7 @@ TEST_F(MuddBadFolder, NoConfig) {
 }
 
 TEST_F(MuddBadFolder, MissingAndMisshapenTensors) {
-  const MuddModel m = MuddModel::load(kTiny);
+  const MuddModel<float> m = MuddModel<float>::load(kTiny);
   for (const std::string drop : {"dense_bs.2", "dynamic_dense.1.w1.weight", "layers.3.attention.k_norm.weight"}) {
     std::vector<TensorToWrite> tensors;
     for (const auto& s : m.layout())

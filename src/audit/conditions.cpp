@@ -115,20 +115,6 @@ void compute_means(const CoefficientView& C, CoefficientTensor& layer_position_m
       }
 }
 
-void source_uniform_mean(const CoefficientTensor& S, CoefficientTensor& out) {
-  const CoefficientShape& s = S.shape();
-  for (int l = 0; l < s.layers; ++l)
-    for (int st = 0; st < s.streams; ++st) {
-      double sum = 0;
-      int valid = 0;
-      for (int k = 0; k < s.sources; ++k)
-        if (S.valid(l, st, k)) sum += S.at(0, l, 0, st, k), ++valid;
-      const float u = valid > 0 ? float(sum / valid) : 0.0f;
-      for (int t = 0; t < s.tokens; ++t)
-        for (int k = 0; k < s.sources; ++k) out.at(0, l, t, st, k) = S.valid(l, st, k) ? u : 0.0f;
-    }
-}
-
 AuditRandomness::AuditRandomness(uint64_t seed, int windows, int tokens)
     : seed_(seed), windows_(windows), tokens_(tokens) {
   if (windows < 2) throw Error("cross-input conditions need at least 2 evaluation windows, found " + std::to_string(windows));

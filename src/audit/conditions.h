@@ -60,10 +60,6 @@ const std::vector<std::string>& all_condition_names();
 std::unique_ptr<Condition> make_condition(const std::string& name, const CoefficientView& evaluation,
                                           const CalibrationProfiles& profiles, const AuditRandomness& randomness);
 
-// SourceUniformMean (MUDD's structure_removed): U[l,s,k] = sum_k' S[l,s,k'] / (valid sources of
-// (l, s)) on valid coordinates, 0 elsewhere; keeps every signed sum over sources. Window 0 of both.
-void source_uniform_mean(const CoefficientTensor& static_profile, CoefficientTensor& out);
-
 // Whether layer_permutation applies: every layer has the same validity pattern over (stream, source).
 bool layers_are_permutable(const CoefficientView& view);
 

@@ -69,4 +69,8 @@ class CoefficientTensor {
   std::vector<uint8_t> mask_;
 };
 
+// SourceUniformMean (MUDD's structure_removed): U[l,s,k] = sum_k' S[l,s,k'] / (valid sources of
+// (l, s)) on valid coordinates, 0 elsewhere; keeps every signed sum over sources. Window 0 of both.
+void source_uniform_mean(const CoefficientTensor& static_profile, CoefficientTensor& out);
+
 }  // namespace fca

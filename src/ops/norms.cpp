@@ -5,14 +5,17 @@
 
 namespace fca {
 
-void rmsnorm_forward(float* out, const float* x, const float* scale, int64_t N, int C, int64_t stride, double eps) {
+template <typename T>
+void rmsnorm_forward(T* out, T* rstd, const T* x, const T* scale, int64_t N, int G, int C, int64_t stride, double eps) {
 #pragma omp parallel for schedule(static)
-  for (int64_t n = 0; n < N; ++n) {
-    const float* xr = x + n * stride;
-    float* yr = out + n * stride;
-    float sq = 0;
+  for (int64_t row = 0; row < N * G; ++row) {
+    const int64_t off = (row / G) * stride + (row % G) * C;
+    const T* xr = x + off;
+    T* yr = out + off;
+    T sq = 0;
     for (int c = 0; c < C; ++c) sq += xr[c] * xr[c];
-    const float r = 1.0f / std::sqrt(sq / float(C) + float(eps));
+    const T r = T(1) / std::sqrt(sq / T(C) + T(eps));
+    if (rstd != nullptr) rstd[row] = r;
     if (scale != nullptr)
       for (int c = 0; c < C; ++c) yr[c] = (xr[c] * r) * scale[c];
     else
@@ -20,9 +23,48 @@ void rmsnorm_forward(float* out, const float* x, const float* scale, int64_t N, 
   }
 }
 
-void gelu_erf_forward(float* out, const float* inp, int64_t n) {
+template <typename T>
+void rmsnorm_backward(T* dx, T* dscale, const T* dy, const T* x, const T* rstd, const T* scale, int64_t N, int G, int C,
+                      int64_t stride) {
 #pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; ++i) out[i] = 0.5f * inp[i] * (1.0f + std::erf(inp[i] * 0.70710678118654752f));
+  for (int64_t row = 0; row < N * G; ++row) {
+    const int64_t off = (row / G) * stride + (row % G) * C;
+    const T* xr = x + off;
+    const T* dyr = dy + off;
+    const T r = rstd[row];
+    T dot = 0;  // sum of (s dy) * xhat
+    for (int c = 0; c < C; ++c) dot += (scale ? scale[c] : T(1)) * dyr[c] * xr[c] * r;
+    const T mean_dot = dot / T(C);
+    T* dxr = dx + off;
+    for (int c = 0; c < C; ++c) dxr[c] += r * ((scale ? scale[c] : T(1)) * dyr[c] - xr[c] * r * mean_dot);
+  }
+  if (dscale == nullptr) return;
+#pragma omp parallel for schedule(static)
+  for (int c = 0; c < C; ++c) {
+    T s = 0;
+    for (int64_t row = 0; row < N * G; ++row) {
+      const int64_t off = (row / G) * stride + (row % G) * C;
+      s += dy[off + c] * x[off + c] * rstd[row];
+    }
+    dscale[c] += s;
+  }
+}
+
+template <typename T>
+void gelu_erf_forward(T* out, const T* inp, int64_t n) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) out[i] = T(0.5) * inp[i] * (T(1) + std::erf(inp[i] * T(0.70710678118654752)));
+}
+
+template <typename T>
+void gelu_erf_backward(T* dinp, const T* dout, const T* inp, int64_t n) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    const T x = inp[i];
+    const T cdf = T(0.5) * (T(1) + std::erf(x * T(0.70710678118654752)));
+    const T pdf = T(0.39894228040143268) * std::exp(T(-0.5) * x * x);
+    dinp[i] = dout[i] * (cdf + x * pdf);
+  }
 }
 
 namespace {
@@ -47,37 +89,63 @@ float round_to_half(float f) {
   std::memcpy(&r, &out_bits, 4);
   return r;
 }
+
+template <typename T>
+void rotate(T* x, const T* cos_table, const T* sin_table, int B, int Tn, int H, int dh, int rot, int64_t stride,
+            T direction) {
+  const int half = rot / 2;
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < int64_t(B) * Tn; ++n) {
+    const int t = int(n % Tn);
+    const T* c = cos_table + int64_t(t) * half;
+    const T* s = sin_table + int64_t(t) * half;
+    for (int h = 0; h < H; ++h) {
+      T* v = x + n * stride + int64_t(h) * dh;
+      for (int m = 0; m < half; ++m) {
+        const T a = v[m], b = v[m + half], sn = direction * s[m];
+        v[m] = a * c[m] - b * sn;
+        v[m + half] = b * c[m] + a * sn;
+      }
+    }
+  }
+}
 }  // namespace
 
-void rope_tables(float* cos_table, float* sin_table, int positions, int rot, double base) {
+template <typename T>
+void rope_tables(T* cos_table, T* sin_table, int positions, int rot, double base) {
   const int half = rot / 2;
   for (int m = 0; m < half; ++m) {
     const float exponent = float(2 * m) / float(rot);
     const float w = 1.0f / std::pow(float(base), exponent);
     for (int t = 0; t < positions; ++t) {
       const float theta = float(t) * w;
-      cos_table[int64_t(t) * half + m] = round_to_half(std::cos(theta));
-      sin_table[int64_t(t) * half + m] = round_to_half(std::sin(theta));
+      cos_table[int64_t(t) * half + m] = T(round_to_half(std::cos(theta)));
+      sin_table[int64_t(t) * half + m] = T(round_to_half(std::sin(theta)));
     }
   }
 }
 
-void rope_forward(float* x, const float* cos_table, const float* sin_table, int B, int T, int H, int dh, int rot) {
-  const int half = rot / 2;
-#pragma omp parallel for schedule(static)
-  for (int64_t n = 0; n < int64_t(B) * T; ++n) {
-    const int t = int(n % T);
-    const float* c = cos_table + int64_t(t) * half;
-    const float* s = sin_table + int64_t(t) * half;
-    for (int h = 0; h < H; ++h) {
-      float* v = x + n * int64_t(H) * dh + int64_t(h) * dh;
-      for (int m = 0; m < half; ++m) {
-        const float a = v[m], b = v[m + half];
-        v[m] = a * c[m] - b * s[m];
-        v[m + half] = b * c[m] + a * s[m];
-      }
-    }
-  }
+template <typename T>
+void rope_forward(T* x, const T* cos_table, const T* sin_table, int B, int Tn, int H, int dh, int rot, int64_t stride) {
+  rotate(x, cos_table, sin_table, B, Tn, H, dh, rot, stride, T(1));
 }
+
+template <typename T>
+void rope_backward(T* dx, const T* cos_table, const T* sin_table, int B, int Tn, int H, int dh, int rot,
+                   int64_t stride) {
+  rotate(dx, cos_table, sin_table, B, Tn, H, dh, rot, stride, T(-1));  // the transpose of a rotation is the inverse
+}
+
+#define FCA_INSTANTIATE(T)                                                                                        \
+  template void rmsnorm_forward<T>(T*, T*, const T*, const T*, int64_t, int, int, int64_t, double);              \
+  template void rmsnorm_backward<T>(T*, T*, const T*, const T*, const T*, const T*, int64_t, int, int, int64_t); \
+  template void gelu_erf_forward<T>(T*, const T*, int64_t);                                                       \
+  template void gelu_erf_backward<T>(T*, const T*, const T*, int64_t);                                            \
+  template void rope_forward<T>(T*, const T*, const T*, int, int, int, int, int, int64_t);                        \
+  template void rope_backward<T>(T*, const T*, const T*, int, int, int, int, int, int64_t);                       \
+  template void rope_tables<T>(T*, T*, int, int, double);
+FCA_INSTANTIATE(float)
+FCA_INSTANTIATE(double)
+#undef FCA_INSTANTIATE
 
 }  // namespace fca

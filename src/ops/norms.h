@@ -1,24 +1,40 @@
-// RMS normalisation (MUDD's QK-norm and DA input norm) and exact (erf) GELU, forward kernels.
+// MUDD's kernels: RMS normalisation (the QK-norm with a per-dim scale shared by heads, and the DA
+// input norm without a scale), exact (erf) GELU, and partial rotary embeddings; forward and backward.
 #pragma once
 #include <cstdint>
 
 namespace fca {
 
-// out[n, :] = x[n, :] / sqrt(mean(x[n, :]^2) + eps) * (scale ? scale : 1), rows n < N of width C,
-// row stride `stride` for both (so q heads inside a [N, D] buffer can be normalised in place with
-// C = dh and N = tokens * heads). out may alias x.
-void rmsnorm_forward(float* out, const float* x, const float* scale, int64_t N, int C, int64_t stride, double eps);
+// RMS norm over groups of C values: token n (row stride `stride`) holds G contiguous groups (heads),
+// out[n, g, :] = x[n, g, :] * r[n, g] * (scale ? scale : 1), r = 1 / sqrt(mean(x[n, g, :]^2) + eps).
+// rstd (may be null) receives r [N * G]. out may alias x. The DA norm is G = 1, C = D.
+template <typename T>
+void rmsnorm_forward(T* out, T* rstd, const T* x, const T* scale, int64_t N, int G, int C, int64_t stride, double eps);
+// dx[n, g, :] += r (s*dy - xhat mean(s*dy*xhat)) with xhat = x r, s = scale (or 1); dscale[c] +=
+// sum over (n, g) of dy xhat (scale and dscale may be null); parameter sums in row order.
+template <typename T>
+void rmsnorm_backward(T* dx, T* dscale, const T* dy, const T* x, const T* rstd, const T* scale, int64_t N, int G, int C,
+                      int64_t stride);
 
 // out[i] = 0.5 x (1 + erf(x / sqrt 2)). out may alias inp.
-void gelu_erf_forward(float* out, const float* inp, int64_t n);
+template <typename T>
+void gelu_erf_forward(T* out, const T* inp, int64_t n);
+// dinp[i] = dout[i] (Phi(x) + x phi(x)) (overwrites; may alias dout).
+template <typename T>
+void gelu_erf_backward(T* dinp, const T* dout, const T* inp, int64_t n);
 
 // Rotary embedding on the first `rot` dims of every head, NeoX "rotate half" pairing (dim m with
-// m + rot/2), for x [B*T, H*dh] at positions 0..T-1: x_m' = x_m cos - x_{m+h} sin,
-// x_{m+h}' = x_{m+h} cos + x_m sin. cos/sin tables [T_max, rot/2].
-void rope_forward(float* x, const float* cos_table, const float* sin_table, int B, int T, int H, int dh, int rot);
+// m + rot/2), for x [B*T tokens at row stride `stride`, H*dh] at positions 0..T-1:
+// x_m' = x_m cos - x_{m+h} sin, x_{m+h}' = x_{m+h} cos + x_m sin. cos/sin tables [positions, rot/2].
+template <typename T>
+void rope_forward(T* x, const T* cos_table, const T* sin_table, int B, int Tn, int H, int dh, int rot, int64_t stride);
+// The transpose (inverse) rotation applied to gradients, in place.
+template <typename T>
+void rope_backward(T* dx, const T* cos_table, const T* sin_table, int B, int Tn, int H, int dh, int rot, int64_t stride);
 
 // The reference's tables: w_m = 1 / base^(2m/rot) and theta = t w_m in float, cos/sin in float,
 // then rounded to IEEE half precision (an artefact of the PyTorch port kept for parity).
-void rope_tables(float* cos_table, float* sin_table, int positions, int rot, double base);
+template <typename T>
+void rope_tables(T* cos_table, T* sin_table, int positions, int rot, double base);
 
 }  // namespace fca

@@ -15,44 +15,65 @@ namespace fca {
 // (layer < L - 1 or stream == 0).
 CoefficientTensor make_mudd_coefficients(const MuddConfig& config, int windows, int tokens);
 
-// The DA generator of module i: alpha = W2 GELU(W1 rms(X_{i+1})) + beta. scratch: [N, D + H_i].
-void mudd_da_generator(const MuddConfig& config, const MuddDaWeights& da, const float* newest, int64_t N,
-                       float* scratch, float* alpha);
+// What the DA generator of module i saves for backward (all [N, ...] rows of the batch).
+template <typename T>
+struct MuddDaSaved {
+  T* rstd;    // [N]      1 / rms(X_{i+1})
+  T* normed;  // [N, D]   X_{i+1} / rms
+  T* pre;     // [N, H_i] normed W1^T
+  T* act;     // [N, H_i] GELU(pre)
+};
 
+// The DA generator of module i: alpha = W2 GELU(W1 rms(X_{i+1})) + beta, alpha [N, C_i * S_i].
+template <typename T>
+void mudd_da_generator(const MuddConfig& config, const MuddDaWeights<T>& da, const T* newest, int64_t N,
+                       const MuddDaSaved<T>& saved, T* alpha);
+
+template <typename T>
 class MuddCoefficientSource {
  public:
   virtual ~MuddCoefficientSource() = default;
+  // Whether alpha depends on the generator (and so backward reaches the DA weights).
+  virtual bool live() const = 0;
   // Writes alpha [N, C_i * S_i] for DA module `layer`, given the newest source X_{layer+1} [N, D].
-  virtual void coefficients(int layer, const BatchPosition& batch, const float* newest, float* scratch,
-                            float* alpha) = 0;
+  virtual void coefficients(int layer, const BatchPosition& batch, const T* newest, const MuddDaSaved<T>& saved,
+                            T* alpha) = 0;
   int64_t controller_evaluations() const { return controller_evaluations_; }
 
  protected:
   int64_t controller_evaluations_ = 0;
 };
 
-class MuddLiveCoefficients : public MuddCoefficientSource {
+template <typename T>
+class MuddLiveCoefficients : public MuddCoefficientSource<T> {
  public:
-  explicit MuddLiveCoefficients(const MuddModel& model) : model_(model) {}
-  void coefficients(int layer, const BatchPosition& batch, const float* newest, float* scratch, float* alpha) override;
+  explicit MuddLiveCoefficients(const MuddModel<T>& model) : model_(model) {}
+  bool live() const override { return true; }
+  void coefficients(int layer, const BatchPosition& batch, const T* newest, const MuddDaSaved<T>& saved,
+                    T* alpha) override;
 
  protected:
-  const MuddModel& model_;
+  const MuddModel<T>& model_;
 };
 
-class MuddRecordingCoefficients : public MuddLiveCoefficients {
+template <typename T>
+class MuddRecordingCoefficients : public MuddLiveCoefficients<T> {
  public:
-  MuddRecordingCoefficients(const MuddModel& model, CoefficientTensor& sink);
-  void coefficients(int layer, const BatchPosition& batch, const float* newest, float* scratch, float* alpha) override;
+  MuddRecordingCoefficients(const MuddModel<T>& model, CoefficientTensor& sink);
+  void coefficients(int layer, const BatchPosition& batch, const T* newest, const MuddDaSaved<T>& saved,
+                    T* alpha) override;
 
  private:
   CoefficientTensor& sink_;
 };
 
-class MuddReplayedCoefficients : public MuddCoefficientSource {
+template <typename T>
+class MuddReplayedCoefficients : public MuddCoefficientSource<T> {
  public:
   MuddReplayedCoefficients(const MuddConfig& config, const CoefficientTensor& coefficients);
-  void coefficients(int layer, const BatchPosition& batch, const float* newest, float* scratch, float* alpha) override;
+  bool live() const override { return false; }
+  void coefficients(int layer, const BatchPosition& batch, const T* newest, const MuddDaSaved<T>& saved,
+                    T* alpha) override;
 
  private:
   MuddConfig config_;

@@ -1,5 +1,7 @@
 #include "models/mudd/forward.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cstring>
 
@@ -13,39 +15,72 @@
 
 namespace fca {
 
+template <typename T>
 template <typename A>
-void MuddRunState::layout(A& a) {
+void MuddRunState<T>::layout(A& a) {
   const int64_t N = int64_t(max_batch) * max_tokens, D = config.dim, L = config.n_layer;
   int max_ffn = 0, max_da = 0;
   for (int i = 0; i < L; ++i) max_ffn = std::max(max_ffn, config.ffn_width(i)), max_da = std::max(max_da, config.da_hidden(i));
+  const int kept = keep_all_layers ? int(L) : 1;
+  layers.assign(size_t(L), {});
+  for (int i = 0; i < kept; ++i) {
+    auto& l = layers[size_t(i)];
+    for (int s = 0; s < 3; ++s) {
+      l.normed[s] = a.template take<T>(N * D);
+      l.ln_mean[s] = a.template take<T>(N);
+      l.ln_rstd[s] = a.template take<T>(N);
+    }
+    l.q_raw = a.template take<T>(N * D);
+    l.k_raw = a.template take<T>(N * D);
+    l.q_rstd = a.template take<T>(N * config.n_head);
+    l.k_rstd = a.template take<T>(N * config.n_head);
+    l.qkv = a.template take<T>(N * 3 * D);
+    l.probs = a.template take<T>(int64_t(max_batch) * config.n_head * max_tokens * max_tokens);
+    l.attn_out = a.template take<T>(N * D);
+    l.attn_proj = a.template take<T>(N * D);
+    l.ffn_mean = a.template take<T>(N);
+    l.ffn_rstd = a.template take<T>(N);
+    l.ffn_in = a.template take<T>(N * D);
+    l.ffn_pre = a.template take<T>(N * max_ffn);
+    l.ffn_act = a.template take<T>(N * max_ffn);
+    l.ffn_out = a.template take<T>(N * D);
+    l.da.rstd = a.template take<T>(N);
+    l.da.normed = a.template take<T>(N * D);
+    l.da.pre = a.template take<T>(N * max_da);
+    l.da.act = a.template take<T>(N * max_da);
+    for (auto& s : l.streams) s = a.template take<T>(N * D);
+  }
+  for (int i = kept; i < L; ++i) layers[size_t(i)] = layers[0];
   hidden.assign(size_t(L + 1), nullptr);
-  for (auto& h : hidden) h = a.template take<float>(N * D);
-  for (auto& s : streams) s = a.template take<float>(N * D);
-  for (auto& s : normed) s = a.template take<float>(N * D);
-  q = a.template take<float>(N * D);
-  k = a.template take<float>(N * D);
-  v = a.template take<float>(N * D);
-  qkv = a.template take<float>(N * 3 * D);
-  probs = a.template take<float>(int64_t(max_batch) * config.n_head * max_tokens * max_tokens);
-  attn_out = a.template take<float>(N * D);
-  attn_proj = a.template take<float>(N * D);
-  ffn_in = a.template take<float>(N * D);
-  ffn_hidden = a.template take<float>(N * max_ffn);
-  ffn_out = a.template take<float>(N * D);
-  mean = a.template take<float>(N);
-  rstd = a.template take<float>(N);
+  for (auto& h : hidden) h = a.template take<T>(N * D);
   alpha.assign(size_t(L), nullptr);
-  for (int i = 0; i < L; ++i) alpha[size_t(i)] = a.template take<float>(N * config.streams(i) * config.sources(i));
-  da_scratch = a.template take<float>(N * (D + max_da));
-  final_normed = a.template take<float>(N * D);
-  logits = a.template take<float>(N * config.vocab_size);
-  losses = a.template take<float>(N);
-  rope_cos = a.template take<float>(int64_t(config.block_size) * (config.rotary_dims() / 2));
-  rope_sin = a.template take<float>(int64_t(config.block_size) * (config.rotary_dims() / 2));
+  for (int i = 0; i < L; ++i) alpha[size_t(i)] = a.template take<T>(N * config.streams(i) * config.sources(i));
+  final_mean = a.template take<T>(N);
+  final_rstd = a.template take<T>(N);
+  final_normed = a.template take<T>(N * D);
+  logits = a.template take<T>(N * config.vocab_size);
+  losses = a.template take<T>(N);
+  tokens_in = a.template take<int32_t>(N);
+  targets = a.template take<int32_t>(N);
+  rope_cos = a.template take<T>(int64_t(config.block_size) * (config.rotary_dims() / 2));
+  rope_sin = a.template take<T>(int64_t(config.block_size) * (config.rotary_dims() / 2));
+  const int64_t nb = keep_all_layers ? N : 0;
+  d_hidden.assign(size_t(L + 1), nullptr);
+  for (auto& h : d_hidden) h = a.template take<T>(nb * D);
+  for (auto& s : d_streams) s = a.template take<T>(nb * D);
+  d_a = a.template take<T>(nb * D);
+  d_b = a.template take<T>(nb * D);
+  d_c = a.template take<T>(nb * D);
+  d_qkv = a.template take<T>(nb * 3 * D);
+  d_wide = a.template take<T>(nb * std::max(max_ffn, max_da));
+  d_alpha = a.template take<T>(nb * 4 * (L + 1));
+  scratch_threads = keep_all_layers ? omp_get_max_threads() : 0;
+  attn_scratch = a.template take<T>(int64_t(scratch_threads) * max_tokens * max_tokens);
 }
 
-MuddRunState::MuddRunState(const MuddConfig& c, int max_batch_, int max_tokens_)
-    : config(c), max_batch(max_batch_), max_tokens(max_tokens_) {
+template <typename T>
+MuddRunState<T>::MuddRunState(const MuddConfig& c, int max_batch_, int max_tokens_, bool keep_all_layers_)
+    : config(c), max_batch(max_batch_), max_tokens(max_tokens_), keep_all_layers(keep_all_layers_) {
   ArenaMeasure measure;
   layout(measure);
   arena = Arena(measure.bytes());
@@ -56,106 +91,115 @@ MuddRunState::MuddRunState(const MuddConfig& c, int max_batch_, int max_tokens_)
 namespace {
 
 // y[n, :] = x[n, :] W^T + b, written with row stride ldy.
-void linear_rows(float* y, int ldy, const float* x, const float* W, const float* b, int N, int in, int out) {
+template <typename T>
+void linear_rows(T* y, int ldy, const T* x, const T* W, const T* b, int N, int in, int out) {
 #pragma omp parallel for schedule(static)
-  for (int n = 0; n < N; ++n) std::memcpy(y + int64_t(n) * ldy, b, sizeof(float) * size_t(out));
-  gemm<float>(false, true, N, out, in, 1.0f, x, in, W, in, 1.0f, y, ldy);
+  for (int n = 0; n < N; ++n) std::memcpy(y + int64_t(n) * ldy, b, sizeof(T) * size_t(out));
+  gemm<T>(false, true, N, out, in, T(1), x, in, W, in, T(1), y, ldy);
 }
 
 }  // namespace
 
-void mudd_forward(const MuddModel& model, MuddRunState& rs, const int32_t* tokens, int B, int T,
-                  MuddCoefficientSource& source, int first_window) {
+template <typename T>
+void mudd_forward(const MuddModel<T>& model, MuddRunState<T>& rs, const int32_t* tokens, int B, int Tn,
+                  MuddCoefficientSource<T>& source, int first_window) {
   const MuddConfig& c = model.config();
-  if (T > c.block_size)
-    throw Error("sequence of " + std::to_string(T) + " tokens is longer than the model's " + std::to_string(c.block_size) +
-                " positions");
-  if (B <= 0 || T <= 0 || B > rs.max_batch || T > rs.max_tokens)
-    throw Error("batch [" + std::to_string(B) + ", " + std::to_string(T) + "] does not fit the run state [" +
+  if (Tn > c.block_size)
+    throw Error("sequence of " + std::to_string(Tn) + " tokens is longer than the model's " +
+                std::to_string(c.block_size) + " positions");
+  if (B <= 0 || Tn <= 0 || B > rs.max_batch || Tn > rs.max_tokens)
+    throw Error("batch [" + std::to_string(B) + ", " + std::to_string(Tn) + "] does not fit the run state [" +
                 std::to_string(rs.max_batch) + ", " + std::to_string(rs.max_tokens) + "]");
-  const int D = c.dim, H = c.n_head, dh = c.head_dim, L = c.n_layer, N = B * T;
-  for (int n = 0; n < N; ++n)
+  const int D = c.dim, H = c.n_head, dh = c.head_dim, L = c.n_layer, N = B * Tn;
+  for (int n = 0; n < N; ++n) {
     if (tokens[n] < 0 || tokens[n] >= c.vocab_size)
       throw Error("token id " + std::to_string(tokens[n]) + " is outside [0, " + std::to_string(c.vocab_size) + ")");
+    rs.tokens_in[n] = tokens[n];
+  }
   rs.batch = B;
-  rs.tokens = T;
-  const MuddWeights& w = model.weights();
-  const BatchPosition position{first_window, B, T};
+  rs.tokens = Tn;
+  const MuddWeights<T>& w = model.weights();
+  const BatchPosition position{first_window, B, Tn};
   ExecCounters* counters = exec_counters();
 
   // X_0 = E[tokens] (no positional embedding, no scaling).
 #pragma omp parallel for schedule(static)
-  for (int n = 0; n < N; ++n) std::memcpy(rs.hidden[0] + int64_t(n) * D, w.embedding + int64_t(tokens[n]) * D, sizeof(float) * D);
+  for (int n = 0; n < N; ++n) std::memcpy(rs.hidden[0] + int64_t(n) * D, w.embedding + int64_t(tokens[n]) * D, sizeof(T) * D);
 
   for (int i = 0; i < L; ++i) {
-    const MuddBlockWeights& p = w.blocks[size_t(i)];
+    const MuddBlockWeights<T>& p = w.blocks[size_t(i)];
+    auto& a = rs.layers[size_t(i)];
     if (counters != nullptr) counters->blocks_executed.fetch_add(1, std::memory_order_relaxed);
     // Block inputs: X_0 for block 0; the Q, K, V, R streams of DA i-1 otherwise.
-    const float* in[4];
-    for (int s = 0; s < 4; ++s) in[s] = i == 0 ? rs.hidden[0] : rs.streams[s];
-    const float* R = in[3];
+    const T* in[4];
+    for (int s = 0; s < 4; ++s) in[s] = i == 0 ? rs.hidden[0] : rs.layers[size_t(i - 1)].streams[s];
+    const T* R = in[3];
     for (int s = 0; s < (i == 0 ? 1 : 3); ++s)
-      layernorm_forward(rs.normed[s], rs.mean, rs.rstd, in[s], p.attention_norm_weight[s], p.attention_norm_bias[s], N, D);
-    const float* q_in = rs.normed[0];
-    const float* k_in = i == 0 ? rs.normed[0] : rs.normed[1];
-    const float* v_in = i == 0 ? rs.normed[0] : rs.normed[2];
-    linear_rows(rs.q, D, q_in, p.wq, p.bq, N, D, D);
-    linear_rows(rs.k, D, k_in, p.wk, p.bk, N, D, D);
-    linear_rows(rs.v, D, v_in, p.wv, p.bv, N, D, D);
-    // QK RMSNorm per head (scale shared by heads), then partial rotary on the first rot dims.
-    rmsnorm_forward(rs.q, rs.q, p.q_norm, int64_t(N) * H, dh, dh, c.norm_eps);
-    rmsnorm_forward(rs.k, rs.k, p.k_norm, int64_t(N) * H, dh, dh, c.norm_eps);
-    rope_forward(rs.q, rs.rope_cos, rs.rope_sin, B, T, H, dh, c.rotary_dims());
-    rope_forward(rs.k, rs.rope_cos, rs.rope_sin, B, T, H, dh, c.rotary_dims());
+      layernorm_forward(a.normed[s], a.ln_mean[s], a.ln_rstd[s], in[s], p.attention_norm_weight[s],
+                        p.attention_norm_bias[s], N, D);
+    const T* q_in = a.normed[0];
+    const T* k_in = i == 0 ? a.normed[0] : a.normed[1];
+    const T* v_in = i == 0 ? a.normed[0] : a.normed[2];
+    linear_rows(a.q_raw, D, q_in, p.wq, p.bq, N, D, D);
+    linear_rows(a.k_raw, D, k_in, p.wk, p.bk, N, D, D);
+    linear_rows(a.qkv + 2 * D, 3 * D, v_in, p.wv, p.bv, N, D, D);
+    // QK RMSNorm per head (scale shared by heads) into the packed buffer, then partial rotary.
+    T* q = a.qkv;
+    T* k = a.qkv + D;
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; ++n) {
-      float* row = rs.qkv + int64_t(n) * 3 * D;
-      std::memcpy(row, rs.q + int64_t(n) * D, sizeof(float) * D);
-      std::memcpy(row + D, rs.k + int64_t(n) * D, sizeof(float) * D);
-      std::memcpy(row + 2 * D, rs.v + int64_t(n) * D, sizeof(float) * D);
+      std::memcpy(q + int64_t(n) * 3 * D, a.q_raw + int64_t(n) * D, sizeof(T) * D);
+      std::memcpy(k + int64_t(n) * 3 * D, a.k_raw + int64_t(n) * D, sizeof(T) * D);
     }
-    attention_forward<float>(rs.attn_out, rs.probs, nullptr, rs.qkv, B, T, D, H);
-    linear_rows(rs.attn_proj, D, rs.attn_out, p.wo, p.bo, N, D, D);
+    rmsnorm_forward<T>(q, a.q_rstd, q, p.q_norm, N, H, dh, 3 * D, c.norm_eps);
+    rmsnorm_forward<T>(k, a.k_rstd, k, p.k_norm, N, H, dh, 3 * D, c.norm_eps);
+    rope_forward(q, rs.rope_cos, rs.rope_sin, B, Tn, H, dh, c.rotary_dims(), 3 * D);
+    rope_forward(k, rs.rope_cos, rs.rope_sin, B, Tn, H, dh, c.rotary_dims(), 3 * D);
+    attention_forward<T>(a.attn_out, a.probs, nullptr, a.qkv, B, Tn, D, H);
+    linear_rows(a.attn_proj, D, a.attn_out, p.wo, p.bo, N, D, D);
     // FFN on the R stream (parallel residual), width F_i.
     const int F = p.ffn_width;
-    layernorm_forward(rs.ffn_in, rs.mean, rs.rstd, R, p.ffn_norm_weight, p.ffn_norm_bias, N, D);
-    linear_rows(rs.ffn_hidden, F, rs.ffn_in, p.w1, p.b1, N, D, F);
-    gelu_erf_forward(rs.ffn_hidden, rs.ffn_hidden, int64_t(N) * F);
-    linear_rows(rs.ffn_out, D, rs.ffn_hidden, p.w2, p.b2, N, F, D);
-    float* X = rs.hidden[size_t(i + 1)];
+    layernorm_forward(a.ffn_in, a.ffn_mean, a.ffn_rstd, R, p.ffn_norm_weight, p.ffn_norm_bias, N, D);
+    linear_rows(a.ffn_pre, F, a.ffn_in, p.w1, p.b1, N, D, F);
+    gelu_erf_forward(a.ffn_act, a.ffn_pre, int64_t(N) * F);
+    linear_rows(a.ffn_out, D, a.ffn_act, p.w2, p.b2, N, F, D);
+    T* X = rs.hidden[size_t(i + 1)];
 #pragma omp parallel for schedule(static)
-    for (int64_t e = 0; e < int64_t(N) * D; ++e) X[e] = (R[e] + rs.attn_proj[e]) + rs.ffn_out[e];  // order as the reference
+    for (int64_t e = 0; e < int64_t(N) * D; ++e) X[e] = (R[e] + a.attn_proj[e]) + a.ffn_out[e];  // the reference's order
 
     // DA module i: coefficients from the source, then the signed mixing over X_0 .. X_{i+1}.
     const int C = c.streams(i), S = c.sources(i);
-    float* alpha = rs.alpha[size_t(i)];
-    source.coefficients(i, position, X, rs.da_scratch, alpha);
+    T* alpha = rs.alpha[size_t(i)];
+    source.coefficients(i, position, X, a.da, alpha);
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; ++n) {
-      const float* a = alpha + int64_t(n) * C * S;
+      const T* al = alpha + int64_t(n) * C * S;
       for (int s = 0; s < C; ++s) {
-        float* y = rs.streams[s] + int64_t(n) * D;
-        const float* x0 = rs.hidden[0] + int64_t(n) * D;
-        for (int d = 0; d < D; ++d) y[d] = a[s * S] * x0[d];
+        T* y = a.streams[s] + int64_t(n) * D;
+        const T* x0 = rs.hidden[0] + int64_t(n) * D;
+        for (int d = 0; d < D; ++d) y[d] = al[s * S] * x0[d];
         for (int j = 1; j < S; ++j) {  // sequential over sources, as the reference accumulates
-          const float aj = a[s * S + j];
-          const float* xj = rs.hidden[size_t(j)] + int64_t(n) * D;
+          const T aj = al[s * S + j];
+          const T* xj = rs.hidden[size_t(j)] + int64_t(n) * D;
           for (int d = 0; d < D; ++d) y[d] += aj * xj[d];
         }
       }
     }
   }
   // Head: LN_final(Y_{L-1}^0) E_out^T over all vocab rows.
-  layernorm_forward(rs.final_normed, rs.mean, rs.rstd, rs.streams[0], w.norm_weight, w.norm_bias, N, D);
-  gemm<float>(false, true, N, c.vocab_size, D, 1.0f, rs.final_normed, D, w.output, D, 0.0f, rs.logits, c.vocab_size);
+  layernorm_forward(rs.final_normed, rs.final_mean, rs.final_rstd, rs.final_stream(), w.norm_weight, w.norm_bias, N, D);
+  gemm<T>(false, true, N, c.vocab_size, D, T(1), rs.final_normed, D, w.output, D, T(0), rs.logits, c.vocab_size);
 }
 
-double mudd_loss(MuddRunState& rs, const int32_t* targets, double* window_nll) {
+template <typename T>
+double mudd_loss(MuddRunState<T>& rs, const int32_t* targets, double* window_nll) {
   const int64_t N = int64_t(rs.batch) * rs.tokens;
-  for (int64_t n = 0; n < N; ++n)
+  for (int64_t n = 0; n < N; ++n) {
     if (targets[n] < 0 || targets[n] >= rs.config.vocab_size)
       throw Error("target id " + std::to_string(targets[n]) + " is outside the vocabulary");
-  cross_entropy_forward(rs.losses, rs.logits, targets, N, rs.config.vocab_size);
+    rs.targets[n] = targets[n];
+  }
+  cross_entropy_forward(rs.losses, rs.logits, rs.targets, N, rs.config.vocab_size);
   double total = 0;
   for (int b = 0; b < rs.batch; ++b) {
     double s = 0;
@@ -165,5 +209,14 @@ double mudd_loss(MuddRunState& rs, const int32_t* targets, double* window_nll) {
   }
   return total / double(N);
 }
+
+template struct MuddRunState<float>;
+template struct MuddRunState<double>;
+template void mudd_forward<float>(const MuddModel<float>&, MuddRunState<float>&, const int32_t*, int, int,
+                                  MuddCoefficientSource<float>&, int);
+template void mudd_forward<double>(const MuddModel<double>&, MuddRunState<double>&, const int32_t*, int, int,
+                                   MuddCoefficientSource<double>&, int);
+template double mudd_loss<float>(MuddRunState<float>&, const int32_t*, double*);
+template double mudd_loss<double>(MuddRunState<double>&, const int32_t*, double*);
 
 }  // namespace fca

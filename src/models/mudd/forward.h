@@ -1,6 +1,6 @@
-// The MUDD forward pass in fp32 (spec "mode F": fp16-rounded RoPE tables, exact GELU, parallel
+// The MUDD forward pass (spec "mode F" in float: fp16-rounded RoPE tables, exact GELU, parallel
 // residual, QK RMSNorm before partial rotary, per-stream LayerNorms, DA modules, signed unnormalised
-// mixing), with a live, recording or replayed coefficient source.
+// mixing) with a live, recording or replayed coefficient source, and its backward pass.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -11,30 +11,54 @@
 
 namespace fca {
 
-// Every activation of one forward pass, sized once for the largest batch. Stable names:
-// hidden.{j} = X_j (j = 0..L), layers.{i}.alpha, final_stream, logits.
+// One block's and DA module's saved activations; N = B*T rows.
+template <typename T>
+struct MuddLayerActivations {
+  T* normed[3];            // [N, D] LayerNorm outputs feeding q, k, v (block 0: only [0])
+  T* ln_mean[3];           // [N]
+  T* ln_rstd[3];           // [N]
+  T *q_raw, *k_raw;        // [N, D] projections before the QK-norm
+  T *q_rstd, *k_rstd;      // [N * H] QK-norm statistics
+  T* qkv;                  // [N, 3D] normed and rotated q, k; v
+  T* probs;                // [B, H, T, T]
+  T* attn_out;             // [N, D] heads concatenated
+  T* attn_proj;            // [N, D] A
+  T *ffn_mean, *ffn_rstd;  // [N]
+  T* ffn_in;               // [N, D] LN_ffn(R)
+  T* ffn_pre;              // [N, F_i]
+  T* ffn_act;              // [N, F_i]
+  T* ffn_out;              // [N, D] F
+  MuddDaSaved<T> da;       // the DA generator's activations
+  T* streams[4];           // [N, D] Y_i^c: the mixed streams made by DA module i
+};
+
+// Every activation of a pass, in one arena sized once for the largest batch. keep_all_layers keeps
+// every layer's activations (training); otherwise layers share one set (inference). Stable names:
+// hidden.{j} = X_j, layers.{i}.alpha, final_stream, logits.
+template <typename T>
 struct MuddRunState {
-  MuddRunState(const MuddConfig& config, int max_batch, int max_tokens);
+  MuddRunState(const MuddConfig& config, int max_batch, int max_tokens, bool keep_all_layers = false);
   MuddConfig config;
   int max_batch, max_tokens, batch = 0, tokens = 0;
-  std::vector<float*> hidden;   // L+1 x [N, D]: the kept sources X_0 .. X_L
-  float* streams[4];            // [N, D] each: Q, K, V, R inputs of the next block (stream 0 = final)
-  float* normed[3];             // [N, D] LayerNorm outputs for q, k, v
-  float *q, *k, *v;             // [N, D]
-  float* qkv;                   // [N, 3D] packed for the attention kernel
-  float* probs;                 // [B, H, T, T]
-  float* attn_out;              // [N, D]
-  float* attn_proj;             // [N, D]  A
-  float* ffn_in;                // [N, D]
-  float* ffn_hidden;            // [N, max F_i]
-  float* ffn_out;               // [N, D]  F
-  float* mean; float* rstd;     // [N] LayerNorm statistics (reused)
-  std::vector<float*> alpha;    // L x [N, C_i * S_i]
-  float* da_scratch;            // [N, D + max H_i]
-  float* final_normed;          // [N, D]
-  float* logits;                // [N, V]
-  float* losses;                // [N]
-  float *rope_cos, *rope_sin;   // [block_size, rot/2]
+  bool keep_all_layers;
+  std::vector<MuddLayerActivations<T>> layers;  // L entries (aliases of one set when not keeping all)
+  std::vector<T*> hidden;   // L+1 x [N, D]: the kept sources X_0 .. X_L
+  std::vector<T*> alpha;    // L x [N, C_i * S_i]
+  T *final_mean, *final_rstd, *final_normed;  // [N], [N], [N, D]
+  T* logits;                // [N, V]; overwritten by dlogits in backward
+  T* losses;                // [N]
+  int32_t *tokens_in, *targets;  // [N]
+  T *rope_cos, *rope_sin;   // [block_size, rot/2]
+  // Backward buffers (training only).
+  std::vector<T*> d_hidden;  // L+1 x [N, D] accumulators for dL/dX_j
+  T* d_streams[4];           // [N, D] gradients of the streams of the DA being processed
+  T *d_a, *d_b, *d_c;        // [N, D] scratch
+  T* d_qkv;                  // [N, 3D]
+  T* d_wide;                 // [N, max(F_i, H_i)]
+  T* d_alpha;                // [N, 4 (L+1)]
+  T* attn_scratch;           // [threads, T, T]
+  int scratch_threads = 0;
+  T* final_stream() const { return layers.back().streams[0]; }
   size_t bytes() const { return arena.capacity(); }
 
  private:
@@ -44,10 +68,17 @@ struct MuddRunState {
 };
 
 // tokens [B, T] (ids < vocab_size, T <= block_size). Throws Error on bad ids or sizes.
-void mudd_forward(const MuddModel& model, MuddRunState& rs, const int32_t* tokens, int B, int T,
-                  MuddCoefficientSource& source, int first_window = 0);
+template <typename T>
+void mudd_forward(const MuddModel<T>& model, MuddRunState<T>& rs, const int32_t* tokens, int B, int Tn,
+                  MuddCoefficientSource<T>& source, int first_window = 0);
 
 // Per-window mean NLL of the last pass against targets [B, T] over all vocab rows; returns the mean.
-double mudd_loss(MuddRunState& rs, const int32_t* targets, double* window_nll);
+template <typename T>
+double mudd_loss(MuddRunState<T>& rs, const int32_t* targets, double* window_nll);
+
+// Adds loss_scale * d(sum of per-position losses)/d(parameters) of the last pass into `grads`.
+// Needs keep_all_layers and a live source (gradients reach the DA generators).
+template <typename T>
+void mudd_backward(const MuddModel<T>& model, MuddRunState<T>& rs, MuddModel<T>& grads, T loss_scale);
 
 }  // namespace fca

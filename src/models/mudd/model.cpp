@@ -1,5 +1,6 @@
 #include "models/mudd/model.h"
 
+#include <algorithm>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -59,22 +60,41 @@ std::vector<TensorSlot> mudd_tensor_layout(const MuddConfig& c) {
   return slots;
 }
 
-MuddModel::MuddModel(const MuddConfig& config) : config_(config), layout_(mudd_tensor_layout(config)) {
+template <typename T>
+MuddModel<T>::MuddModel(const MuddConfig& config) : config_(config), layout_(mudd_tensor_layout(config)) {
   const auto& last = layout_.back();
-  storage_.assign(last.offset + (last.numel + 15) / 16 * 16, 0.0f);
+  storage_.assign(last.offset + (last.numel + 15) / 16 * 16, T(0));
   bind();
 }
 
-size_t MuddModel::parameter_count() const {
+template <typename T>
+MuddModel<T>::MuddModel(MuddModel&& other) noexcept
+    : config_(other.config_), layout_(std::move(other.layout_)), storage_(std::move(other.storage_)),
+      hash_(std::move(other.hash_)) {
+  bind();  // the moved buffer keeps its address, but rebinding keeps this obviously right
+}
+
+template <typename T>
+template <typename U>
+MuddModel<T> MuddModel<T>::converted_from(const MuddModel<U>& other) {
+  MuddModel<T> m(other.config());
+  for (size_t i = 0; i < m.storage_.size(); ++i) m.storage_[i] = static_cast<T>(other.data()[i]);
+  m.hash_ = other.content_hash();
+  return m;
+}
+
+template <typename T>
+size_t MuddModel<T>::parameter_count() const {
   size_t n = 0;
   for (const auto& s : layout_) n += s.numel;
   return n;
 }
 
-void MuddModel::bind() {
-  std::map<std::string, const float*> at;
+template <typename T>
+void MuddModel<T>::bind() {
+  std::map<std::string, T*> at;
   for (const auto& s : layout_) at[s.name] = storage_.data() + s.offset;
-  MuddWeights& w = weights_;
+  MuddWeights<T>& w = weights_;
   w.embedding = at["tok_embeddings.weight"];
   w.output = at["output.weight"];
   w.norm_weight = at["norm.weight"];
@@ -83,7 +103,7 @@ void MuddModel::bind() {
   w.da.assign(size_t(config_.n_layer), {});
   for (int i = 0; i < config_.n_layer; ++i) {
     const std::string p = "layers." + std::to_string(i) + ".";
-    MuddBlockWeights& b = w.blocks[size_t(i)];
+    MuddBlockWeights<T>& b = w.blocks[size_t(i)];
     for (int s = 0; s < 3; ++s) {
       const std::string norm = i == 0 ? p + "attention_norm." : p + "attention_norms." + std::to_string(s) + ".";
       b.attention_norm_weight[s] = at[norm + "weight"];
@@ -106,7 +126,7 @@ void MuddModel::bind() {
     b.w2 = at[p + "feed_forward.w2.weight"];
     b.b2 = at[p + "feed_forward.w2.bias"];
     b.ffn_width = config_.ffn_width(i);
-    MuddDaWeights& d = w.da[size_t(i)];
+    MuddDaWeights<T>& d = w.da[size_t(i)];
     d.w1 = at["dynamic_dense." + std::to_string(i) + ".w1.weight"];
     d.w2 = at["dynamic_dense." + std::to_string(i) + ".w2.weight"];
     d.beta = at["dense_bs." + std::to_string(i)];
@@ -126,9 +146,10 @@ bool ignorable(const std::string& name) {
 }
 }  // namespace
 
-MuddModel MuddModel::load(const std::string& dir) {
+template <typename T>
+MuddModel<T> MuddModel<T>::load(const std::string& dir) {
   if (!is_directory(dir)) throw Error(dir + ": model folder does not exist or is not a folder");
-  MuddModel m(MuddConfig::load(dir));
+  MuddModel<T> m(MuddConfig::load(dir));
   // Which file holds each tensor: the index's weight_map, or everything in model.safetensors.
   std::map<std::string, std::string> file_of;
   std::vector<std::string> files;
@@ -177,7 +198,7 @@ MuddModel MuddModel::load(const std::string& dir) {
     }
     if (!reader->has(s.name))
       throw Error(reader->path() + ": tensor '" + s.name + "' is missing (expected shape " + shape_string(s.shape) + ")");
-    reader->read_into<float>(s.name, s.shape, m.storage_.data() + s.offset);
+    reader->template read_into<T>(s.name, s.shape, m.storage_.data() + s.offset);
   }
   std::map<std::string, bool> known;
   for (const auto& s : m.layout_) known[s.name] = true;
@@ -189,13 +210,19 @@ MuddModel MuddModel::load(const std::string& dir) {
   return m;
 }
 
-void MuddModel::save(const std::string& dir) const {
+template <typename T>
+void MuddModel<T>::save(const std::string& dir) const {
   if (!is_directory(dir)) throw Error(dir + ": output folder does not exist");
+  const std::vector<float> as_float(storage_.begin(), storage_.end());
   std::vector<TensorToWrite> tensors;
-  for (const auto& s : layout_) tensors.push_back({s.name, s.shape, storage_.data() + s.offset});
+  for (const auto& s : layout_) tensors.push_back({s.name, s.shape, as_float.data() + s.offset});
   write_safetensors(dir + "/model.safetensors", tensors, {{"format", "pt"}});
   const std::string text = config_.to_json();
   write_file_atomically(dir + "/config.json", [&](std::ostream& out) { out << text << "\n"; });
 }
+
+template class MuddModel<float>;
+template class MuddModel<double>;
+template MuddModel<double> MuddModel<double>::converted_from<float>(const MuddModel<float>&);
 
 }  // namespace fca

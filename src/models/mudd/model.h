@@ -10,41 +10,46 @@
 
 namespace fca {
 
+template <typename T>
 struct MuddBlockWeights {
   // Block 0 has one input LayerNorm (attention_norm); blocks >= 1 have one per Q/K/V stream.
-  const float* attention_norm_weight[3];  // [D] (block 0: all three alias attention_norm)
-  const float* attention_norm_bias[3];
-  const float *wq, *bq, *wk, *bk, *wv, *bv, *wo, *bo;  // [D, D], [D]
-  const float *q_norm, *k_norm;                          // [dh]
-  const float *ffn_norm_weight, *ffn_norm_bias;          // [D]
-  const float *w1, *b1;                                  // [F_i, D], [F_i]
-  const float *w2, *b2;                                  // [D, F_i], [D]
+  T* attention_norm_weight[3];  // [D] (block 0: all three alias attention_norm)
+  T* attention_norm_bias[3];
+  T *wq, *bq, *wk, *bk, *wv, *bv, *wo, *bo;  // [D, D], [D]
+  T *q_norm, *k_norm;                          // [dh]
+  T *ffn_norm_weight, *ffn_norm_bias;          // [D]
+  T *w1, *b1;                                  // [F_i, D], [F_i]
+  T *w2, *b2;                                  // [D, F_i], [D]
   int ffn_width;
 };
 
+template <typename T>
 struct MuddDaWeights {
-  const float* w1;     // [H_i, D], no bias
-  const float* w2;     // [C_i * S_i, H_i], no bias
-  const float* beta;   // dense_bs.i [C_i, S_i]
+  T* w1;     // [H_i, D], no bias
+  T* w2;     // [C_i * S_i, H_i], no bias
+  T* beta;   // dense_bs.i [C_i, S_i]
   int hidden, streams, sources;
 };
 
+template <typename T>
 struct MuddWeights {
-  const float* embedding;  // tok_embeddings.weight [V, D]
-  const float* output;     // output.weight [V, D], untied
-  const float *norm_weight, *norm_bias;  // final LayerNorm [D]
-  std::vector<MuddBlockWeights> blocks;
-  std::vector<MuddDaWeights> da;
+  T* embedding;  // tok_embeddings.weight [V, D]
+  T* output;     // output.weight [V, D], untied
+  T *norm_weight, *norm_bias;  // final LayerNorm [D]
+  std::vector<MuddBlockWeights<T>> blocks;
+  std::vector<MuddDaWeights<T>> da;
 };
 
 std::vector<TensorSlot> mudd_tensor_layout(const MuddConfig& config);
 
+// T = float for inference and training; double for the finite-difference gradient checks.
+template <typename T>
 class MuddModel {
  public:
-  MuddModel(const MuddConfig& config);  // zero weights
+  explicit MuddModel(const MuddConfig& config);  // zero weights
   MuddModel(const MuddModel&) = delete;
   MuddModel& operator=(const MuddModel&) = delete;
-  MuddModel(MuddModel&&) = default;
+  MuddModel(MuddModel&& other) noexcept;
 
   // Loads a folder; checks every name and shape (errors name the file and tensor). Ignores the
   // tensors a checkpoint may carry beyond the architecture (attention_norm of blocks >= 1, caches).
@@ -53,10 +58,14 @@ class MuddModel {
   void save(const std::string& dir) const;
 
   const MuddConfig& config() const { return config_; }
-  const MuddWeights& weights() const { return weights_; }
+  const MuddWeights<T>& weights() const { return weights_; }
+  MuddWeights<T>& weights() { return weights_; }
   const std::vector<TensorSlot>& layout() const { return layout_; }
-  float* data() { return storage_.data(); }
-  const float* data() const { return storage_.data(); }
+  T* data() { return storage_.data(); }
+  const T* data() const { return storage_.data(); }
+  size_t buffer_size() const { return storage_.size(); }
+  template <typename U>
+  static MuddModel converted_from(const MuddModel<U>& other);
   size_t parameter_count() const;
   std::string content_hash() const { return hash_; }
 
@@ -64,8 +73,8 @@ class MuddModel {
   void bind();
   MuddConfig config_;
   std::vector<TensorSlot> layout_;
-  std::vector<float> storage_;
-  MuddWeights weights_;
+  std::vector<T> storage_;
+  MuddWeights<T> weights_;
   std::string hash_;  // SHA-256 over the weight files' bytes, in load order
 };
 
