@@ -139,7 +139,7 @@ class AuditEndToEnd : public ::testing::Test {
     o.seed = seed;
     o.out = path;
     o.progress = false;
-    train_gated(o, Corpus(dir.path()));
+    train_model(o, Corpus(dir.path()));
     return path;
   }
   nlohmann::ordered_json audit(const std::string& model_path, const std::string& out, uint64_t seed = 3) {

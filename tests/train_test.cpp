@@ -2,6 +2,7 @@
 // resumed ends bit-identical to an uninterrupted one; the loss goes down.
 #include <gtest/gtest.h>
 
+#include "core/error.h"
 #include "core/threads.h"
 #include "test_util.h"
 #include "train/trainer.h"
@@ -30,8 +31,8 @@ TEST(Training, SameSeedSameBits) {
   testing::TempDir dir;
   testing::write_corpus(dir.path(), 20000, 2000, 2000);
   Corpus corpus(dir.path());
-  train_gated(tiny_options(dir.file("a.safetensors")), corpus);
-  train_gated(tiny_options(dir.file("b.safetensors")), corpus);
+  train_model(tiny_options(dir.file("a.safetensors")), corpus);
+  train_model(tiny_options(dir.file("b.safetensors")), corpus);
   EXPECT_EQ(testing::read_bytes(dir.file("a.safetensors")), testing::read_bytes(dir.file("b.safetensors")));
   EXPECT_EQ(testing::read_bytes(dir.file("a.train-state.safetensors")),
             testing::read_bytes(dir.file("b.train-state.safetensors")));
@@ -42,13 +43,13 @@ TEST(Training, ResumeEqualsUninterrupted) {
   testing::TempDir dir;
   testing::write_corpus(dir.path(), 20000, 2000, 2000);
   Corpus corpus(dir.path());
-  train_gated(tiny_options(dir.file("full.safetensors")), corpus);
+  train_model(tiny_options(dir.file("full.safetensors")), corpus);
   TrainOptions first = tiny_options(dir.file("resumed.safetensors"));
   first.stop_after = 3;
-  EXPECT_EQ(train_gated(first, corpus).steps_done, 3);
+  EXPECT_EQ(train_model(first, corpus).steps_done, 3);
   TrainOptions rest = tiny_options(dir.file("resumed.safetensors"));
   rest.resume = true;
-  EXPECT_EQ(train_gated(rest, corpus).steps_done, 8);
+  EXPECT_EQ(train_model(rest, corpus).steps_done, 8);
   EXPECT_EQ(testing::read_bytes(dir.file("full.safetensors")), testing::read_bytes(dir.file("resumed.safetensors")));
   EXPECT_EQ(testing::read_bytes(dir.file("full.train-state.safetensors")),
             testing::read_bytes(dir.file("resumed.train-state.safetensors")));
@@ -61,11 +62,11 @@ TEST(Training, ResumeWithOtherSettingsIsRefused) {
   Corpus corpus(dir.path());
   TrainOptions o = tiny_options(dir.file("m.safetensors"));
   o.stop_after = 2;
-  train_gated(o, corpus);
+  train_model(o, corpus);
   TrainOptions changed = tiny_options(dir.file("m.safetensors"));
   changed.resume = true;
   changed.lr = 1e-2;
-  EXPECT_THROW(train_gated(changed, corpus), Error);
+  EXPECT_THROW(train_model(changed, corpus), Error);
 }
 
 TEST(Training, LossDecreases) {
@@ -79,7 +80,7 @@ TEST(Training, LossDecreases) {
     o.steps = 40;
     o.lr = 1e-2;
     o.eval_every = 0;
-    const TrainResult r = train_gated(o, corpus);
+    const TrainResult r = train_model(o, corpus);
     // Initial loss is ln 256 = 5.55; the pseudo-English text has ~19 words: much lower quickly.
     EXPECT_LT(r.final_loss, 3.5) << gate_kind_name(kind);
     EXPECT_LT(r.final_valid_nll, 3.5) << gate_kind_name(kind);

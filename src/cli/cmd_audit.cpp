@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/file_io.h"
 #include "models/gated/auditable.h"
+#include "models/mudd/auditable.h"
 
 namespace fca::cli {
 
@@ -24,7 +25,7 @@ void add_audit_command(CLI::App& app) {
   auto f = std::make_shared<Flags>();
   AuditOptions& a = f->audit;
   CLI::App* cmd = app.add_subcommand("audit", "Frozen-Controller Audit: coefficient variation and functional dependence");
-  cmd->add_option("--model", a.model_path, "Checkpoint (.safetensors)")->required();
+  cmd->add_option("--model", a.model_path, "Checkpoint: a gated .safetensors file or a MUDD model folder")->required();
   cmd->add_option("--data", f->data, "Data folder (test = evaluation set, valid = calibration set); default: the nlp-corpus");
   cmd->add_option("--eval-windows", a.eval_windows, "Evaluation windows from the test split")->check(CLI::Range(2, 1 << 24))->capture_default_str();
   cmd->add_option("--calib-windows", a.calib_windows, "Calibration windows from the valid split")->check(CLI::PositiveNumber)->capture_default_str();
@@ -52,8 +53,12 @@ void add_audit_command(CLI::App& app) {
     for (std::string item; std::getline(list, item, ',');)
       if (!item.empty()) options.conditions.push_back(item);
     Corpus corpus(resolve_data_dir(f->data));
-    GatedAuditable model(options.model_path, options.batch, options.tokens > 0 ? options.tokens : 1 << 20);
-    const auto j = run_audit(model, corpus, options);
+    // A folder is a MUDD model (Hugging Face layout); a file is a gated-family checkpoint.
+    const int max_tokens = options.tokens > 0 ? options.tokens : 1 << 20;
+    std::unique_ptr<AuditableModel> model;
+    if (is_directory(options.model_path)) model = std::make_unique<MuddAuditable>(options.model_path, options.batch, max_tokens);
+    else model = std::make_unique<GatedAuditable>(options.model_path, options.batch, max_tokens);
+    const auto j = run_audit(*model, corpus, options);
     std::printf("audit of %s: baseline NLL %.4f nats/byte\n", options.model_path.c_str(), j["baseline"]["nll"].get<double>());
     for (const auto& c : j["conditions"])
       std::printf("  %-20s DeltaNLL %+.5f  95%% CI [%+.5f, %+.5f]\n", c["name"].get<std::string>().c_str(),

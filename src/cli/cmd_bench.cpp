@@ -12,6 +12,7 @@
 #include "exec/gated_flops.h"
 #include "exec/timing.h"
 #include "models/gated/forward.h"
+#include "train/gated_trainable.h"
 #include "train/trainer.h"
 
 namespace fca::cli {

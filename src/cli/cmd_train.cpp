@@ -3,6 +3,7 @@
 #include <memory>
 
 #include "cli/common.h"
+#include "core/error.h"
 #include "data/corpus.h"
 #include "train/trainer.h"
 
@@ -17,8 +18,12 @@ void add_train_command(CLI::App& app) {
     bool no_progress = false;
   };
   auto f = std::make_shared<Flags>();
-  CLI::App* cmd = app.add_subcommand("train", "Train a gated byte-level transformer");
+  CLI::App* cmd = app.add_subcommand("train", "Train a byte-level model: the gated family, or a MUDD model (--arch mudd)");
   f->shape.add_to(*cmd);
+  cmd->add_option("--arch", f->train.arch, "Architecture: gated (the --gate family) or mudd (dynamic dense connections; "
+                                           "--out is then a folder)")
+      ->check(CLI::IsMember({"gated", "mudd"}))
+      ->capture_default_str();
   TrainOptions& t = f->train;
   cmd->add_option("--batch", t.batch, "Windows per micro-batch")->check(CLI::PositiveNumber)->capture_default_str();
   cmd->add_option("--grad-accum", t.grad_accum, "Micro-batches per optimizer step")
@@ -59,9 +64,24 @@ void add_train_command(CLI::App& app) {
     apply_threads(f->threads);
     TrainOptions options = f->train;
     options.config = f->shape.config();
+    if (options.arch == "mudd") {
+      // Byte-level MUDD (spec muddpythia.md section 11): vocab 256, intermediate 4D re-allocated per
+      // layer, RoPE on a quarter of each head, the DA widths by the round64 rule.
+      MuddConfig& m = options.mudd;
+      m.n_layer = f->shape.layers;
+      m.dim = f->shape.dim;
+      m.n_head = f->shape.heads;
+      m.head_dim = f->shape.dim / f->shape.heads;
+      m.vocab_size = 256;
+      m.block_size = f->shape.seq;
+      m.intermediate_size = 4 * f->shape.dim;
+      if (m.n_layer < 2) throw Error("--arch mudd needs --layers >= 2");
+      if (m.rotary_dims() % 2 != 0 || m.rotary_dims() == 0)
+        throw Error("--arch mudd: a quarter of the head width (" + std::to_string(m.head_dim) + "/4) must be a positive even number");
+    }
     options.progress = !f->no_progress;
     Corpus corpus(resolve_data_dir(f->data));
-    const TrainResult r = train_gated(options, corpus);
+    const TrainResult r = train_model(options, corpus);
     std::printf("trained %ld steps in %.1f s (%.0f tokens/s): final loss %.4f, valid NLL %.4f nats/byte\n",
                 long(r.steps_done), r.seconds, r.tokens_per_second, r.final_loss, r.final_valid_nll);
     std::printf("checkpoint: %s\n", options.out.c_str());

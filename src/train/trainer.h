@@ -1,4 +1,4 @@
-// Training of the gated family: AdamW, warm-up + cosine schedule, global-norm clipping, gradient
+// Training (any Trainable model family): AdamW, warm-up + cosine schedule, global-norm clipping, gradient
 // accumulation, seeded batches of random windows, periodic validation, checkpoint and resume.
 //
 // Determinism: the batch of step s, micro-batch k is drawn from Rng(derive_seed(seed, s, k)), the
@@ -10,15 +10,19 @@
 #include <string>
 
 #include "data/corpus.h"
+#include <memory>
+
 #include "models/gated/config.h"
-#include "models/gated/model.h"
-#include "models/gated/run_state.h"
+#include "models/mudd/config.h"
 #include "train/adamw.h"
+#include "train/trainable.h"
 
 namespace fca {
 
 struct TrainOptions {
-  GatedConfig config;
+  std::string arch = "gated";  // "gated" or "mudd"
+  GatedConfig config;          // arch gated
+  MuddConfig mudd;             // arch mudd (byte-level: vocab 256)
   int batch = 8;            // windows per micro-batch
   int grad_accum = 1;       // micro-batches per optimizer step
   int64_t steps = 1000;     // optimizer steps in the whole schedule
@@ -33,8 +37,8 @@ struct TrainOptions {
   int64_t checkpoint_every = 0;  // 0 = only at the end
   int64_t log_every = 10;
   int64_t stop_after = 0;    // stop (checkpointed) after this many steps of the schedule; 0 = run all
-  std::string out;           // model checkpoint path (.safetensors)
-  std::string log_path;      // JSON-lines log; default <out>.log.jsonl
+  std::string out;           // checkpoint: a .safetensors file (gated) or a folder (mudd)
+  std::string log_path;      // JSON-lines log; default <out>.log.jsonl (gated), <out>/train.log.jsonl (mudd)
   bool resume = false;       // continue from <out> and its training state
   bool progress = true;
 };
@@ -47,31 +51,10 @@ struct TrainResult {
   double seconds = 0;
 };
 
-// One optimizer step of the gated model: forward, loss and backward over each micro-batch, global
-// gradient-norm clipping, AdamW. Shared by `fca train` and `fca bench train`.
-class GatedTrainStep {
- public:
-  GatedTrainStep(GatedModel<float>& model, int batch, int tokens, AdamWOptions adamw, double clip);
-  struct Stats {
-    double loss;       // mean over the step's micro-batches
-    double grad_norm;  // before clipping
-  };
-  // inputs/targets: [micro_batches, batch, tokens]. Throws Error on a non-finite loss or norm.
-  Stats run(const int32_t* inputs, const int32_t* targets, int micro_batches, double lr);
-  AdamW& optimizer() { return optimizer_; }
-  size_t run_state_bytes() const { return rs_.bytes(); }
+// The model family of a run: "gated" (options.config) or "mudd" (options.mudd).
+std::unique_ptr<Trainable> make_trainable(const TrainOptions& options);
 
- private:
-  GatedModel<float>& model_;
-  GatedModel<float> grads_;
-  GatedRunState<float> rs_;
-  AdamW optimizer_;
-  double clip_;
-};
-
-// Path of the optimizer/training state written beside a checkpoint.
-std::string train_state_path(const std::string& checkpoint);
-
-TrainResult train_gated(const TrainOptions& options, const Corpus& corpus);
+// Trains from the seed (or resumes); checkpoints to options.out.
+TrainResult train_model(const TrainOptions& options, const Corpus& corpus);
 
 }  // namespace fca

@@ -1,6 +1,8 @@
 #include "models/mudd/model.h"
 
 #include <algorithm>
+#include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -9,6 +11,7 @@
 #include "core/error.h"
 #include "core/file_io.h"
 #include "core/safetensors.h"
+#include "core/rng.h"
 #include "core/sha256.h"
 
 namespace fca {
@@ -211,12 +214,41 @@ MuddModel<T> MuddModel<T>::load(const std::string& dir) {
 }
 
 template <typename T>
-void MuddModel<T>::save(const std::string& dir) const {
-  if (!is_directory(dir)) throw Error(dir + ": output folder does not exist");
+MuddModel<T> MuddModel<T>::initialized(const MuddConfig& config, uint64_t seed) {
+  MuddModel<T> m(config);
+  Rng rng(seed);
+  const double residual_std = 0.02 / std::sqrt(2.0 * config.n_layer);
+  for (const auto& s : m.layout_) {
+    T* p = m.storage_.data() + s.offset;
+    const std::string& n = s.name;
+    if (n.rfind("dense_bs.", 0) == 0) {  // one-hot on the newest source j = i + 1
+      const int64_t streams = s.shape[0], sources = s.shape[1];
+      for (int64_t c = 0; c < streams; ++c) p[c * sources + sources - 1] = T(1);
+      continue;
+    }
+    const bool is_norm_scale = n.ends_with("norm.weight") || n.find("attention_norm") != std::string::npos ||
+                               n.find("attention_norms") != std::string::npos || n.find("ffn_norm") != std::string::npos;
+    if (n.ends_with(".bias") || (n.ends_with("w2.weight") && n.rfind("dynamic_dense.", 0) == 0)) continue;  // zeros
+    if (is_norm_scale && n.ends_with("weight")) {
+      for (size_t i = 0; i < s.numel; ++i) p[i] = T(1);
+      continue;
+    }
+    if (is_norm_scale) continue;
+    const bool residual = n.ends_with("attention.wo.weight") || n.ends_with("feed_forward.w2.weight");
+    for (size_t i = 0; i < s.numel; ++i) p[i] = T(rng.normal() * (residual ? residual_std : 0.02));
+  }
+  return m;
+}
+
+template <typename T>
+void MuddModel<T>::save(const std::string& dir, const std::map<std::string, std::string>& extra) const {
+  std::filesystem::create_directories(dir);
   const std::vector<float> as_float(storage_.begin(), storage_.end());
   std::vector<TensorToWrite> tensors;
   for (const auto& s : layout_) tensors.push_back({s.name, s.shape, as_float.data() + s.offset});
-  write_safetensors(dir + "/model.safetensors", tensors, {{"format", "pt"}});
+  std::map<std::string, std::string> metadata = extra;
+  metadata["format"] = "pt";
+  write_safetensors(dir + "/model.safetensors", tensors, metadata);
   const std::string text = config_.to_json();
   write_file_atomically(dir + "/config.json", [&](std::ostream& out) { out << text << "\n"; });
 }

@@ -2,6 +2,8 @@
 // state_dict names and shapes), with named views per block and DA module. Loaded from a Hugging Face
 // folder: model.safetensors, or shards named by model.safetensors.index.json; BF16/F16 upcast once.
 #pragma once
+#include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -54,8 +56,14 @@ class MuddModel {
   // Loads a folder; checks every name and shape (errors name the file and tensor). Ignores the
   // tensors a checkpoint may carry beyond the architecture (attention_norm of blocks >= 1, caches).
   static MuddModel load(const std::string& dir);
-  // Writes config.json and model.safetensors (F32) into `dir`, each atomically.
-  void save(const std::string& dir) const;
+  // Writes config.json and model.safetensors (F32, metadata "format": "pt" plus `extra`) into `dir`
+  // (created if missing), each atomically.
+  void save(const std::string& dir, const std::map<std::string, std::string>& extra = {}) const;
+  // Training initialisation (spec section 11): every DA's W2 zero and dense_bs one-hot on the
+  // newest source, so training starts as a plain transformer; other weights as the gated family's
+  // spec (normal(0, 0.02), residual projections wo and FFN w2 normal(0, 0.02/sqrt(2L)), zero biases,
+  // LayerNorm and QK-norm scales 1).
+  static MuddModel initialized(const MuddConfig& config, uint64_t seed);
 
   const MuddConfig& config() const { return config_; }
   const MuddWeights<T>& weights() const { return weights_; }

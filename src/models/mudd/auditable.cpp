@@ -1,0 +1,73 @@
+#include "models/mudd/auditable.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "core/file_io.h"
+
+namespace fca {
+
+MuddAuditable::MuddAuditable(const std::string& dir, int max_batch, int max_tokens)
+    : model_(MuddModel<float>::load(dir)), rs_(model_.config(), max_batch, std::min(max_tokens, model_.config().block_size)) {
+  const std::string tokenizer_path = dir + "/tokenizer.json";
+  if (file_exists(tokenizer_path)) {
+    tokenizer_ = std::make_unique<BpeTokenizer>(BpeTokenizer::load(tokenizer_path));
+    if (tokenizer_->vocab_size() > model_.config().vocab_size)
+      throw Error(tokenizer_path + ": the tokenizer has " + std::to_string(tokenizer_->vocab_size()) +
+                  " ids but the model only " + std::to_string(model_.config().vocab_size) + " embedding rows");
+  } else if (model_.config().vocab_size != 256) {
+    throw Error(dir + ": no tokenizer.json, and the model is not byte-level (vocab_size " +
+                std::to_string(model_.config().vocab_size) + ", expected 256 for bytes)");
+  }
+}
+
+std::string MuddAuditable::description() const {
+  const MuddConfig& c = model_.config();
+  return "mudd L " + std::to_string(c.n_layer) + ", D " + std::to_string(c.dim) + ", H " + std::to_string(c.n_head) +
+         ", V " + std::to_string(c.vocab_size) + (tokenizer_ ? " (BPE)" : " (bytes)");
+}
+
+std::vector<int32_t> MuddAuditable::tokenize(const TextSplit& split) const {
+  if (!tokenizer_) return std::vector<int32_t>(split.bytes(), split.bytes() + split.size());
+  return tokenizer_->encode(std::string(reinterpret_cast<const char*>(split.bytes()), split.size()));
+}
+
+CoefficientTensor MuddAuditable::make_coefficients(int windows, int tokens) const {
+  return make_mudd_coefficients(model_.config(), windows, tokens);
+}
+
+void MuddAuditable::run_live(const int32_t* inputs, const int32_t* targets, int B, int T, CoefficientTensor* record,
+                             int record_first, double* window_nll) {
+  if (record != nullptr) {
+    MuddRecordingCoefficients<float> source(model_, *record);
+    mudd_forward(model_, rs_, inputs, B, T, source, record_first);
+  } else {
+    MuddLiveCoefficients<float> source(model_);
+    mudd_forward(model_, rs_, inputs, B, T, source);
+  }
+  mudd_loss(rs_, targets, window_nll);
+}
+
+void MuddAuditable::run_replay(const int32_t* inputs, const int32_t* targets, int B, int T,
+                               const CoefficientTensor& coefficients, double* window_nll) {
+  MuddReplayedCoefficients<float> source(model_.config(), coefficients);
+  mudd_forward(model_, rs_, inputs, B, T, source, 0);
+  replay_evaluations_ += source.controller_evaluations();
+  mudd_loss(rs_, targets, window_nll);
+}
+
+void MuddAuditable::identity_profile(CoefficientTensor& out) const {
+  // A plain transformer: every stream takes the newest source with weight 1.
+  const auto& s = out.shape();
+  std::fill(out.values().begin(), out.values().begin() + s.per_window(), 0.0f);
+  for (int l = 0; l < s.layers; ++l)
+    for (int t = 0; t < s.tokens; ++t)
+      for (int st = 0; st < s.streams; ++st)
+        if (out.valid(l, st, l + 1)) out.at(0, l, t, st, l + 1) = 1.0f;
+}
+
+void MuddAuditable::structure_removed_profile(const CoefficientTensor& static_profile, CoefficientTensor& out) const {
+  source_uniform_mean(static_profile, out);
+}
+
+}  // namespace fca

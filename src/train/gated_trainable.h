@@ -1,0 +1,54 @@
+// The gated family as a Trainable, and its optimizer step (also timed by `fca bench train`).
+#pragma once
+#include <memory>
+
+#include "models/gated/model.h"
+#include "models/gated/run_state.h"
+#include "train/trainable.h"
+
+namespace fca {
+
+// One optimizer step of the gated model: forward, loss and backward over each micro-batch, global
+// gradient-norm clipping, AdamW.
+class GatedTrainStep {
+ public:
+  GatedTrainStep(GatedModel<float>& model, int batch, int tokens, AdamWOptions adamw, double clip);
+  // inputs/targets: [micro_batches, batch, tokens]. Throws Error on a non-finite loss or norm.
+  StepStats run(const int32_t* inputs, const int32_t* targets, int micro_batches, double lr);
+  AdamW& optimizer() { return optimizer_; }
+  size_t run_state_bytes() const { return rs_.bytes(); }
+
+ private:
+  GatedModel<float>& model_;
+  GatedModel<float> grads_;
+  GatedRunState<float> rs_;
+  AdamW optimizer_;
+  double clip_;
+};
+
+class GatedTrainable : public Trainable {
+ public:
+  GatedTrainable(const GatedConfig& config, uint64_t seed, int batch, AdamWOptions adamw, double clip);
+  std::string arch() const override { return "gated"; }
+  nlohmann::ordered_json config_json() const override;
+  int seq_len() const override { return model_.config().seq_len; }
+  size_t parameter_count() const override { return gated_parameter_count(model_.config()); }
+  const std::vector<TensorSlot>& layout() const override { return model_.layout(); }
+  AdamW& optimizer() override { return step_.optimizer(); }
+  StepStats step(const int32_t* inputs, const int32_t* targets, int micro_batches, double lr) override {
+    return step_.run(inputs, targets, micro_batches, lr);
+  }
+  ValidStats validate(const TextSplit& valid, int64_t windows, int batch) override;
+  void save(const std::string& out, const std::map<std::string, std::string>& metadata) const override;
+  void load(const std::string& out) override;
+  std::string weights_file(const std::string& out) const override { return out; }
+  std::string state_file(const std::string& out) const override;
+  std::string default_log(const std::string& out) const override { return out + ".log.jsonl"; }
+  size_t run_state_bytes() const override { return step_.run_state_bytes(); }
+
+ private:
+  GatedModel<float> model_;
+  GatedTrainStep step_;
+};
+
+}  // namespace fca

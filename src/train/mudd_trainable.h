@@ -1,0 +1,51 @@
+// Byte-level MUDD models (spec muddpythia.md section 11) as a Trainable, saved as Hugging Face
+// folders (config.json + model.safetensors) that the same loader reads.
+#pragma once
+#include "models/mudd/forward.h"
+#include "models/mudd/model.h"
+#include "train/trainable.h"
+
+namespace fca {
+
+// One optimizer step of a MUDD model (forward, backward through every DA generator, clipping, AdamW).
+class MuddTrainStep {
+ public:
+  MuddTrainStep(MuddModel<float>& model, int batch, int tokens, AdamWOptions adamw, double clip);
+  StepStats run(const int32_t* inputs, const int32_t* targets, int micro_batches, double lr);
+  AdamW& optimizer() { return optimizer_; }
+  size_t run_state_bytes() const { return rs_.bytes(); }
+
+ private:
+  MuddModel<float>& model_;
+  MuddModel<float> grads_;
+  MuddRunState<float> rs_;
+  AdamW optimizer_;
+  double clip_;
+};
+
+class MuddTrainable : public Trainable {
+ public:
+  MuddTrainable(const MuddConfig& config, uint64_t seed, int batch, AdamWOptions adamw, double clip);
+  std::string arch() const override { return "mudd"; }
+  nlohmann::ordered_json config_json() const override;
+  int seq_len() const override { return model_.config().block_size; }
+  size_t parameter_count() const override { return model_.parameter_count(); }
+  const std::vector<TensorSlot>& layout() const override { return model_.layout(); }
+  AdamW& optimizer() override { return step_.optimizer(); }
+  StepStats step(const int32_t* inputs, const int32_t* targets, int micro_batches, double lr) override {
+    return step_.run(inputs, targets, micro_batches, lr);
+  }
+  ValidStats validate(const TextSplit& valid, int64_t windows, int batch) override;
+  void save(const std::string& out, const std::map<std::string, std::string>& metadata) const override;
+  void load(const std::string& out) override;
+  std::string weights_file(const std::string& out) const override { return out + "/model.safetensors"; }
+  std::string state_file(const std::string& out) const override { return out + "/train-state.safetensors"; }
+  std::string default_log(const std::string& out) const override { return out + "/train.log.jsonl"; }
+  size_t run_state_bytes() const override { return step_.run_state_bytes(); }
+
+ private:
+  MuddModel<float> model_;
+  MuddTrainStep step_;
+};
+
+}  // namespace fca

@@ -1,0 +1,50 @@
+// What the training loop (trainer.cpp) needs from a model family: one optimizer step, validation,
+// and checkpoint files. Implemented by the gated family and by MUDD models; the loop itself (data,
+// schedule, logging, checkpoints, resume) is written once.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "data/corpus.h"
+#include "models/gated/config.h"  // TensorSlot
+#include "train/adamw.h"
+
+namespace fca {
+
+struct StepStats {
+  double loss;       // mean over the step's micro-batches
+  double grad_norm;  // before clipping
+};
+
+struct ValidStats {
+  double nll = 0;         // nats per token (per byte for byte-level models)
+  double gate_mass = -1;  // mean gate (gated family); -1 where the model has no gates
+  int64_t windows = 0;
+};
+
+class Trainable {
+ public:
+  virtual ~Trainable() = default;
+  virtual std::string arch() const = 0;  // "gated" or "mudd"
+  virtual nlohmann::ordered_json config_json() const = 0;
+  virtual int seq_len() const = 0;
+  virtual size_t parameter_count() const = 0;
+  virtual const std::vector<TensorSlot>& layout() const = 0;
+  virtual AdamW& optimizer() = 0;
+  // inputs/targets [micro_batches, batch, T]: forward, backward, clipping, AdamW at rate lr.
+  virtual StepStats step(const int32_t* inputs, const int32_t* targets, int micro_batches, double lr) = 0;
+  virtual ValidStats validate(const TextSplit& valid, int64_t windows, int batch) = 0;
+  // Checkpoint files of `out`: the weights (whose hash the training state records), the training
+  // state and the default log.
+  virtual void save(const std::string& out, const std::map<std::string, std::string>& metadata) const = 0;
+  virtual void load(const std::string& out) = 0;  // replaces the weights; refuses another config
+  virtual std::string weights_file(const std::string& out) const = 0;
+  virtual std::string state_file(const std::string& out) const = 0;
+  virtual std::string default_log(const std::string& out) const = 0;
+  virtual size_t run_state_bytes() const = 0;
+};
+
+}  // namespace fca
