@@ -73,6 +73,32 @@ TEST_F(Cli, TrainEvalInfoTraceRoundTrip) {
   EXPECT_TRUE(live.has("hidden.2"));
 }
 
+TEST_F(Cli, MuddTrainEvalTraceAudit) {
+  const std::string out = dir.file("mudd");
+  auto r = run_fca({"train", "--arch", "mudd", "--layers", "2", "--dim", "16", "--heads", "2", "--seq", "16", "--batch", "2",
+                    "--steps", "3", "--data", dir.path(), "--out", out, "--no-progress"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = run_fca({"info", "--model", out});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("MUDD folder"), std::string::npos) << r.output;
+  r = run_fca({"eval", "--model", out, "--data", dir.path(), "--windows", "3", "--no-progress"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(std::filesystem::exists(out + "/eval-test.json"));
+  r = run_fca({"trace", "--model", out, "--text", "a MUDD trace", "--out", dir.file("mt.safetensors")});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = run_fca({"trace", "--model", out, "--text", "a MUDD trace", "--out", dir.file("mr.safetensors"), "--replay",
+               dir.file("mt.safetensors")});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  SafetensorsReader live(dir.file("mt.safetensors")), replay(dir.file("mr.safetensors"));
+  EXPECT_EQ(live.read_as_double("logits"), replay.read_as_double("logits"));
+  EXPECT_EQ(replay.metadata().at("controller_evaluations"), "0");
+  EXPECT_EQ(live.get("coefficients").shape, (std::vector<int64_t>{1, 2, 12, 4, 3}));
+  r = run_fca({"audit", "--model", out, "--data", dir.path(), "--eval-windows", "4", "--calib-windows", "4", "--reps", "2",
+               "--bootstrap", "100", "--out", dir.file("mudd-audit"), "--no-progress"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("structure_removed"), std::string::npos);
+}
+
 TEST_F(Cli, MissingCheckpoint) {
   expect_error({"info", "--model", dir.file("nope.safetensors")}, {"nope.safetensors", "cannot open"});
 }

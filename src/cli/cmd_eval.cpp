@@ -8,7 +8,9 @@
 #include "core/safetensors.h"
 #include "core/sha256.h"
 #include "data/corpus.h"
+#include "core/file_io.h"
 #include "models/gated/model.h"
+#include "models/mudd/auditable.h"
 #include "train/evaluate.h"
 
 namespace fca::cli {
@@ -22,7 +24,7 @@ void add_eval_command(CLI::App& app) {
   };
   auto f = std::make_shared<Flags>();
   CLI::App* cmd = app.add_subcommand("eval", "Evaluate a model: NLL, bits/byte, Byte-PPL, gate mass");
-  cmd->add_option("--model", f->model, "Checkpoint (.safetensors)")->required();
+  cmd->add_option("--model", f->model, "Checkpoint: a gated .safetensors file or a MUDD model folder")->required();
   cmd->add_option("--data", f->data, "Data folder; default: the nlp-corpus");
   cmd->add_option("--split", f->split, "Split to evaluate")->check(CLI::IsMember({"train", "valid", "test"}))->capture_default_str();
   cmd->add_option("--windows", f->windows, "Evenly spaced windows to evaluate (0 = all)")
@@ -35,32 +37,50 @@ void add_eval_command(CLI::App& app) {
   add_threads_flag(*cmd, f->threads);
   cmd->callback([f] {
     apply_threads(f->threads);
-    const GatedModel<float> model = GatedModel<float>::load(f->model);
-    const int T = f->seq > 0 ? f->seq : model.config().seq_len;
     Corpus corpus(resolve_data_dir(f->data));
     const TextSplit& split = corpus.split(f->split);
-    const EvalResult r = evaluate_gated(model, split, T, f->windows, f->batch, !f->no_progress);
-    std::printf("%s on %s/%s: %zu windows of %d bytes\n", f->model.c_str(), corpus.dir().c_str(), f->split.c_str(),
-                r.windows.size(), T);
-    std::printf("  NLL %.4f nats/byte   %.4f bits/byte   Byte-PPL %.4f   gate mass %.4f\n", r.nll, r.bits_per_byte,
-                r.byte_ppl, r.gate_mass);
+    EvalResult r;
+    nlohmann::ordered_json config;
+    std::string unit = "byte", model_hash;
+    if (is_directory(f->model)) {  // a MUDD model folder
+      MuddAuditable model(f->model, f->batch, f->seq > 0 ? f->seq : 1 << 20);
+      r = evaluate_auditable(model, split, f->seq > 0 ? f->seq : model.max_tokens(), f->windows, f->batch, !f->no_progress);
+      config = nlohmann::json::parse(model.model().config().to_json());
+      if (model.vocab() != 256) unit = "token";
+      model_hash = model.content_hash();
+    } else {
+      const GatedModel<float> model = GatedModel<float>::load(f->model);
+      r = evaluate_gated(model, split, f->seq > 0 ? f->seq : model.config().seq_len, f->windows, f->batch, !f->no_progress);
+      config = nlohmann::json::parse(model.config().to_json());
+      model_hash = sha256_file(f->model);
+    }
+    const int T = r.seq_len;
+    std::printf("%s on %s/%s: %zu windows of %d %ss\n", f->model.c_str(), corpus.dir().c_str(), f->split.c_str(),
+                r.windows.size(), T, unit.c_str());
+    std::printf("  NLL %.4f nats/%s   %.4f bits/%s   %s-PPL %.4f", r.nll, unit.c_str(), r.bits_per_byte, unit.c_str(),
+                unit == "byte" ? "Byte" : "Token", r.byte_ppl);
+    if (r.gate_mass >= 0) std::printf("   gate mass %.4f", r.gate_mass);
+    std::printf("\n");
     nlohmann::ordered_json j;
     j["schema"] = "fca-eval-v1";
     j["model"] = f->model;
-    j["config"] = nlohmann::json::parse(model.config().to_json());
+    j["config"] = config;
+    j["unit"] = unit;
     j["split"] = f->split;
     j["seq_len"] = T;
     j["windows"] = r.windows.size();
     j["nll"] = r.nll;
     j["bits_per_byte"] = r.bits_per_byte;
     j["byte_ppl"] = r.byte_ppl;
-    j["gate_mass"] = r.gate_mass;
+    j["gate_mass"] = r.gate_mass >= 0 ? nlohmann::ordered_json(r.gate_mass) : nlohmann::ordered_json(nullptr);
     j["seconds"] = r.seconds;
     auto prov = provenance_base();
-    prov["model_sha256"] = sha256_file(f->model);
+    prov["model_sha256"] = model_hash;
     prov["data"] = {{"dir", corpus.dir()}, {"split_file", split.path()}, {"split_sha256", split.content_hash()}};
     j["provenance"] = prov;
-    const std::string out = f->out.empty() ? f->model + ".eval-" + f->split + ".json" : f->out;
+    const std::string out = f->out.empty() ? (is_directory(f->model) ? f->model + "/eval-" + f->split + ".json"
+                                                                     : f->model + ".eval-" + f->split + ".json")
+                                           : f->out;
     write_json_file(out, j);
     std::printf("  written: %s\n", out.c_str());
   });
@@ -69,8 +89,23 @@ void add_eval_command(CLI::App& app) {
 void add_info_command(CLI::App& app) {
   auto model_path = std::make_shared<std::string>();
   CLI::App* cmd = app.add_subcommand("info", "Show a checkpoint's config, parameter count and gate kind");
-  cmd->add_option("--model", *model_path, "Checkpoint (.safetensors)")->required();
+  cmd->add_option("--model", *model_path, "Checkpoint: a gated .safetensors file or a MUDD model folder")->required();
   cmd->callback([model_path] {
+    if (is_directory(*model_path)) {  // a MUDD model folder: full validation by loading it
+      const MuddModel<float> model = MuddModel<float>::load(*model_path);
+      const MuddConfig& c = model.config();
+      std::printf("model:      %s (MUDD folder)\n", model_path->c_str());
+      std::printf("shape:      L %d, D %d, H %d (head width %d, rotary %d), vocab %d, positions %d\n", c.n_layer, c.dim,
+                  c.n_head, c.head_dim, c.rotary_dims(), c.vocab_size, c.block_size);
+      std::printf("FFN widths:");
+      for (int i = 0; i < c.n_layer; ++i) std::printf(" %d", c.ffn_width(i));
+      std::printf("\nDA hidden:  ");
+      for (int i = 0; i < c.n_layer; ++i) std::printf(" %d", c.da_hidden(i));
+      std::printf("\nparameters: %zu\n", model.parameter_count());
+      std::printf("tokenizer:  %s\n", file_exists(*model_path + "/tokenizer.json") ? "tokenizer.json" : "bytes");
+      std::printf("sha256:     %s (weight files)\n", model.content_hash().c_str());
+      return;
+    }
     const GatedModel<float> model = GatedModel<float>::load(*model_path);  // full validation
     const GatedConfig& c = model.config();
     SafetensorsReader reader(*model_path);

@@ -10,13 +10,16 @@
 #include "core/provenance.h"
 #include "core/safetensors.h"
 #include "core/sha256.h"
+#include "core/file_io.h"
 #include "models/gated/forward.h"
+#include "models/mudd/forward.h"
+#include "models/mudd/tokenizer.h"
 
 namespace fca::cli {
 namespace {
 
-// A JSON array of equal-length arrays of byte ids.
-std::vector<std::vector<int32_t>> read_ids(const std::string& path) {
+// A JSON array of equal-length arrays of token ids < vocab.
+std::vector<std::vector<int32_t>> read_ids(const std::string& path, int vocab) {
   std::ifstream in(path);
   if (!in) throw Error(path + ": cannot open the ids file");
   nlohmann::json j;
@@ -31,8 +34,9 @@ std::vector<std::vector<int32_t>> read_ids(const std::string& path) {
     if (!j[r].is_array() || j[r].empty()) throw Error(path + ": row " + std::to_string(r) + " is not a non-empty array");
     std::vector<int32_t> row;
     for (const auto& v : j[r]) {
-      if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= kByteVocab)
-        throw Error(path + ": row " + std::to_string(r) + " holds " + v.dump() + ", expected a byte id in [0, 256)");
+      if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= vocab)
+        throw Error(path + ": row " + std::to_string(r) + " holds " + v.dump() + ", expected a token id in [0, " +
+                    std::to_string(vocab) + ")");
       row.push_back(v.get<int32_t>());
     }
     if (!rows.empty() && row.size() != rows[0].size())
@@ -43,19 +47,100 @@ std::vector<std::vector<int32_t>> read_ids(const std::string& path) {
   return rows;
 }
 
+struct TraceFlags {
+  std::string model, ids, text, out, replay;
+  int threads = 0;
+};
+
+// Targets for NLL: each row's next token (the last position has none and is excluded).
+void next_token_targets(const std::vector<std::vector<int32_t>>& rows, std::vector<int32_t>& tokens,
+                        std::vector<int32_t>& targets) {
+  const int n = int(rows[0].size());
+  for (const auto& r : rows) {
+    tokens.insert(tokens.end(), r.begin(), r.end());
+    for (int t = 0; t < n; ++t) targets.push_back(t + 1 < n ? r[size_t(t + 1)] : 0);
+  }
+}
+
+std::vector<float> window_nll_excluding_last(const float* losses, int B, int n) {
+  std::vector<float> out(static_cast<size_t>(B), 0.0f);
+  for (int b = 0; b < B && n > 1; ++b) {
+    double s = 0;
+    for (int t = 0; t + 1 < n; ++t) s += losses[int64_t(b) * n + t];
+    out[size_t(b)] = float(s / (n - 1));
+  }
+  return out;
+}
+
+void write_trace(const TraceFlags& f, std::vector<TensorToWrite> tensors, const std::string& model_hash,
+                 int64_t controller_evaluations, int B, int n) {
+  auto prov = provenance_base();
+  prov["model_sha256"] = model_hash;
+  write_safetensors(f.out, tensors,
+                    {{"format", "fca-trace-v1"},
+                     {"model", f.model},
+                     {"coefficient_source", f.replay.empty() ? "live" : "replayed"},
+                     {"controller_evaluations", std::to_string(controller_evaluations)},
+                     {"provenance", prov.dump()}});
+  std::printf("trace of %d x %d tokens written to %s (controller evaluations: %ld)\n", B, n, f.out.c_str(),
+              long(controller_evaluations));
+}
+
+// MUDD folders: logits, window_nll, coefficients [B, L, n, 4, L+1], hidden.{j} (X_0..X_L), final_stream.
+void trace_mudd(const TraceFlags& f) {
+  const MuddModel<float> model = MuddModel<float>::load(f.model);
+  const MuddConfig& c = model.config();
+  std::vector<std::vector<int32_t>> rows;
+  if (!f.ids.empty()) {
+    rows = read_ids(f.ids, c.vocab_size);
+  } else if (file_exists(f.model + "/tokenizer.json")) {
+    rows.push_back(BpeTokenizer::load(f.model + "/tokenizer.json").encode(f.text));
+  } else {
+    if (c.vocab_size != 256) throw Error(f.model + ": --text needs a tokenizer.json for a model with vocab_size " + std::to_string(c.vocab_size));
+    rows.emplace_back(reinterpret_cast<const unsigned char*>(f.text.data()),
+                      reinterpret_cast<const unsigned char*>(f.text.data()) + f.text.size());
+  }
+  if (rows[0].empty()) throw Error("trace: the text has no tokens");
+  const int B = int(rows.size()), n = int(rows[0].size()), L = c.n_layer, D = c.dim;
+  if (n > c.block_size)
+    throw Error("sequence of " + std::to_string(n) + " tokens is longer than the model's " + std::to_string(c.block_size) + " positions");
+  std::vector<int32_t> tokens, targets;
+  next_token_targets(rows, tokens, targets);
+  MuddRunState<float> rs(c, B, n);
+  CoefficientTensor recorded = make_mudd_coefficients(c, B, n), supplied;
+  std::unique_ptr<MuddCoefficientSource<float>> source;
+  if (!f.replay.empty()) {
+    supplied = make_mudd_coefficients(c, B, n);
+    SafetensorsReader(f.replay).read_into<float>("coefficients", {B, L, n, 4, L + 1}, supplied.values().data());
+    source = std::make_unique<MuddReplayedCoefficients<float>>(c, supplied);
+  } else {
+    source = std::make_unique<MuddRecordingCoefficients<float>>(model, recorded);
+  }
+  mudd_forward(model, rs, tokens.data(), B, n, *source);
+  mudd_loss(rs, targets.data(), nullptr);
+  const std::vector<float> nll = window_nll_excluding_last(rs.losses, B, n);
+  const std::vector<float> token_values(tokens.begin(), tokens.end());
+  std::vector<TensorToWrite> tensors{{"tokens", {B, n}, token_values.data()},
+                                     {"logits", {B, n, c.vocab_size}, rs.logits},
+                                     {"window_nll", {B}, nll.data()},
+                                     {"coefficients", {B, L, n, 4, L + 1},
+                                      f.replay.empty() ? recorded.values().data() : supplied.values().data()},
+                                     {"final_stream", {B, n, D}, rs.final_stream()}};
+  std::vector<std::string> names;
+  for (int j = 0; j <= L; ++j) names.push_back("hidden." + std::to_string(j));
+  for (int j = 0; j <= L; ++j) tensors.push_back({names[size_t(j)], {B, n, D}, rs.hidden[size_t(j)]});
+  write_trace(f, tensors, model.content_hash(), source->controller_evaluations(), B, n);
+}
+
 }  // namespace
 
 void add_trace_command(CLI::App& app) {
-  struct Flags {
-    std::string model, ids, text, out, replay;
-    int threads = 0;
-  };
-  auto f = std::make_shared<Flags>();
+  auto f = std::make_shared<TraceFlags>();
   CLI::App* cmd = app.add_subcommand("trace", "Run a model on given ids or text and write logits, NLL, coefficients "
                                               "and hidden states");
-  cmd->add_option("--model", f->model, "Checkpoint (.safetensors)")->required();
-  auto* ids = cmd->add_option("--ids", f->ids, "JSON file: an array of equal-length arrays of byte ids");
-  auto* text = cmd->add_option("--text", f->text, "Text whose bytes form one window");
+  cmd->add_option("--model", f->model, "Checkpoint: a gated .safetensors file or a MUDD model folder")->required();
+  auto* ids = cmd->add_option("--ids", f->ids, "JSON file: an array of equal-length arrays of token ids");
+  auto* text = cmd->add_option("--text", f->text, "Text forming one window (bytes, or the folder's tokenizer.json)");
   ids->excludes(text);
   cmd->add_option("--out", f->out, "Trace file to write (.safetensors)")->required();
   cmd->add_option("--replay", f->replay, "Coefficients to feed instead of the controller (a trace's 'coefficients')");
@@ -63,10 +148,11 @@ void add_trace_command(CLI::App& app) {
   cmd->callback([f] {
     apply_threads(f->threads);
     if (f->ids.empty() && f->text.empty()) throw Error("trace needs --ids FILE or --text STRING");
+    if (is_directory(f->model)) return trace_mudd(*f);
     const GatedModel<float> model = GatedModel<float>::load(f->model);
     const GatedConfig& c = model.config();
     std::vector<std::vector<int32_t>> rows;
-    if (!f->ids.empty()) rows = read_ids(f->ids);
+    if (!f->ids.empty()) rows = read_ids(f->ids, kByteVocab);
     else rows.emplace_back(reinterpret_cast<const unsigned char*>(f->text.data()),
                            reinterpret_cast<const unsigned char*>(f->text.data()) + f->text.size());
     const int B = int(rows.size()), n = int(rows[0].size()), L = c.n_layer, D = c.d_model;
@@ -74,10 +160,7 @@ void add_trace_command(CLI::App& app) {
       throw Error("sequence of " + std::to_string(n) + " tokens is longer than the model's " + std::to_string(c.seq_len) +
                   " positions");
     std::vector<int32_t> tokens, targets;
-    for (const auto& r : rows) {
-      tokens.insert(tokens.end(), r.begin(), r.end());
-      for (int t = 0; t < n; ++t) targets.push_back(t + 1 < n ? r[size_t(t + 1)] : 0);
-    }
+    next_token_targets(rows, tokens, targets);
     GatedRunState<float> rs(c, B, n, false);
     const CoefficientShape shape = gated_coefficient_shape(c, n);
     CoefficientTensor recorded(B, shape), supplied;
@@ -92,13 +175,8 @@ void add_trace_command(CLI::App& app) {
     }
     gated_forward(model, rs, tokens.data(), B, n, *source);
     gated_loss(rs, targets.data(), nullptr);
-    // Window NLL over the n - 1 next-byte predictions (the last position has no target).
-    std::vector<float> window_nll(size_t(B), 0.0f), token_values(tokens.begin(), tokens.end());
-    for (int b = 0; b < B && n > 1; ++b) {
-      double s = 0;
-      for (int t = 0; t + 1 < n; ++t) s += rs.losses[int64_t(b) * n + t];
-      window_nll[size_t(b)] = float(s / (n - 1));
-    }
+    const std::vector<float> window_nll = window_nll_excluding_last(rs.losses, B, n);
+    const std::vector<float> token_values(tokens.begin(), tokens.end());
     std::vector<TensorToWrite> tensors{{"tokens", {B, n}, token_values.data()},
                                        {"logits", {B, n, kByteVocab}, rs.logits},
                                        {"window_nll", {B}, window_nll.data()},
@@ -114,16 +192,7 @@ void add_trace_command(CLI::App& app) {
       for (int l = 0; l < L; ++l)
         tensors.push_back({feature_names[size_t(l)], {B, n, 4}, rs.features + int64_t(l) * B * n * 4});
     }
-    auto prov = provenance_base();
-    prov["model_sha256"] = sha256_file(f->model);
-    write_safetensors(f->out, tensors,
-                      {{"format", "fca-trace-v1"},
-                       {"model", f->model},
-                       {"coefficient_source", f->replay.empty() ? "live" : "replayed"},
-                       {"controller_evaluations", std::to_string(source->controller_evaluations())},
-                       {"provenance", prov.dump()}});
-    std::printf("trace of %d x %d tokens written to %s (controller evaluations: %ld)\n", B, n, f->out.c_str(),
-                long(source->controller_evaluations()));
+    write_trace(*f, tensors, sha256_file(f->model), source->controller_evaluations(), B, n);
   });
 }
 

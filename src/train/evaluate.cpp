@@ -49,4 +49,43 @@ EvalResult evaluate_gated(const GatedModel<float>& model, const TextSplit& split
   return r;
 }
 
+EvalResult evaluate_auditable(AuditableModel& model, const TextSplit& split, int T, int64_t wanted, int batch,
+                              bool show_progress) {
+  if (T > model.max_tokens())
+    throw Error("sequence length " + std::to_string(T) + " is longer than the model's " +
+                std::to_string(model.max_tokens()) + " positions");
+  const auto start = std::chrono::steady_clock::now();
+  const std::vector<int32_t> tokens = model.tokenize(split);
+  if (tokens.size() < size_t(T) + 1)
+    throw Error(split.path() + ": the " + split.name() + " split has " + std::to_string(tokens.size()) +
+                " tokens, shorter than one window of T+1 = " + std::to_string(T + 1));
+  const int64_t available = int64_t((tokens.size() - 1) / size_t(T));
+  EvalResult r;
+  r.seq_len = T;
+  r.windows = evenly_spaced_windows(available, wanted > 0 ? wanted : available, split.name());
+  const int64_t W = int64_t(r.windows.size());
+  r.window_nll.assign(size_t(W), 0.0);
+  std::vector<int32_t> inputs(size_t(batch) * T), targets(size_t(batch) * T);
+  Progress progress("eval " + split.name(), W, "window");
+  for (int64_t w0 = 0; w0 < W; w0 += batch) {
+    const int B = int(std::min<int64_t>(batch, W - w0));
+    for (int b = 0; b < B; ++b) {
+      const int32_t* p = tokens.data() + r.windows[size_t(w0 + b)] * T;
+      std::copy(p, p + T, inputs.begin() + int64_t(b) * T);
+      std::copy(p + 1, p + T + 1, targets.begin() + int64_t(b) * T);
+    }
+    model.run_live(inputs.data(), targets.data(), B, T, nullptr, 0, r.window_nll.data() + w0);
+    if (show_progress) progress.update(w0 + B);
+  }
+  if (show_progress) progress.finish();
+  double total = 0;
+  for (double v : r.window_nll) total += v;
+  r.nll = total / double(W);
+  r.bits_per_byte = r.nll / std::log(2.0);
+  r.byte_ppl = std::exp(r.nll);
+  r.gate_mass = -1;
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return r;
+}
+
 }  // namespace fca

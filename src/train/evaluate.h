@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "data/corpus.h"
+#include "models/auditable.h"
 #include "models/gated/model.h"
 
 namespace fca {
@@ -23,5 +24,11 @@ struct EvalResult {
 // show_progress draws a progress bar on stderr.
 EvalResult evaluate_gated(const GatedModel<float>& model, const TextSplit& split, int T, int64_t wanted, int batch,
                           bool show_progress);
+
+// Evaluates any model behind the audit interface (e.g. MUDD folders) on `wanted` evenly spaced
+// windows of T tokens of the tokenized split; NLL is per token (per byte for byte-level models);
+// gate_mass is -1 (no gates).
+EvalResult evaluate_auditable(AuditableModel& model, const TextSplit& split, int T, int64_t wanted, int batch,
+                              bool show_progress);
 
 }  // namespace fca
