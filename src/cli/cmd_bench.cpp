@@ -9,9 +9,12 @@
 #include "core/provenance.h"
 #include "core/rng.h"
 #include "core/sha256.h"
+#include "core/exec_counters.h"
+#include "core/file_io.h"
 #include "exec/gated_flops.h"
 #include "exec/timing.h"
 #include "models/gated/forward.h"
+#include "models/mudd/forward.h"
 #include "train/gated_trainable.h"
 #include "train/trainer.h"
 
@@ -29,7 +32,7 @@ struct BenchFlags {
 
 void add_bench_flags(CLI::App& cmd, BenchFlags& f, const char* runs_name) {
   f.shape.add_to(cmd);
-  cmd.add_option("--model", f.model, "Checkpoint to benchmark (default: a fresh model of the shape flags)");
+  cmd.add_option("--model", f.model, "Checkpoint or MUDD folder (forward only) to benchmark (default: a fresh model of the shape flags)");
   cmd.add_option("--seed", f.seed, "Initialisation seed of the fresh model")->capture_default_str();
   cmd.add_option("--batch", f.batch, "Windows per pass")->check(CLI::PositiveNumber)->capture_default_str();
   cmd.add_option("--tokens", f.seq, "Tokens per window (0 = the model's seq_len)")->check(CLI::NonNegativeNumber)->capture_default_str();
@@ -39,12 +42,17 @@ void add_bench_flags(CLI::App& cmd, BenchFlags& f, const char* runs_name) {
   add_threads_flag(cmd, f.threads);
 }
 
+std::string gated_name(const GatedConfig& c) {
+  return std::string(gate_kind_name(c.gate)) + " L " + std::to_string(c.n_layer) + " D " + std::to_string(c.d_model) + " H " +
+         std::to_string(c.n_head);
+}
+
 GatedModel<float> bench_model(const BenchFlags& f) {
   return f.model.empty() ? GatedModel<float>::initialized(f.shape.config(), f.seed) : GatedModel<float>::load(f.model);
 }
 
-void report(const BenchFlags& f, const char* what, const GatedModel<float>& model, int T, const TimingStats& s,
-            double flops, size_t state_bytes) {
+void report(const BenchFlags& f, const char* what, const nlohmann::ordered_json& config, const std::string& name, int T,
+            const TimingStats& s, double flops, size_t state_bytes) {
   const double peak = measure_sgemm_peak_gflops();
   const double tokens_per_s = double(f.batch) * T / s.median;
   const double gflops = flops / s.median / 1e9;
@@ -53,7 +61,7 @@ void report(const BenchFlags& f, const char* what, const GatedModel<float>& mode
   nlohmann::ordered_json j;
   j["schema"] = "fca-bench-v1";
   j["benchmark"] = what;
-  j["config"] = nlohmann::json::parse(model.config().to_json());
+  j["config"] = config;
   j["batch"] = f.batch;
   j["tokens"] = T;
   j["median_s"] = s.median;
@@ -66,15 +74,13 @@ void report(const BenchFlags& f, const char* what, const GatedModel<float>& mode
   j["run_state_mib"] = double(state_bytes) / (1 << 20);
   j["max_rss_mib"] = double(usage.ru_maxrss) / 1024;
   auto prov = provenance_base();
-  if (!f.model.empty()) prov["model_sha256"] = sha256_file(f.model);
+  if (!f.model.empty() && !is_directory(f.model)) prov["model_sha256"] = sha256_file(f.model);
   j["provenance"] = prov;
   if (f.json) {
     std::printf("%s\n", j.dump().c_str());
     return;
   }
-  const GatedConfig& c = model.config();
-  std::printf("bench %s: %s L %d D %d H %d, batch %d x %d tokens, %d threads\n", what, gate_kind_name(c.gate), c.n_layer,
-              c.d_model, c.n_head, f.batch, T, int(prov["threads"]));
+  std::printf("bench %s: %s, batch %d x %d tokens, %d threads\n", what, name.c_str(), f.batch, T, int(prov["threads"]));
   std::printf("  median %.4f s  [p10 %.4f, p90 %.4f]  over %d runs\n", s.median, s.p10, s.p90, s.runs);
   std::printf("  %.0f tokens/s   %.1f GFLOP/s model   SGEMM peak %.1f GFLOP/s   ratio %.1f%%\n", tokens_per_s, gflops, peak,
               100 * gflops / peak);
@@ -94,6 +100,33 @@ void add_bench_command(CLI::App& app) {
       ->capture_default_str();
   forward->callback([fwd] {
     apply_threads(fwd->threads);
+    if (!fwd->model.empty() && is_directory(fwd->model)) {  // a MUDD folder; FLOPs counted at the GEMM calls
+      const MuddModel<float> model = MuddModel<float>::load(fwd->model);
+      const MuddConfig& c = model.config();
+      const int T = fwd->seq > 0 ? fwd->seq : c.block_size;
+      MuddRunState<float> rs(c, fwd->batch, T);
+      std::vector<int32_t> tokens(size_t(fwd->batch) * T);
+      Rng rng(fwd->seed + 1);
+      for (auto& t : tokens) t = int32_t(rng.below(uint64_t(c.vocab_size)));
+      CoefficientTensor recorded = make_mudd_coefficients(c, fwd->batch, T);
+      MuddRecordingCoefficients<float> recording(model, recorded);
+      ExecCounters counters;
+      {
+        CountingScope scope(counters);
+        mudd_forward(model, rs, tokens.data(), fwd->batch, T, recording);
+      }
+      MuddLiveCoefficients<float> live(model);
+      MuddReplayedCoefficients<float> replayed(c, recorded);
+      MuddCoefficientSource<float>& source = fwd->source == "replay" ? static_cast<MuddCoefficientSource<float>&>(replayed)
+                                                                     : static_cast<MuddCoefficientSource<float>&>(live);
+      const TimingStats s = time_runs([&] { mudd_forward(model, rs, tokens.data(), fwd->batch, T, source); },
+                                      fwd->warmup, fwd->runs);
+      const std::string name = "mudd L " + std::to_string(c.n_layer) + " D " + std::to_string(c.dim) + " V " +
+                               std::to_string(c.vocab_size) + " (" + std::to_string(model.parameter_count()) + " parameters)";
+      report(*fwd, fwd->source == "replay" ? "forward-replay" : "forward", nlohmann::ordered_json::parse(c.to_json()), name, T, s,
+             double(counters.gemm_flops.load()), rs.bytes());
+      return;
+    }
     const GatedModel<float> model = bench_model(*fwd);
     const int T = fwd->seq > 0 ? fwd->seq : model.config().seq_len;
     GatedRunState<float> rs(model.config(), fwd->batch, T, false);
@@ -110,7 +143,8 @@ void add_bench_command(CLI::App& app) {
         fwd->source == "replay" ? static_cast<CoefficientSource<float>&>(replayed) : static_cast<CoefficientSource<float>&>(live);
     const TimingStats s = time_runs([&] { gated_forward(model, rs, tokens.data(), fwd->batch, T, source); },
                                     fwd->warmup, fwd->runs);
-    report(*fwd, fwd->source == "replay" ? "forward-replay" : "forward", model, T, s, gated_forward_flops(model.config(), fwd->batch, T, model.config().n_layer),
+    report(*fwd, fwd->source == "replay" ? "forward-replay" : "forward", nlohmann::ordered_json::parse(model.config().to_json()),
+           gated_name(model.config()), T, s, gated_forward_flops(model.config(), fwd->batch, T, model.config().n_layer),
            rs.bytes());
   });
 
@@ -131,7 +165,8 @@ void add_bench_command(CLI::App& app) {
     }
     // A fixed batch and learning rate, as in bench/compare_pytorch.py's PyTorch step.
     const TimingStats s = time_runs([&] { step.run(inputs.data(), targets.data(), 1, 1e-4); }, trn->warmup, trn->runs);
-    report(*trn, "train", model, T, s, gated_train_flops(model.config(), trn->batch, T), step.run_state_bytes());
+    report(*trn, "train", nlohmann::ordered_json::parse(model.config().to_json()), gated_name(model.config()), T, s,
+           gated_train_flops(model.config(), trn->batch, T), step.run_state_bytes());
   });
 }
 

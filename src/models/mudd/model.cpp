@@ -1,6 +1,7 @@
 #include "models/mudd/model.h"
 
 #include <algorithm>
+#include <type_traits>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -243,9 +244,17 @@ MuddModel<T> MuddModel<T>::initialized(const MuddConfig& config, uint64_t seed) 
 template <typename T>
 void MuddModel<T>::save(const std::string& dir, const std::map<std::string, std::string>& extra) const {
   std::filesystem::create_directories(dir);
-  const std::vector<float> as_float(storage_.begin(), storage_.end());
+  // Float weights are written from the buffer itself (no copy: a 1.4B model is 5.7 GB).
+  std::vector<float> converted;
+  const float* base = nullptr;
+  if constexpr (std::is_same_v<T, float>) {
+    base = storage_.data();
+  } else {
+    converted.assign(storage_.begin(), storage_.end());
+    base = converted.data();
+  }
   std::vector<TensorToWrite> tensors;
-  for (const auto& s : layout_) tensors.push_back({s.name, s.shape, as_float.data() + s.offset});
+  for (const auto& s : layout_) tensors.push_back({s.name, s.shape, base + s.offset});
   std::map<std::string, std::string> metadata = extra;
   metadata["format"] = "pt";
   write_safetensors(dir + "/model.safetensors", tensors, metadata);
