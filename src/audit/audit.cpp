@@ -321,6 +321,33 @@ nlohmann::ordered_json run_audit(AuditableModel& model, const Corpus& corpus, co
                      {"coordinate_x_token", v.coordinate_token},
                      {"input_x_token", v.input_token},
                      {"residual", v.residual}}}};
+  // Calibrated profiles for figures: S[l][s][k] (null where invalid) and, for one-stream one-source
+  // tensors (the gated family), the layer x position means.
+  {
+    const CoefficientShape& sh = manifest.shape;
+    nlohmann::ordered_json S = nlohmann::ordered_json::array();
+    for (int l = 0; l < sh.layers; ++l) {
+      nlohmann::ordered_json streams = nlohmann::ordered_json::array();
+      for (int st = 0; st < sh.streams; ++st) {
+        nlohmann::ordered_json sources = nlohmann::ordered_json::array();
+        for (int k = 0; k < sh.sources; ++k)
+          sources.push_back(profiles.static_profile.valid(l, st, k) ? nlohmann::ordered_json(profiles.static_profile.at(0, l, 0, st, k))
+                                                                    : nlohmann::ordered_json(nullptr));
+        streams.push_back(sources);
+      }
+      S.push_back(streams);
+    }
+    j["profiles"]["static_profile"] = S;
+    if (sh.streams == 1 && sh.sources == 1) {
+      nlohmann::ordered_json lpm = nlohmann::ordered_json::array();
+      for (int l = 0; l < sh.layers; ++l) {
+        std::vector<float> row(size_t(sh.tokens));
+        for (int t = 0; t < sh.tokens; ++t) row[size_t(t)] = profiles.layer_position_mean.at(0, l, t);
+        lpm.push_back(row);
+      }
+      j["profiles"]["layer_position_mean"] = lpm;
+    }
+  }
   j["provenance"] = provenance;
 
   // ---- Outputs, each written to a temporary name and renamed ----
