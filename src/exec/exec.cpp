@@ -14,6 +14,7 @@
 #include "exec/gated_flops.h"
 #include "exec/timing.h"
 #include "models/gated/forward.h"
+#include "models/mudd/forward.h"
 
 namespace fca {
 namespace {
@@ -84,6 +85,77 @@ nlohmann::ordered_json measure(const std::string& mode, const GatedModel<float>&
   return j;
 }
 
+// A MUDD folder: every block and DA module always runs. Modes: live (the DA generators compute alpha),
+// replay (recorded alpha supplied), identity (one-hot newest source: a plain residual stream, with
+// the mixing still executed). FLOPs and blocks from the counters.
+nlohmann::ordered_json measure_mudd(const std::string& path, const Corpus& corpus, const ExecOptions& o) {
+  const MuddModel<float> model = MuddModel<float>::load(path);
+  const MuddConfig& c = model.config();
+  if (c.vocab_size != 256) throw Error(path + ": exec measures byte-level MUDD models (vocab 256) on text windows");
+  const int T = c.block_size, B = o.batch;
+  MuddRunState<float> rs(c, B, T);
+  const Windows timing = load_windows(corpus.split("test"), T, B);
+  const Windows eval = load_windows(corpus.split("test"), T, o.eval_windows);
+  nlohmann::ordered_json m;
+  m["path"] = path;
+  m["model_sha256"] = model.content_hash();
+  m["gate"] = "mudd";
+  m["config"] = {{"n_layer", c.n_layer}, {"d_model", c.dim}, {"n_head", c.n_head}, {"seq_len", c.block_size}};
+  m["tokens_per_pass"] = B * T;
+  if (!o.skip_thresholds.empty()) m["skip_sweep_note"] = "not applicable: MUDD mixes every source; no block has a gate";
+  auto nll_of = [&](MuddCoefficientSource<float>& source) {
+    std::vector<double> nll(static_cast<size_t>(eval.count));
+    for (int w0 = 0; w0 < eval.count; w0 += B) {
+      const int n = std::min(B, eval.count - w0);
+      mudd_forward(model, rs, eval.inputs.data() + int64_t(w0) * T, n, T, source, w0);
+      mudd_loss(rs, eval.targets.data() + int64_t(w0) * T, nll.data() + w0);
+    }
+    double s = 0;
+    for (double v : nll) s += v;
+    return s / eval.count;
+  };
+  auto one = [&](const std::string& mode, MuddCoefficientSource<float>& source, bool with_nll) {
+    ExecCounters counters;
+    {
+      CountingScope scope(counters);
+      mudd_forward(model, rs, timing.inputs.data(), B, T, source);
+    }
+    if (counters.blocks_executed != c.n_layer)
+      throw Error("execution counters disagree with the graph (" + mode + "): " + std::to_string(counters.blocks_executed.load()) +
+                  " blocks counted, " + std::to_string(c.n_layer) + " in the model");
+    const TimingStats t = time_runs([&] { mudd_forward(model, rs, timing.inputs.data(), B, T, source); }, o.warmup, o.runs);
+    nlohmann::ordered_json j{{"mode", mode},
+                             {"executed_blocks", counters.blocks_executed.load()},
+                             {"total_blocks", c.n_layer},
+                             {"controller_evaluations_per_pass", counters.controller_evaluations.load()},
+                             {"gemm_calls_per_pass", counters.gemm_calls.load()},
+                             {"gflop_per_pass", double(counters.gemm_flops.load()) / 1e9},
+                             {"gflop_per_token", double(counters.gemm_flops.load()) / 1e9 / (double(B) * T)},
+                             {"counters_match_graph", true},
+                             {"latency", t.to_json()},
+                             {"tokens_per_s", double(B) * T / t.median}};
+    if (with_nll) j["nll"] = nll_of(source);
+    return j;
+  };
+  nlohmann::ordered_json modes = nlohmann::ordered_json::array();
+  MuddLiveCoefficients<float> live(model);
+  modes.push_back(one("live", live, true));
+  CoefficientTensor recorded = make_mudd_coefficients(c, B, T);
+  MuddRecordingCoefficients<float> recording(model, recorded);
+  mudd_forward(model, rs, timing.inputs.data(), B, T, recording);
+  MuddReplayedCoefficients<float> replayed(c, recorded);
+  modes.push_back(one("replay", replayed, false));
+  CoefficientTensor identity = make_mudd_coefficients(c, std::max(B, eval.count), T);
+  for (int w = 0; w < identity.windows(); ++w)
+    for (int l = 0; l < c.n_layer; ++l)
+      for (int t = 0; t < T; ++t)
+        for (int st = 0; st < c.streams(l); ++st) identity.at(w, l, t, st, l + 1) = 1.0f;
+  MuddReplayedCoefficients<float> plain(c, identity);
+  modes.push_back(one("identity_mixing", plain, true));
+  m["modes"] = modes;
+  return m;
+}
+
 }  // namespace
 
 nlohmann::ordered_json run_exec(const Corpus& corpus, const ExecOptions& o) {
@@ -94,6 +166,7 @@ nlohmann::ordered_json run_exec(const Corpus& corpus, const ExecOptions& o) {
   if (!o.skip_thresholds.empty()) {
     bool any = false;
     for (const auto& path : o.models) {
+      if (is_directory(path)) continue;  // MUDD models have no gates to calibrate
       const GateKind g = read_gated_config(path).gate;
       any = any || g == GateKind::uniform || g == GateKind::layerstatic || g == GateKind::featuregate;
     }
@@ -113,6 +186,11 @@ nlohmann::ordered_json run_exec(const Corpus& corpus, const ExecOptions& o) {
   Progress bar("exec", int64_t(o.models.size()), "model");
   for (size_t mi = 0; mi < o.models.size(); ++mi) {
     const std::string& path = o.models[mi];
+    if (is_directory(path)) {
+      out["models"].push_back(measure_mudd(path, corpus, o));
+      if (o.progress) bar.update(int64_t(mi + 1));
+      continue;
+    }
     const GatedModel<float> model = GatedModel<float>::load(path);
     const GatedConfig& c = model.config();
     const int T = c.seq_len, B = o.batch;
@@ -244,7 +322,8 @@ std::string exec_markdown(const nlohmann::ordered_json& e) {
   }
   md << "\nlive: the controller computes the gates; replay: recorded gates supplied, controller off; gates_forced_to_1: "
         "every g = 1; skip tau: calibrated static gates, blocks whose static gate is below tau removed from the graph "
-        "(tau = 0 removes nothing). NLL in nats/byte on the evaluation windows.\n";
+        "(tau = 0 removes nothing); MUDD identity_mixing: every stream takes only the newest source (the mixing still "
+        "runs). NLL in nats/byte on the evaluation windows.\n";
   return md.str();
 }
 
