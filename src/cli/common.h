@@ -36,5 +36,6 @@ void add_bench_command(CLI::App& app);
 void add_audit_command(CLI::App& app);
 void add_aggregate_command(CLI::App& app);
 void add_exec_command(CLI::App& app);
+void add_report_command(CLI::App& app);
 
 }  // namespace fca::cli

@@ -1,0 +1,222 @@
+// Assembling the HTML report (self-contained, no scripts) and its Markdown summary.
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <map>
+#include <sstream>
+
+#include "core/provenance.h"
+#include "report/report.h"
+#include "report/svg.h"
+
+namespace fca {
+namespace {
+
+using svg::escape;
+
+std::string fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+std::string ci(const nlohmann::json& c, const char* f = "%+.5f") {
+  std::string s = "[";
+  s += fmt(f, c[0].get<double>());
+  s += ", ";
+  s += fmt(f, c[1].get<double>());
+  s += "]";
+  return s;
+}
+
+const char* kStyle = R"(
+body { font-family: -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; color: #222; max-width: 1100px; margin: 24px auto; padding: 0 16px; line-height: 1.45; }
+h1 { font-size: 26px; margin-bottom: 4px; } h2 { font-size: 20px; margin-top: 36px; border-bottom: 1px solid #ddd; padding-bottom: 4px; }
+.sub { color: #666; font-size: 13px; }
+.cards { display: flex; flex-wrap: wrap; gap: 16px; }
+.card { flex: 1 1 320px; border: 1px solid #ddd; border-radius: 8px; padding: 12px 16px; background: #fafafa; }
+.card h3 { margin: 0 0 8px 0; font-size: 16px; }
+.claim { margin: 8px 0; padding-left: 10px; border-left: 4px solid #999; font-size: 14px; }
+.claim b { display: block; font-size: 12px; text-transform: uppercase; letter-spacing: 0.04em; color: #555; }
+.yes { border-color: #d62728; } .no { border-color: #2ca02c; } .na { border-color: #aaa; }
+table { border-collapse: collapse; margin: 8px 0 16px 0; font-size: 13px; }
+th, td { border: 1px solid #ddd; padding: 4px 8px; text-align: right; } th { background: #f0f0f0; } td.l, th.l { text-align: left; }
+figure { margin: 16px 0; } figcaption { font-size: 13px; color: #555; margin-top: 4px; max-width: 900px; }
+code { font-size: 12px; }
+)";
+
+}  // namespace
+
+std::string report_html(const ReportData& d) {
+  std::ostringstream h;
+  const auto prov = provenance_base();
+  h << "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"/><title>" << escape(d.title) << "</title><style>"
+    << kStyle << "</style></head><body>\n";
+  h << "<h1>" << escape(d.title) << "</h1><p class=\"sub\">Generated " << prov["created_utc"].get<std::string>() << " by "
+    << escape(fca_version_string()) << ". Three separate claims per model: <b>coefficient variation</b> (do the "
+    << "controller's coefficients change with the input?), <b>functional dependence</b> (does the frozen model need them "
+    << "to change?) and <b>actual execution</b> (is computation really saved?). No answer is evidence for another.</p>\n";
+
+  const auto verdicts = compute_verdicts(d);
+  if (!verdicts.empty()) {
+    h << "<h2 id=\"verdicts\">Verdicts</h2><div class=\"cards\">";
+    for (const auto& v : verdicts) {
+      h << "<div class=\"card\"><h3>" << escape(v.model) << "</h3>";
+      h << "<div class=\"claim " << (v.varies ? "yes" : "no") << "\"><b>1. Coefficient variation</b>" << escape(v.variation) << "</div>";
+      const bool undecided = v.dependence.rfind("Not ", 0) == 0;
+      h << "<div class=\"claim " << (undecided ? "na" : (v.needs_dynamic ? "yes" : "no")) << "\"><b>2. Functional dependence</b>" << escape(v.dependence)
+        << "</div>";
+      h << "<div class=\"claim " << (v.execution.rfind("Not measured", 0) == 0 ? "na" : (v.saves_compute ? "yes" : "no"))
+        << "\"><b>3. Actual execution</b>" << escape(v.execution) << "</div></div>";
+    }
+    h << "</div><p class=\"sub\">Red edge: the claim holds for this model (it varies / needs its dynamic coefficients / "
+         "saves executed blocks); green: it does not; grey: not measured or not established. Functional dependence uses the criteria fixed "
+         "before the audit (printed with each audit).</p>\n";
+  }
+
+  if (!d.evals.empty()) {
+    // Table-1 style: one row per configuration, mean and sd over seeds.
+    std::map<std::string, std::vector<const nlohmann::json*>> groups;
+    for (const auto& e : d.evals) groups[e.doc["config"].dump()].push_back(&e.doc);
+    h << "<h2 id=\"quality\">Model quality</h2><table><tr><th class=\"l\">configuration</th><th>seeds</th>"
+         "<th>Byte-PPL mean</th><th>sd</th><th>bits/byte</th><th>gate mass</th></tr>";
+    for (const auto& [cfg, docs] : groups) {
+      double m = 0, m2 = 0, bits = 0, gate = 0;
+      int gates = 0;
+      for (const auto* e : docs) {
+        m += (*e)["byte_ppl"].get<double>();
+        bits += (*e)["nll"].get<double>() / std::log(2.0);
+        if ((*e).contains("gate_mass") && !(*e)["gate_mass"].is_null()) gate += (*e)["gate_mass"].get<double>(), ++gates;
+      }
+      m /= double(docs.size());
+      for (const auto* e : docs) m2 += std::pow((*e)["byte_ppl"].get<double>() - m, 2);
+      const double sd = docs.size() > 1 ? std::sqrt(m2 / double(docs.size() - 1)) : 0;
+      const auto c = nlohmann::json::parse(cfg);
+      const std::string name = (c.contains("gate") ? c["gate"].get<std::string>() : std::string("mudd")) + " L" +
+                               std::to_string(c.value("n_layer", 0)) + " D" +
+                               std::to_string(c.contains("d_model") ? c["d_model"].get<int>() : c.value("dim", 0));
+      h << "<tr><td class=\"l\">" << escape(name) << "</td><td>" << docs.size() << "</td><td>" << fmt("%.4f", m) << "</td><td>"
+        << fmt("%.4f", sd) << "</td><td>" << fmt("%.4f", bits / double(docs.size())) << "</td><td>"
+        << (gates ? fmt("%.3f", gate / gates) : std::string("–")) << "</td></tr>";
+    }
+    h << "</table>\n";
+  }
+
+  auto figure = [&](const std::string& id, const std::string& svg, const std::string& caption) {
+    if (svg.empty()) return;
+    h << "<figure id=\"" << id << "\">" << svg << "<figcaption>" << escape(caption) << "</figcaption></figure>\n";
+  };
+  if (!d.audits.empty()) {
+    h << "<h2 id=\"dependence\">Functional dependence</h2>";
+    figure("fig-penalties", figure_penalties(d),
+           "NLL penalty of each replay condition (controller disabled) against the exact replay, with paired-window "
+           "bootstrap 95% CIs, on a log axis because penalties differ by orders of magnitude between models.");
+    figure("fig-retention", figure_retention(d),
+           "How much of the structure-removed penalty a static profile recovers; the dashed line is the 95% criterion.");
+    for (const auto& a : d.audits) {
+      h << "<h3>" << escape(a.doc["model"]["description"].get<std::string>()) << "</h3><table><tr><th class=\"l\">condition</th>"
+           "<th>DeltaNLL</th><th class=\"l\">95% CI</th><th>MC SE</th><th>controller evals</th></tr>";
+      for (const auto& c : a.doc["conditions"])
+        h << "<tr><td class=\"l\">" << escape(c["name"].get<std::string>()) << "</td><td>" << fmt("%+.5f", c["delta_nll"].get<double>())
+          << "</td><td class=\"l\">" << ci(c["ci95"]) << "</td><td>"
+          << (c.contains("mc_se") && !c["mc_se"].is_null() ? fmt("%.5f", c["mc_se"].get<double>()) : std::string("–")) << "</td><td>"
+          << c.value("controller_evaluations", 0) << "</td></tr>";
+      h << "</table>";
+      if (!a.doc["factor_effects"].is_null()) {
+        h << "<table><tr><th class=\"l\">factor effect</th><th>estimate</th><th class=\"l\">95% CI</th></tr>";
+        for (const char* f : {"input", "token", "interaction"})
+          h << "<tr><td class=\"l\">" << f << "</td><td>" << fmt("%+.5f", a.doc["factor_effects"][f]["estimate"].get<double>())
+            << "</td><td class=\"l\">" << ci(a.doc["factor_effects"][f]["ci95"]) << "</td></tr>";
+        h << "</table>";
+      }
+    }
+    h << "<h2 id=\"variation\">Coefficient variation</h2>";
+    figure("fig-variance", figure_variance(d),
+           "Shares of the coefficients' total sum of squares: between coordinates (layers, or layer-stream-source), "
+           "inputs, tokens, their interactions and the residual.");
+    figure("fig-profiles", figure_profiles(d),
+           "Calibrated static coefficient profiles: for gated models the mean gate per layer and position, for MUDD models "
+           "the mean mixing weight per layer and source in each stream.");
+  }
+  if (!d.aggregates.empty()) {
+    h << "<h2 id=\"seeds\">Across seeds</h2>";
+    for (const auto& a : d.aggregates) {
+      h << "<p class=\"sub\">" << a.doc["checkpoints"] << " checkpoints: ";
+      for (const auto& in : a.doc["inputs"]) h << "<code>" << escape(in["path"].get<std::string>()) << "</code> ";
+      h << "</p><table><tr><th class=\"l\">figure</th><th>mean</th><th>sd</th><th class=\"l\">95% CI (checkpoints)</th>"
+           "<th>sign-flip p</th><th>Holm p</th></tr>";
+      for (auto it = a.doc["figures"].begin(); it != a.doc["figures"].end(); ++it)
+        h << "<tr><td class=\"l\">" << escape(it.key()) << "</td><td>" << fmt("%.5f", it.value()["mean"].get<double>()) << "</td><td>"
+          << fmt("%.5f", it.value()["sd"].get<double>()) << "</td><td class=\"l\">" << ci(it.value()["ci95"], "%.5f") << "</td><td>"
+          << fmt("%.4g", it.value()["sign_flip_p"].get<double>()) << "</td><td>"
+          << (it.value().contains("holm_p") ? fmt("%.4g", it.value()["holm_p"].get<double>()) : std::string("–")) << "</td></tr>";
+      h << "</table>";
+    }
+  }
+  if (!d.execs.empty()) {
+    h << "<h2 id=\"execution\">Actual execution</h2>";
+    figure("fig-latency", figure_latency(d),
+           "Measured median latency per batch against blocks executed, for live, replayed and forced gates and for the "
+           "real skip sweep (blocks removed from the graph).");
+    for (const auto& e : d.execs) {
+      h << "<table><tr><th class=\"l\">model</th><th class=\"l\">mode</th><th>blocks</th><th>GFLOP/token</th>"
+           "<th class=\"l\">latency ms median [p10, p90]</th><th>tokens/s</th><th>ratio to Dense</th><th>NLL</th></tr>";
+      for (const auto& m : e.doc["models"]) {
+        auto row = [&](const nlohmann::json& r, const std::string& mode) {
+          h << "<tr><td class=\"l\">" << escape(m["gate"].get<std::string>()) << " L" << m["config"].value("n_layer", 0)
+            << "</td><td class=\"l\">" << escape(mode) << "</td><td>" << r["executed_blocks"] << "/" << r["total_blocks"] << "</td><td>"
+            << fmt("%.4g", r["gflop_per_token"].get<double>()) << "</td><td class=\"l\">"
+            << fmt("%.2f", 1e3 * r["latency"]["median_s"].get<double>()) << " [" << fmt("%.2f", 1e3 * r["latency"]["p10_s"].get<double>())
+            << ", " << fmt("%.2f", 1e3 * r["latency"]["p90_s"].get<double>()) << "]</td><td>" << fmt("%.0f", r["tokens_per_s"].get<double>())
+            << "</td><td>"
+            << (r.contains("latency_ratio_to_dense") && !r["latency_ratio_to_dense"].is_null() ? fmt("%.3f", r["latency_ratio_to_dense"].get<double>()) : std::string("–"))
+            << "</td><td>" << (r.contains("nll") ? fmt("%.4f", r["nll"].get<double>()) : std::string("–")) << "</td></tr>";
+        };
+        for (const auto& r : m["modes"]) row(r, r["mode"]);
+        if (m.contains("skip_sweep"))
+          for (const auto& r : m["skip_sweep"]) row(r, "skip tau=" + fmt("%g", r["threshold"].get<double>()));
+      }
+      h << "</table>";
+    }
+  }
+  if (!d.train_logs.empty()) {
+    h << "<h2 id=\"training\">Training</h2>";
+    figure("fig-training", figure_training(d), "Training loss (lines) and validation NLL (circles) per optimizer step.");
+  }
+  h << "<h2 id=\"provenance\">Provenance</h2><table><tr><th class=\"l\">input</th><th class=\"l\">fca</th><th class=\"l\">commit</th>"
+       "<th class=\"l\">model sha256</th><th>threads</th><th class=\"l\">machine</th><th>seed</th></tr>";
+  auto prov_row = [&](const std::string& path, const nlohmann::json& p, const std::string& sha) {
+    h << "<tr><td class=\"l\"><code>" << escape(path) << "</code></td><td class=\"l\">" << escape(p.value("fca_version", "?"))
+      << "</td><td class=\"l\"><code>" << escape(p.value("git_commit", "?").substr(0, 12)) << "</code></td><td class=\"l\"><code>"
+      << escape(sha.substr(0, 16)) << "</code></td><td>" << p.value("threads", 0) << "</td><td class=\"l\">"
+      << escape(p.contains("machine") ? p["machine"].value("cpu", "?") : std::string("?")) << "</td><td>"
+      << (p.contains("seed") ? p["seed"].dump() : std::string("–")) << "</td></tr>";
+  };
+  for (const auto& a : d.audits) prov_row(a.path, a.doc["provenance"], a.doc["provenance"]["model_sha256"]);
+  for (const auto& e : d.execs) prov_row(e.path, e.doc["provenance"], "");
+  for (const auto& e : d.evals) prov_row(e.path, e.doc["provenance"], e.doc["provenance"].value("model_sha256", ""));
+  h << "</table>";
+  for (const auto& t : d.train_logs) h << "<p class=\"sub\">training log <code>" << escape(t.path) << "</code></p>";
+  h << "</body></html>\n";
+  return h.str();
+}
+
+std::string report_markdown(const ReportData& d) {
+  std::ostringstream md;
+  md << "# " << d.title << "\n\n";
+  for (const auto& v : compute_verdicts(d)) {
+    md << "## " << v.model << "\n\n";
+    md << "- **Coefficient variation:** " << v.variation << "\n";
+    md << "- **Functional dependence:** " << v.dependence << "\n";
+    md << "- **Actual execution:** " << v.execution << "\n\n";
+  }
+  for (const auto& a : d.audits) {
+    md << "### " << a.doc["model"]["description"].get<std::string>() << ": conditions\n\n| condition | DeltaNLL | 95% CI |\n|---|---:|---|\n";
+    for (const auto& c : a.doc["conditions"])
+      md << "| " << c["name"].get<std::string>() << " | " << fmt("%+.5f", c["delta_nll"].get<double>()) << " | " << ci(c["ci95"]) << " |\n";
+    md << "\n";
+  }
+  return md.str();
+}
+
+}  // namespace fca

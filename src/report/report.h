@@ -1,0 +1,53 @@
+// `fca report`: one self-contained HTML file (inline SVG, no scripts, no network) and a Markdown
+// summary, built only from result files: audit.json, exec.json, aggregate.json, eval JSON and
+// training logs. Never loads a model.
+#pragma once
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace fca {
+
+struct ReportInputs {
+  std::vector<std::string> audits, execs, aggregates, evals, train_logs;
+  std::string title = "Frozen-Controller Audit report";
+};
+
+// Validated documents: schema versions and every field the report uses are checked on load; an
+// error names the file and the field.
+struct ReportData {
+  struct Named {
+    std::string path;
+    nlohmann::json doc;
+  };
+  std::vector<Named> audits, execs, aggregates, evals;
+  struct TrainLog {
+    std::string path, label;
+    std::vector<std::pair<double, double>> loss, valid;  // (step, value)
+  };
+  std::vector<TrainLog> train_logs;
+  std::string title;
+};
+
+ReportData load_report_data(const ReportInputs& inputs);
+
+// The three-claim verdict lines of one audited model (and its exec entry, if any).
+struct Verdicts {
+  std::string model, family, sha256;
+  std::string variation, dependence, execution;
+  bool varies = false, needs_dynamic = false, saves_compute = false;
+};
+std::vector<Verdicts> compute_verdicts(const ReportData& data);
+
+// Figures (SVG strings); empty when the inputs hold nothing to draw.
+std::string figure_penalties(const ReportData& data);
+std::string figure_retention(const ReportData& data);
+std::string figure_variance(const ReportData& data);
+std::string figure_profiles(const ReportData& data);
+std::string figure_latency(const ReportData& data);
+std::string figure_training(const ReportData& data);
+
+std::string report_html(const ReportData& data);
+std::string report_markdown(const ReportData& data);
+
+}  // namespace fca

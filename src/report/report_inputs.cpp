@@ -1,0 +1,109 @@
+// Loading and validating the report's inputs.
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include "core/error.h"
+#include "report/report.h"
+
+namespace fca {
+namespace {
+
+nlohmann::json read_json(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw Error(path + ": cannot open");
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(path + ": not valid JSON (" + e.what() + ")");
+  }
+}
+
+void expect_schema(const nlohmann::json& j, const std::string& path, const std::string& schema) {
+  if (!j.is_object() || !j.contains("schema"))
+    throw Error(path + ": field 'schema' is missing (expected \"" + schema + "\")");
+  if (j["schema"] != schema) throw Error(path + ": schema is " + j["schema"].dump() + ", expected \"" + schema + "\"");
+}
+
+// Every JSON pointer in `fields` must exist (and not be null).
+void expect_fields(const nlohmann::json& j, const std::string& path, const std::vector<std::string>& fields) {
+  for (const auto& f : fields) {
+    const nlohmann::json::json_pointer p(f);
+    if (!j.contains(p) || j.at(p).is_null()) throw Error(path + ": field '" + f + "' is missing");
+  }
+}
+
+}  // namespace
+
+ReportData load_report_data(const ReportInputs& in) {
+  ReportData d;
+  d.title = in.title;
+  if (in.audits.empty() && in.execs.empty()) throw Error("report: give at least one --audit or --exec file");
+  for (const auto& p : in.audits) {
+    nlohmann::json j = read_json(p);
+    expect_schema(j, p, "fca-audit-v1");
+    expect_fields(j, p, {"/model/description", "/model/family", "/model/path", "/model/static_profile",
+                         "/model/structure_removed", "/conditions", "/retention", "/criteria", "/variance/shares",
+                         "/variance/total_variance", "/baseline/nll", "/exact_replay/max_abs_delta_logit",
+                         "/settings/eval_windows", "/settings/reps", "/profiles/static_profile", "/provenance/model_sha256",
+                         "/provenance/fca_version", "/provenance/git_commit", "/provenance/threads", "/provenance/machine"});
+    for (size_t i = 0; i < j["conditions"].size(); ++i)
+      expect_fields(j["conditions"][i], p + " conditions[" + std::to_string(i) + "]", {"/name", "/delta_nll", "/ci95"});
+    d.audits.push_back({p, std::move(j)});
+  }
+  for (const auto& p : in.execs) {
+    nlohmann::json j = read_json(p);
+    expect_schema(j, p, "fca-exec-v1");
+    expect_fields(j, p, {"/models", "/settings/batch", "/provenance/threads", "/sgemm_peak_gflops"});
+    for (size_t i = 0; i < j["models"].size(); ++i)
+      expect_fields(j["models"][i], p + " models[" + std::to_string(i) + "]",
+                    {"/model_sha256", "/gate", "/modes/0/latency/median_s", "/modes/0/executed_blocks", "/modes/0/total_blocks"});
+    d.execs.push_back({p, std::move(j)});
+  }
+  for (const auto& p : in.aggregates) {
+    nlohmann::json j = read_json(p);
+    expect_schema(j, p, "fca-aggregate-v1");
+    expect_fields(j, p, {"/figures", "/checkpoints", "/inputs"});
+    d.aggregates.push_back({p, std::move(j)});
+  }
+  for (const auto& p : in.evals) {
+    nlohmann::json j = read_json(p);
+    expect_schema(j, p, "fca-eval-v1");
+    expect_fields(j, p, {"/config", "/nll", "/byte_ppl", "/model"});
+    d.evals.push_back({p, std::move(j)});
+  }
+  for (const auto& p : in.train_logs) {
+    std::ifstream log(p);
+    if (!log) throw Error(p + ": cannot open the training log");
+    ReportData::TrainLog t;
+    t.path = p;
+    std::string line;
+    int n = 0;
+    while (std::getline(log, line)) {
+      ++n;
+      if (line.empty()) continue;
+      nlohmann::json j;
+      try {
+        j = nlohmann::json::parse(line);
+      } catch (const nlohmann::json::exception& e) {
+        throw Error(p + ": line " + std::to_string(n) + " is not valid JSON (" + e.what() + ")");
+      }
+      const std::string type = j.value("type", "");
+      if (type == "start") {
+        const auto& o = j["options"];
+        std::string arch = o.value("arch", "gated");
+        t.label = arch == "mudd" ? std::string("mudd") : o["config"].value("gate", std::string("?"));
+        t.label += " L" + std::to_string(o["config"].value("n_layer", 0)) + " seed " + std::to_string(o.value("seed", 0));
+      } else if (type == "step") {
+        t.loss.push_back({j["step"].get<double>(), j["loss"].get<double>()});
+      } else if (type == "valid") {
+        t.valid.push_back({j["step"].get<double>(), j["nll"].get<double>()});
+      }
+    }
+    if (t.label.empty()) throw Error(p + ": no 'start' record: not an fca training log");
+    d.train_logs.push_back(std::move(t));
+  }
+  return d;
+}
+
+}  // namespace fca

@@ -1,0 +1,158 @@
+// The report: renders for gated-only, MUDD-only and mixed inputs; the HTML is well-formed and holds
+// every figure; a headless-Chromium screenshot where Chromium exists; wrong or incomplete inputs
+// get errors naming the file and field.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+
+#include "audit/audit.h"
+#include "core/threads.h"
+#include "exec/exec.h"
+#include "models/gated/auditable.h"
+#include "models/mudd/auditable.h"
+#include "report/report.h"
+#include "test_util.h"
+#include "train/trainer.h"
+
+namespace fca {
+namespace {
+
+// Every element closed in order (the report is written XHTML-compatible); void elements self-close.
+::testing::AssertionResult well_formed(const std::string& html) {
+  std::vector<std::string> stack;
+  const std::regex tag(R"(<(/?)([a-zA-Z][a-zA-Z0-9]*)([^>]*?)(/?)>)");
+  const std::string body = html.substr(html.find("<html"));
+  for (auto it = std::sregex_iterator(body.begin(), body.end(), tag); it != std::sregex_iterator(); ++it) {
+    const auto& m = *it;
+    const std::string name = m[2];
+    if (m[4] == "/") continue;  // self-closing
+    if (m[1] == "/") {
+      if (stack.empty() || stack.back() != name)
+        return ::testing::AssertionFailure() << "closing </" << name << "> but open is <" << (stack.empty() ? "" : stack.back()) << ">";
+      stack.pop_back();
+    } else {
+      stack.push_back(name);
+    }
+  }
+  if (!stack.empty()) return ::testing::AssertionFailure() << "unclosed <" << stack.back() << ">";
+  return ::testing::AssertionSuccess();
+}
+
+class Report : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    set_threads(2);
+    dir = new testing::TempDir();
+    testing::write_corpus(dir->path(), 30000, 6000, 6000);
+    const Corpus corpus(dir->path());
+    for (const std::string arch : {"gated", "mudd"}) {
+      TrainOptions o;
+      o.arch = arch;
+      o.config = testing::tiny_config(GateKind::featuregate);
+      o.mudd.n_layer = 2, o.mudd.dim = 16, o.mudd.n_head = 2, o.mudd.head_dim = 8, o.mudd.vocab_size = 256;
+      o.mudd.block_size = 16, o.mudd.intermediate_size = 64;
+      o.batch = 4;
+      o.steps = 10;
+      o.eval_every = 0;
+      o.progress = false;
+      o.out = arch == "gated" ? dir->file("fg.safetensors") : dir->file("mudd");
+      train_model(o, corpus);
+      AuditOptions a;
+      a.model_path = o.out;
+      a.eval_windows = 12;
+      a.calib_windows = 8;
+      a.reps = 2;
+      a.bootstrap_resamples = 200;
+      a.out_dir = dir->file(arch + "-audit");
+      a.progress = false;
+      std::unique_ptr<AuditableModel> m;
+      if (arch == "gated") m = std::make_unique<GatedAuditable>(o.out, a.batch, 1 << 20);
+      else m = std::make_unique<MuddAuditable>(o.out, a.batch, 1 << 20);
+      run_audit(*m, corpus, a);
+    }
+    ExecOptions e;
+    e.models = {dir->file("fg.safetensors"), dir->file("mudd")};
+    e.runs = 2;
+    e.warmup = 0;
+    e.eval_windows = 4;
+    e.calib_windows = 4;
+    e.skip_thresholds = {0.5};
+    e.out_dir = dir->file("exec");
+    e.progress = false;
+    run_exec(corpus, e);
+  }
+  static void TearDownTestSuite() { delete dir; }
+  static testing::TempDir* dir;
+};
+testing::TempDir* Report::dir = nullptr;
+
+TEST_F(Report, RendersGatedMuddAndMixed) {
+  const std::string gated = dir->file("gated-audit/audit.json"), mudd = dir->file("mudd-audit/audit.json");
+  for (const auto& audits : {std::vector<std::string>{gated}, std::vector<std::string>{mudd}, std::vector<std::string>{gated, mudd}}) {
+    ReportInputs in;
+    in.audits = audits;
+    in.execs = {dir->file("exec/exec.json")};
+    in.train_logs = {dir->file("fg.safetensors.log.jsonl"), dir->file("mudd/train.log.jsonl")};
+    const ReportData data = load_report_data(in);
+    const std::string html = report_html(data);
+    EXPECT_TRUE(well_formed(html));
+    for (const char* id : {"verdicts", "fig-penalties", "fig-retention", "fig-variance", "fig-profiles", "fig-latency",
+                           "fig-training", "provenance"})
+      EXPECT_NE(html.find(std::string("id=\"") + id + "\""), std::string::npos) << id;
+    EXPECT_EQ(html.find("<script"), std::string::npos);  // readable without JavaScript
+    EXPECT_EQ(html.find("http://", html.find("<body")), html.find("http://www.w3.org/2000/svg", html.find("<body")));
+    const std::string md = report_markdown(data);
+    EXPECT_NE(md.find("Coefficient variation"), std::string::npos);
+    EXPECT_EQ(compute_verdicts(data).size(), audits.size());
+  }
+}
+
+TEST_F(Report, WrongSchemaAndMissingFieldsAreErrors) {
+  nlohmann::json j;
+  std::ifstream(dir->file("gated-audit/audit.json")) >> j;
+  j["schema"] = "fca-audit-v0";
+  std::ofstream(dir->file("old.json")) << j.dump();
+  ReportInputs in;
+  in.audits = {dir->file("old.json")};
+  try {
+    load_report_data(in);
+    ADD_FAILURE() << "accepted another schema";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("old.json"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("fca-audit-v1"), std::string::npos);
+  }
+  j["schema"] = "fca-audit-v1";
+  j.erase("variance");
+  std::ofstream(dir->file("partial.json")) << j.dump();
+  in.audits = {dir->file("partial.json")};
+  try {
+    load_report_data(in);
+    ADD_FAILURE() << "accepted an audit without its variance figures";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("partial.json"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("/variance/shares"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(Report, HeadlessChromiumScreenshot) {
+  if (!std::filesystem::exists("/usr/bin/chromium"))
+    GTEST_SKIP() << "Chromium is not installed (Debian package chromium): no screenshot taken";
+  ReportInputs in;
+  in.audits = {dir->file("gated-audit/audit.json"), dir->file("mudd-audit/audit.json")};
+  in.execs = {dir->file("exec/exec.json")};
+  const std::string html_path = dir->file("report.html"), png = dir->file("report.png");
+  std::ofstream(html_path) << report_html(load_report_data(in));
+  const std::string cmd = "timeout 120 /usr/bin/chromium --headless --no-sandbox --disable-gpu --disable-quic --no-first-run "
+                          "--disable-background-networking --disable-component-update --disable-sync --user-data-dir=" +
+                          dir->file("chromium-profile") + " --window-size=1200,2400 --screenshot=" + png + " file://" +
+                          html_path + " > /dev/null 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  ASSERT_TRUE(std::filesystem::exists(png));
+  EXPECT_GT(std::filesystem::file_size(png), 20000u);  // a rendered page, not a blank one
+}
+
+}  // namespace
+}  // namespace fca
