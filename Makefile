@@ -4,7 +4,7 @@ BUILD ?= build
 JOBS ?= 2
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build data test demo bench clean
+.PHONY: all deps build data test demo demo-quick bench clean
 
 all: build
 
@@ -23,7 +23,10 @@ test: build
 	@cd $(BUILD) && ctest --output-on-failure -j 1
 
 demo: build data
-	@bash scripts/demo.sh $(BUILD)
+	@bash scripts/demo.sh $(BUILD) configs/demo.json
+
+demo-quick: build data
+	@bash scripts/demo.sh $(BUILD) configs/demo-quick.json
 
 bench: build data
 	@FCA_WITH_TORCH=1 bash scripts/install_deps.sh
