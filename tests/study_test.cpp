@@ -1,0 +1,44 @@
+// fca study end to end on a tiny config: every piece is produced, the report exists, and a second
+// run skips everything that is finished.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "test_util.h"
+
+namespace fca {
+namespace {
+
+TEST(Study, RunsAndResumes) {
+  testing::TempDir dir;
+  testing::write_corpus(dir.path(), 30000, 8000, 8000);
+  testing::write_text(dir.file("study.json"), R"({
+    "title": "tiny study",
+    "data": ")" + dir.path() + R"(",
+    "seeds": [1, 2],
+    "variants": [
+      {"name": "fg", "arch": "gated", "gate": "featuregate", "layers": 2, "dim": 16, "heads": 2, "seq": 16},
+      {"name": "mudd", "arch": "mudd", "layers": 2, "dim": 16, "heads": 2, "seq": 16}
+    ],
+    "train": {"batch": 4, "steps": 6, "warmup": 2, "eval_every": 6, "eval_windows": 4, "checkpoint_every": 3},
+    "eval_windows": 8,
+    "audit": {"eval_windows": 8, "calib_windows": 8, "reps": 2, "bootstrap": 100},
+    "exec": {"runs": 2, "warmup": 0, "skip_thresholds": [0.5], "eval_windows": 4, "calib_windows": 4}
+  })");
+  const std::string out = dir.file("out");
+  auto r = testing::run_fca({"study", "--config", dir.file("study.json"), "--out", out});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* f : {"fg-s1.safetensors", "fg-s2.safetensors", "mudd-s1/model.safetensors", "mudd-s2/model.safetensors",
+                        "fg-s1.eval-test.json", "mudd-s2.eval-test.json", "fg-s1-audit/audit.json", "mudd-s2-audit/audit.json",
+                        "fg-aggregate.json", "mudd-aggregate.json", "exec/exec.json", "report.html", "report.md"})
+    EXPECT_TRUE(std::filesystem::exists(out + "/" + f)) << f;
+  EXPECT_NE(r.output.find("report: " + out + "/report.html"), std::string::npos) << r.output;
+  r = testing::run_fca({"study", "--config", dir.file("study.json"), "--out", out});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("train fg seed 1: done before, skipped"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("audit mudd seed 2: done before, skipped"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("] train fg seed 1\n"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace fca
