@@ -1,6 +1,9 @@
 #include "train/adamw.h"
 
 #include <cmath>
+#include <string>
+
+#include "core/error.h"
 
 namespace fca {
 
@@ -37,6 +40,16 @@ double learning_rate(int64_t step, int64_t total, int64_t warmup, double peak_lr
   const double progress = span > 0 ? std::min(1.0, double(step - warmup) / span) : 1.0;
   const double cosine = 0.5 * (1.0 + std::cos(3.141592653589793 * progress));
   return peak_lr * (min_ratio + (1.0 - min_ratio) * cosine);
+}
+
+double clip_and_step(AdamW& optimizer, float* params, float* grads, size_t n, double loss, double clip, double lr) {
+  const double norm = global_norm(grads, n);
+  if (!std::isfinite(loss) || !std::isfinite(norm))
+    throw Error("training diverged (loss " + std::to_string(loss) + ", gradient norm " + std::to_string(norm) +
+                "): lower --lr");
+  if (clip > 0 && norm > clip) scale_buffer(grads, n, float(clip / norm));
+  optimizer.step(params, grads, lr);
+  return norm;
 }
 
 double global_norm(const float* grads, size_t n) {

@@ -33,6 +33,11 @@ class AdamW {
 // `total` steps. step counts from 0.
 double learning_rate(int64_t step, int64_t total, int64_t warmup, double peak_lr, double min_ratio);
 
+// The end of every optimizer step: the global gradient norm (before clipping), a divergence check,
+// clipping to `clip` (0 = off) and the AdamW update. Returns the norm; throws Error on a non-finite
+// loss or norm.
+double clip_and_step(AdamW& optimizer, float* params, float* grads, size_t n, double loss, double clip, double lr);
+
 // L2 norm of the whole buffer, summed in double over fixed 64Ki-element chunks combined in index
 // order: the same bits for any thread count.
 double global_norm(const float* grads, size_t n);

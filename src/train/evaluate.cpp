@@ -9,6 +9,17 @@
 
 namespace fca {
 
+namespace {
+// Mean NLL over windows and the figures derived from it.
+void summarize(EvalResult& r) {
+  double total = 0;
+  for (double v : r.window_nll) total += v;
+  r.nll = total / double(r.window_nll.size());
+  r.bits_per_byte = r.nll / std::log(2.0);
+  r.byte_ppl = std::exp(r.nll);
+}
+}  // namespace
+
 EvalResult evaluate_gated(const GatedModel<float>& model, const TextSplit& split, int T, int64_t wanted, int batch,
                           bool show_progress) {
   if (T > model.config().seq_len)
@@ -39,11 +50,7 @@ EvalResult evaluate_gated(const GatedModel<float>& model, const TextSplit& split
     if (show_progress) progress.update(w0 + B);
   }
   if (show_progress) progress.finish();
-  double total = 0;
-  for (double v : r.window_nll) total += v;
-  r.nll = total / double(W);
-  r.bits_per_byte = r.nll / std::log(2.0);
-  r.byte_ppl = std::exp(r.nll);
+  summarize(r);
   r.gate_mass = gate_sum / (double(W) * L * T);
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return r;
@@ -78,11 +85,7 @@ EvalResult evaluate_auditable(AuditableModel& model, const TextSplit& split, int
     if (show_progress) progress.update(w0 + B);
   }
   if (show_progress) progress.finish();
-  double total = 0;
-  for (double v : r.window_nll) total += v;
-  r.nll = total / double(W);
-  r.bits_per_byte = r.nll / std::log(2.0);
-  r.byte_ppl = std::exp(r.nll);
+  summarize(r);
   r.gate_mass = -1;
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return r;

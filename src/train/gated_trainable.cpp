@@ -27,13 +27,7 @@ StepStats GatedTrainStep::run(const int32_t* inputs, const int32_t* targets, int
     stats.loss += gated_loss(rs_, targets + offset, nullptr) / micro_batches;
     gated_backward(model_, rs_, grads_, loss_scale);
   }
-  stats.grad_norm = global_norm(grads_.data(), grads_.buffer_size());
-  if (!std::isfinite(stats.loss) || !std::isfinite(stats.grad_norm))
-    throw Error("training diverged (loss " + std::to_string(stats.loss) + ", gradient norm " +
-                std::to_string(stats.grad_norm) + "): lower --lr");
-  if (clip_ > 0 && stats.grad_norm > clip_)
-    scale_buffer(grads_.data(), grads_.buffer_size(), float(clip_ / stats.grad_norm));
-  optimizer_.step(model_.data(), grads_.data(), lr);
+  stats.grad_norm = clip_and_step(optimizer_, model_.data(), grads_.data(), grads_.buffer_size(), stats.loss, clip_, lr);
   return stats;
 }
 
