@@ -132,6 +132,55 @@ void trace_mudd(const TraceFlags& f) {
   write_trace(f, tensors, model.content_hash(), source->controller_evaluations(), B, n);
 }
 
+// Gated checkpoints: logits, window_nll, coefficients [B, L, n, 1, 1], hidden.{l} (h_0..h_L) and,
+// for a live featuregate controller, blocks.{l}.features.
+void trace_gated(const TraceFlags& f) {
+  const GatedModel<float> model = GatedModel<float>::load(f.model);
+  const GatedConfig& c = model.config();
+  std::vector<std::vector<int32_t>> rows;
+  if (!f.ids.empty()) rows = read_ids(f.ids, kByteVocab);
+  else rows.emplace_back(reinterpret_cast<const unsigned char*>(f.text.data()),
+                         reinterpret_cast<const unsigned char*>(f.text.data()) + f.text.size());
+  const int B = int(rows.size()), n = int(rows[0].size()), L = c.n_layer, D = c.d_model;
+  if (n > c.seq_len)
+    throw Error("sequence of " + std::to_string(n) + " tokens is longer than the model's " + std::to_string(c.seq_len) +
+                " positions");
+  std::vector<int32_t> tokens, targets;
+  next_token_targets(rows, tokens, targets);
+  GatedRunState<float> rs(c, B, n, false);
+  const CoefficientShape shape = gated_coefficient_shape(c, n);
+  CoefficientTensor recorded(B, shape), supplied;
+  std::unique_ptr<CoefficientSource<float>> source;
+  if (!f.replay.empty()) {
+    SafetensorsReader reader(f.replay);
+    supplied = CoefficientTensor(B, shape);
+    reader.read_into<float>("coefficients", {B, L, n, 1, 1}, supplied.values().data());
+    source = std::make_unique<ReplayedCoefficients<float>>(supplied);
+  } else {
+    source = std::make_unique<RecordingCoefficients<float>>(model, recorded);
+  }
+  gated_forward(model, rs, tokens.data(), B, n, *source);
+  gated_loss(rs, targets.data(), nullptr);
+  const std::vector<float> window_nll = window_nll_excluding_last(rs.losses, B, n);
+  const std::vector<float> token_values(tokens.begin(), tokens.end());
+  std::vector<TensorToWrite> tensors{{"tokens", {B, n}, token_values.data()},
+                                     {"logits", {B, n, kByteVocab}, rs.logits},
+                                     {"window_nll", {B}, window_nll.data()},
+                                     {"coefficients", {B, L, n, 1, 1},
+                                      f.replay.empty() ? recorded.values().data() : supplied.values().data()}};
+  std::vector<std::string> names;
+  for (int l = 0; l <= L; ++l) names.push_back("hidden." + std::to_string(l));
+  for (int l = 0; l <= L; ++l) tensors.push_back({names[size_t(l)], {B, n, D}, rs.hidden[size_t(l)]});
+  // phi_l [B, n, 4]: only computed by a live featuregate controller.
+  std::vector<std::string> feature_names;
+  if (source->needs_controller_inputs()) {
+    for (int l = 0; l < L; ++l) feature_names.push_back("blocks." + std::to_string(l) + ".features");
+    for (int l = 0; l < L; ++l)
+      tensors.push_back({feature_names[size_t(l)], {B, n, 4}, rs.features + int64_t(l) * B * n * 4});
+  }
+  write_trace(f, tensors, sha256_file(f.model), source->controller_evaluations(), B, n);
+}
+
 }  // namespace
 
 void add_trace_command(CLI::App& app) {
@@ -148,51 +197,8 @@ void add_trace_command(CLI::App& app) {
   cmd->callback([f] {
     apply_threads(f->threads);
     if (f->ids.empty() && f->text.empty()) throw Error("trace needs --ids FILE or --text STRING");
-    if (is_directory(f->model)) return trace_mudd(*f);
-    const GatedModel<float> model = GatedModel<float>::load(f->model);
-    const GatedConfig& c = model.config();
-    std::vector<std::vector<int32_t>> rows;
-    if (!f->ids.empty()) rows = read_ids(f->ids, kByteVocab);
-    else rows.emplace_back(reinterpret_cast<const unsigned char*>(f->text.data()),
-                           reinterpret_cast<const unsigned char*>(f->text.data()) + f->text.size());
-    const int B = int(rows.size()), n = int(rows[0].size()), L = c.n_layer, D = c.d_model;
-    if (n > c.seq_len)
-      throw Error("sequence of " + std::to_string(n) + " tokens is longer than the model's " + std::to_string(c.seq_len) +
-                  " positions");
-    std::vector<int32_t> tokens, targets;
-    next_token_targets(rows, tokens, targets);
-    GatedRunState<float> rs(c, B, n, false);
-    const CoefficientShape shape = gated_coefficient_shape(c, n);
-    CoefficientTensor recorded(B, shape), supplied;
-    std::unique_ptr<CoefficientSource<float>> source;
-    if (!f->replay.empty()) {
-      SafetensorsReader reader(f->replay);
-      supplied = CoefficientTensor(B, shape);
-      reader.read_into<float>("coefficients", {B, L, n, 1, 1}, supplied.values().data());
-      source = std::make_unique<ReplayedCoefficients<float>>(supplied);
-    } else {
-      source = std::make_unique<RecordingCoefficients<float>>(model, recorded);
-    }
-    gated_forward(model, rs, tokens.data(), B, n, *source);
-    gated_loss(rs, targets.data(), nullptr);
-    const std::vector<float> window_nll = window_nll_excluding_last(rs.losses, B, n);
-    const std::vector<float> token_values(tokens.begin(), tokens.end());
-    std::vector<TensorToWrite> tensors{{"tokens", {B, n}, token_values.data()},
-                                       {"logits", {B, n, kByteVocab}, rs.logits},
-                                       {"window_nll", {B}, window_nll.data()},
-                                       {"coefficients", {B, L, n, 1, 1},
-                                        f->replay.empty() ? recorded.values().data() : supplied.values().data()}};
-    std::vector<std::string> names;
-    for (int l = 0; l <= L; ++l) names.push_back("hidden." + std::to_string(l));
-    for (int l = 0; l <= L; ++l) tensors.push_back({names[size_t(l)], {B, n, D}, rs.hidden[size_t(l)]});
-    // phi_l [B, n, 4]: only computed by a live featuregate controller.
-    std::vector<std::string> feature_names;
-    if (source->needs_controller_inputs()) {
-      for (int l = 0; l < L; ++l) feature_names.push_back("blocks." + std::to_string(l) + ".features");
-      for (int l = 0; l < L; ++l)
-        tensors.push_back({feature_names[size_t(l)], {B, n, 4}, rs.features + int64_t(l) * B * n * 4});
-    }
-    write_trace(*f, tensors, sha256_file(f->model), source->controller_evaluations(), B, n);
+    if (is_directory(f->model)) trace_mudd(*f);
+    else trace_gated(*f);
   });
 }
 
