@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <set>
 
+#include "audit/aggregate.h"
 #include "audit/audit.h"
 #include "audit/conditions.h"
 #include "core/rng.h"
@@ -171,6 +172,13 @@ TEST_F(AuditEndToEnd, UniformGateGivesExactlyZeroPenalties) {
                         "structure_removed", "layer_permutation"})
     EXPECT_EQ(delta(j, c), 0.0) << c;
   EXPECT_NE(delta(j, "identity"), 0.0);  // g = 1 instead of sigmoid(logit)
+  // structure_removed changes nothing either, so retention is 0/0: recorded as undefined, not NaN.
+  EXPECT_TRUE(j["retention"]["static_profile"]["estimate"].is_null());
+  EXPECT_FALSE(j["criteria"]["retention_high"]["holds"].get<bool>());
+  const auto again = audit(model_of(GateKind::uniform, 20, 2), "uniform2");
+  const auto agg = aggregate_audits({dir.file("uniform/audit.json"), dir.file("uniform2/audit.json")}, 100, 1);
+  EXPECT_TRUE(agg["figures"]["retention.static_profile"].contains("undefined"));
+  EXPECT_EQ(agg["figures"]["delta_nll.identity"]["values"].size(), 2u);
   EXPECT_EQ(j["exact_replay"]["max_abs_delta_logit"], 0.0);
   for (const auto& c : j["conditions"]) EXPECT_EQ(c["controller_evaluations"], 0);
   EXPECT_TRUE(std::filesystem::exists(dir.file("uniform/windows.csv")));

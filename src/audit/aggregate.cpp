@@ -1,5 +1,6 @@
 #include "audit/aggregate.h"
 
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -32,9 +33,13 @@ nlohmann::json read_audit(const std::string& path) {
 }
 
 // A JSON value at a '/'-separated path, or throws naming the file and path.
+// The figure at a JSON pointer: a number, or NaN where the audit records it as undefined (null,
+// e.g. a retention whose structure_removed penalty is 0). A missing field is an error.
 double figure_at(const nlohmann::json& j, const std::string& pointer, const std::string& path) {
   const nlohmann::json::json_pointer p(pointer);
-  if (!j.contains(p) || !j.at(p).is_number()) throw Error(path + ": field '" + pointer + "' is missing or not a number");
+  if (!j.contains(p)) throw Error(path + ": field '" + pointer + "' is missing");
+  if (j.at(p).is_null()) return std::nan("");
+  if (!j.at(p).is_number()) throw Error(path + ": field '" + pointer + "' is not a number");
   return j.at(p).get<double>();
 }
 
@@ -87,6 +92,12 @@ nlohmann::ordered_json aggregate_audits(const std::vector<std::string>& paths, i
       }
       values.push_back(figure_at(audits[i], ptr, paths[i]));
     }
+    bool undefined = false;
+    for (double v : values) undefined = undefined || std::isnan(v);
+    if (undefined) {  // reported, not averaged
+      figs[name] = {{"undefined", true}, {"note", "undefined in at least one checkpoint (recorded as null)"}};
+      continue;
+    }
     const Interval ci = bootstrap_mean_ci(values, resamples, derive_seed(seed, 0xA66, index++));
     nlohmann::ordered_json f{{"values", values}, {"mean", mean(values)}, {"sd", sample_sd(values)},
                              {"ci95", {ci.low, ci.high}}, {"sign_flip_p", sign_flip_p_value(values)}};
@@ -111,6 +122,10 @@ std::string aggregate_markdown(const nlohmann::ordered_json& a) {
   md << "\n| figure | mean | sd | 95% CI (checkpoint bootstrap) | sign-flip p | Holm p |\n|---|---:|---:|---|---:|---:|\n";
   for (auto it = a["figures"].begin(); it != a["figures"].end(); ++it) {
     const auto& f = it.value();
+    if (f.contains("undefined")) {
+      md << "| " << it.key() << " | undefined | | | | |\n";
+      continue;
+    }
     std::snprintf(buf, sizeof buf, "| %s | %.5f | %.5f | [%.5f, %.5f] | %.4g | %s |\n", it.key().c_str(), f["mean"].get<double>(),
                   f["sd"].get<double>(), f["ci95"][0].get<double>(), f["ci95"][1].get<double>(), f["sign_flip_p"].get<double>(),
                   f.contains("holm_p") ? std::to_string(f["holm_p"].get<double>()).c_str() : "–");

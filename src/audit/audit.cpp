@@ -287,8 +287,16 @@ nlohmann::ordered_json run_audit(AuditableModel& model, const Corpus& corpus, co
     for (const char* s : {"static_profile", "layer_position_mean"})
       if (const ConditionRun* run = find(s)) {
         const std::vector<double> num = window_deltas(*run);
+        const uint64_t seed = next_seed();  // drawn either way, so later figures keep their streams
+        if (mean(den) == 0.0) {
+          // structure_removed changes nothing (e.g. a uniform gate): the ratio is 0/0, undefined.
+          retention[s] = {{"estimate", nullptr}, {"ci95", nullptr}, {"delta_nll", mean(num)},
+                          {"structure_removed_delta_nll", 0.0},
+                          {"note", "undefined: structure_removed leaves the NLL unchanged"}};
+          continue;
+        }
         retention[s] = {{"estimate", 1.0 - mean(num) / mean(den)},
-                        {"ci95", interval_json(bootstrap_retention_ci(num, den, o.bootstrap_resamples, next_seed()))},
+                        {"ci95", interval_json(bootstrap_retention_ci(num, den, o.bootstrap_resamples, seed))},
                         {"delta_nll", mean(num)},
                         {"structure_removed_delta_nll", mean(den)}};
       }
@@ -304,9 +312,12 @@ nlohmann::ordered_json run_audit(AuditableModel& model, const Corpus& corpus, co
                                           {"threshold", o.small_penalty}, {"value", upper}, {"holds", upper < o.small_penalty}};
     }
   if (retention.contains("static_profile")) {
-    const double lower = retention["static_profile"]["ci95"][0];
+    const auto& ci = retention["static_profile"]["ci95"];
+    const nlohmann::ordered_json lower = ci.is_null() ? nlohmann::ordered_json(nullptr) : ci[0];
     criteria["retention_high"] = {{"rule", "lower 95% CI bound of static_profile retention > threshold"},
-                                  {"threshold", o.high_retention}, {"value", lower}, {"holds", lower > o.high_retention}};
+                                  {"threshold", o.high_retention}, {"value", lower},
+                                  {"holds", !lower.is_null() && lower.get<double>() > o.high_retention}};
+    if (lower.is_null()) criteria["retention_high"]["note"] = "retention is undefined (structure_removed changes nothing)";
   }
   j["criteria"] = criteria;
 

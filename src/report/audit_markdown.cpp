@@ -63,7 +63,9 @@ std::string audit_markdown(const nlohmann::ordered_json& a) {
   if (!a["retention"].empty()) {
     md << "## Retention\n\n| profile | retention | 95% CI | DeltaNLL | structure_removed DeltaNLL |\n|---|---:|---|---:|---:|\n";
     for (auto it = a["retention"].begin(); it != a["retention"].end(); ++it)
-      md << "| " << it.key() << " | " << pct(it.value()["estimate"]) << " | " << ci(it.value()["ci95"], "%.2f%%", 100.0) << " | " << num(it.value()["delta_nll"]) << " | "
+      md << "| " << it.key() << " | "
+         << (it.value()["estimate"].is_null() ? std::string("undefined (0/0)") : pct(it.value()["estimate"])) << " | "
+         << (it.value()["ci95"].is_null() ? std::string("–") : ci(it.value()["ci95"], "%.2f%%", 100.0)) << " | " << num(it.value()["delta_nll"]) << " | "
          << num(it.value()["structure_removed_delta_nll"]) << " |\n";
     md << "\n";
   }
@@ -74,7 +76,8 @@ std::string audit_markdown(const nlohmann::ordered_json& a) {
       const bool is_retention = it.key() == "retention_high";
       md << "| " << it.key() << " | " << c["rule"].get<std::string>() << " (threshold "
          << (is_retention ? pct(c["threshold"]) : num(c["threshold"], "%g")) << ") | "
-         << (is_retention ? pct(c["value"]) : num(c["value"])) << " | " << (c["holds"].get<bool>() ? "holds" : "does not hold")
+         << (c["value"].is_null() ? std::string("undefined") : (is_retention ? pct(c["value"]) : num(c["value"]))) << " | "
+         << (c["holds"].get<bool>() ? "holds" : "does not hold")
          << " |\n";
     }
     md << "\n";

@@ -146,10 +146,13 @@ std::string report_html(const ReportData& d) {
       h << "</p><table><tr><th class=\"l\">figure</th><th>mean</th><th>sd</th><th class=\"l\">95% CI (checkpoints)</th>"
            "<th>sign-flip p</th><th>Holm p</th></tr>";
       for (auto it = a.doc["figures"].begin(); it != a.doc["figures"].end(); ++it)
-        h << "<tr><td class=\"l\">" << escape(it.key()) << "</td><td>" << fmt("%.5f", it.value()["mean"].get<double>()) << "</td><td>"
-          << fmt("%.5f", it.value()["sd"].get<double>()) << "</td><td class=\"l\">" << ci(it.value()["ci95"], "%.5f") << "</td><td>"
-          << fmt("%.4g", it.value()["sign_flip_p"].get<double>()) << "</td><td>"
-          << (it.value().contains("holm_p") ? fmt("%.4g", it.value()["holm_p"].get<double>()) : std::string("–")) << "</td></tr>";
+        if (it.value().contains("undefined"))
+          h << "<tr><td class=\"l\">" << escape(it.key()) << "</td><td colspan=\"5\" class=\"l\">undefined (0/0 in at least one checkpoint)</td></tr>";
+        else
+          h << "<tr><td class=\"l\">" << escape(it.key()) << "</td><td>" << fmt("%.5f", it.value()["mean"].get<double>())
+            << "</td><td>" << fmt("%.5f", it.value()["sd"].get<double>()) << "</td><td class=\"l\">"
+            << ci(it.value()["ci95"], "%.5f") << "</td><td>" << fmt("%.4g", it.value()["sign_flip_p"].get<double>()) << "</td><td>"
+            << (it.value().contains("holm_p") ? fmt("%.4g", it.value()["holm_p"].get<double>()) : std::string("–")) << "</td></tr>";
       h << "</table>";
     }
   }

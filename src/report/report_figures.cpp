@@ -65,7 +65,7 @@ std::vector<Verdicts> compute_verdicts(const ReportData& d) {
       const bool depends = lo > threshold;
       v.needs_dynamic = depends;
       std::string ret;
-      if (j["retention"].contains("static_profile")) {
+      if (j["retention"].contains("static_profile") && !j["retention"]["static_profile"]["estimate"].is_null()) {
         const auto& r = j["retention"]["static_profile"];
         ret = "; retention " + fmt("%.1f%%", 100 * r["estimate"].get<double>()) + " [" + fmt("%.1f", 100 * r["ci95"][0].get<double>()) +
               ", " + fmt("%.1f", 100 * r["ci95"][1].get<double>()) + "]%";
@@ -156,7 +156,8 @@ std::string figure_retention(const ReportData& d) {
   std::vector<std::pair<std::string, const nlohmann::json*>> rows;
   for (const auto& a : d.audits)
     for (const char* p : {"static_profile", "layer_position_mean"})
-      if (a.doc["retention"].contains(p)) rows.push_back({short_name(a.doc) + " · " + p, &a.doc["retention"][p]});
+      if (a.doc["retention"].contains(p) && !a.doc["retention"][p]["estimate"].is_null())
+        rows.push_back({short_name(a.doc) + " · " + p, &a.doc["retention"][p]});
   if (rows.empty()) return "";
   const int row = 24, top = 20, left = 300, width = 760, height = top + row * int(rows.size()) + 50;
   svg::Canvas cv(width, height, "Retention of the static profiles with 95% CIs");
