@@ -45,8 +45,12 @@ std::vector<Verdicts> compute_verdicts(const ReportData& d) {
     // 1. Coefficient variation: the share of variance that is not between coordinates (layers /
     // layer-stream-source), i.e. depends on the input or the position. "Varies" above 1%.
     const auto& sh = j["variance"]["shares"];
-    const double dynamic = 1.0 - sh["coordinate"].get<double>();
-    v.varies = dynamic >= 0.01;
+    const double total_variance = j["variance"]["total_variance"].get<double>();
+    const double dynamic = std::max(0.0, 1.0 - sh["coordinate"].get<double>());
+    v.varies = total_variance > 0 && dynamic >= 0.01;
+    if (total_variance == 0)
+      v.variation = "Coefficients are constant: one value for every layer, input and position (total variance 0).";
+    else
     v.variation = (v.varies ? "Coefficients vary with input and position: " : "Coefficients are essentially static: ") +
                   fmt("%.1f%%", 100 * dynamic) + " of their variance is input- or token-dependent (input " +
                   fmt("%.1f%%", 100 * sh["input"].get<double>()) + ", token " + fmt("%.1f%%", 100 * sh["token"].get<double>()) +
@@ -98,10 +102,14 @@ std::vector<Verdicts> compute_verdicts(const ReportData& d) {
         const nlohmann::json* best = nullptr;
         for (const auto& s : sweep)
           if (s["nll"].get<double>() - base <= 0.01 && (!best || s["executed_blocks"] < (*best)["executed_blocks"])) best = &s;
-        if (best && (*best)["executed_blocks"] < live["executed_blocks"])
+        if (best && (*best)["executed_blocks"] < live["executed_blocks"]) {
+          const int removed = live["executed_blocks"].get<int>() - (*best)["executed_blocks"].get<int>();
           v.execution += "; a real skip (tau " + fmt("%g", (*best)["threshold"].get<double>()) + ") removes " +
-                         std::to_string(live["executed_blocks"].get<int>() - (*best)["executed_blocks"].get<int>()) +
-                         " blocks at " + fmt("%+.4f", (*best)["nll"].get<double>() - base) + " nats";
+                         std::to_string(removed) + (removed == 1 ? " block" : " blocks") + " at " +
+                         fmt("%+.4f", (*best)["nll"].get<double>() - base) + " nats and " +
+                         fmt("%.2fx", (*best)["latency"]["median_s"].get<double>() / live["latency"]["median_s"].get<double>()) +
+                         " the latency";
+        }
         else
           v.execution += "; no block can be removed within 0.01 nats";
       }
@@ -123,8 +131,9 @@ std::string figure_penalties(const ReportData& d) {
   for (const auto& a : d.audits)
     for (const auto& c : a.doc["conditions"]) hi = std::max(hi, std::abs(c["ci95"][1].get<double>()));
   const double lo = 1e-5;
-  const int row = 26, top = 30, left = 150, width = 700;
-  const int height = top + row * int(conditions.size()) + 70;
+  const int row = 26, top = 30, left = 150, width = 760;
+  const int legend_rows = int((d.audits.size() + 1) / 2);
+  const int height = top + row * int(conditions.size()) + 56 + 14 * legend_rows;
   svg::Canvas cv(width, height, "Penalties (|DeltaNLL|) per condition with 95% CIs, log axis");
   const svg::Scale sx{lo, std::pow(10.0, std::ceil(std::log10(hi))), double(left), double(width - 20), true};
   for (size_t i = 0; i < conditions.size(); ++i) {
@@ -144,20 +153,25 @@ std::string figure_penalties(const ReportData& d) {
                     fmt("%+.5f", b) + "]");
     }
   }
-  cv.x_axis(sx, top + row * double(conditions.size()) + 4, "|DeltaNLL| (nats per token), log scale; hollow marker = negative");
+  cv.x_axis(sx, top + row * double(conditions.size()) + 4,
+            "|DeltaNLL| (nats per token), log scale; hollow = negative; exact zeros sit at the left edge");
   for (size_t m = 0; m < d.audits.size(); ++m) {
-    cv.circle(left + 10 + 230 * double(m % 3), height - 12 - 14 * double(m / 3), 4, svg::palette(m));
-    cv.text(left + 18 + 230 * double(m % 3), height - 8 - 14 * double(m / 3), short_name(d.audits[m].doc), "start", 10);
+    const double y = top + row * double(conditions.size()) + 50 + 14 * double(m / 2);
+    cv.circle(left + 10 + 300 * double(m % 2), y - 4, 4, svg::palette(m));
+    cv.text(left + 18 + 300 * double(m % 2), y, short_name(d.audits[m].doc), "start", 10);
   }
   return cv.str();
 }
 
 std::string figure_retention(const ReportData& d) {
   std::vector<std::pair<std::string, const nlohmann::json*>> rows;
-  for (const auto& a : d.audits)
+  std::vector<size_t> colour;  // the audit's index: the same colour as in the other figures
+  for (size_t m = 0; m < d.audits.size(); ++m)
     for (const char* p : {"static_profile", "layer_position_mean"})
-      if (a.doc["retention"].contains(p) && !a.doc["retention"][p]["estimate"].is_null())
-        rows.push_back({short_name(a.doc) + " · " + p, &a.doc["retention"][p]});
+      if (d.audits[m].doc["retention"].contains(p) && !d.audits[m].doc["retention"][p]["estimate"].is_null()) {
+        rows.push_back({short_name(d.audits[m].doc) + " · " + p, &d.audits[m].doc["retention"][p]});
+        colour.push_back(m);
+      }
   if (rows.empty()) return "";
   const int row = 24, top = 20, left = 300, width = 760, height = top + row * int(rows.size()) + 50;
   svg::Canvas cv(width, height, "Retention of the static profiles with 95% CIs");
@@ -173,8 +187,8 @@ std::string figure_retention(const ReportData& d) {
     const double y = top + row * (double(i) + 0.5);
     cv.text(left - 8, y + 4, rows[i].first, "end", 10);
     const double a = std::max(lo, r["ci95"][0].get<double>()), b = std::min(hi, r["ci95"][1].get<double>());
-    cv.line(sx(a), y, sx(b), y, svg::palette(i / 2), 2);
-    cv.circle(sx(std::max(lo, std::min(hi, r["estimate"].get<double>()))), y, 4, svg::palette(i / 2), false,
+    cv.line(sx(a), y, sx(b), y, svg::palette(colour[i]), 2);
+    cv.circle(sx(std::max(lo, std::min(hi, r["estimate"].get<double>()))), y, 4, svg::palette(colour[i]), false,
               rows[i].first + ": " + fmt("%.1f%%", 100 * r["estimate"].get<double>()));
   }
   cv.x_axis(sx, top + row * double(rows.size()) + 4, "retention = 1 - DeltaNLL(profile) / DeltaNLL(structure_removed)", true);
