@@ -2,29 +2,24 @@
 #pragma once
 #include <memory>
 
-#include "models/gated/model.h"
-#include "models/gated/run_state.h"
+#include "models/gated/forward.h"
+#include "train/train_step.h"
 #include "train/trainable.h"
 
 namespace fca {
 
-// One optimizer step of the gated model: forward, loss and backward over each micro-batch, global
-// gradient-norm clipping, AdamW.
-class GatedTrainStep {
- public:
-  GatedTrainStep(GatedModel<float>& model, int batch, int tokens, AdamWOptions adamw, double clip);
-  // inputs/targets: [micro_batches, batch, tokens]. Throws Error on a non-finite loss or norm.
-  StepStats run(const int32_t* inputs, const int32_t* targets, int micro_batches, double lr);
-  AdamW& optimizer() { return optimizer_; }
-  size_t run_state_bytes() const { return rs_.bytes(); }
-
- private:
-  GatedModel<float>& model_;
-  GatedModel<float> grads_;
-  GatedRunState<float> rs_;
-  AdamW optimizer_;
-  double clip_;
+// The gated family's passes for TrainStep.
+struct GatedFamily {
+  using Model = GatedModel<float>;
+  using RunState = GatedRunState<float>;
+  using Live = LiveCoefficients<float>;
+  static void forward(const Model& m, RunState& rs, const int32_t* tokens, int B, int T, Live& live) {
+    gated_forward(m, rs, tokens, B, T, live);
+  }
+  static double loss(RunState& rs, const int32_t* targets) { return gated_loss(rs, targets, nullptr); }
+  static void backward(const Model& m, RunState& rs, Model& grads, float scale) { gated_backward(m, rs, grads, scale); }
 };
+using GatedTrainStep = TrainStep<GatedFamily>;
 
 class GatedTrainable : public Trainable {
  public:

@@ -3,25 +3,23 @@
 #pragma once
 #include "models/mudd/forward.h"
 #include "models/mudd/model.h"
+#include "train/train_step.h"
 #include "train/trainable.h"
 
 namespace fca {
 
-// One optimizer step of a MUDD model (forward, backward through every DA generator, clipping, AdamW).
-class MuddTrainStep {
- public:
-  MuddTrainStep(MuddModel<float>& model, int batch, int tokens, AdamWOptions adamw, double clip);
-  StepStats run(const int32_t* inputs, const int32_t* targets, int micro_batches, double lr);
-  AdamW& optimizer() { return optimizer_; }
-  size_t run_state_bytes() const { return rs_.bytes(); }
-
- private:
-  MuddModel<float>& model_;
-  MuddModel<float> grads_;
-  MuddRunState<float> rs_;
-  AdamW optimizer_;
-  double clip_;
+// MUDD's passes for TrainStep (gradients reach every DA generator through the live source).
+struct MuddFamily {
+  using Model = MuddModel<float>;
+  using RunState = MuddRunState<float>;
+  using Live = MuddLiveCoefficients<float>;
+  static void forward(const Model& m, RunState& rs, const int32_t* tokens, int B, int T, Live& live) {
+    mudd_forward(m, rs, tokens, B, T, live);
+  }
+  static double loss(RunState& rs, const int32_t* targets) { return mudd_loss(rs, targets, nullptr); }
+  static void backward(const Model& m, RunState& rs, Model& grads, float scale) { mudd_backward(m, rs, grads, scale); }
 };
+using MuddTrainStep = TrainStep<MuddFamily>;
 
 class MuddTrainable : public Trainable {
  public:
