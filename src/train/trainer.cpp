@@ -118,7 +118,10 @@ TrainResult train_model(const TrainOptions& o, const Corpus& corpus) {
   if (o.resume) first_step = load_checkpoint(o, *model);
 
   const std::string log_path = o.log_path.empty() ? model->default_log(o.out) : o.log_path;
+  // The checkpoint's folder (MUDD: the checkpoint itself) is created if missing.
   if (o.arch == "mudd") std::filesystem::create_directories(o.out);
+  else if (const auto parent = std::filesystem::path(o.out).parent_path(); !parent.empty())
+    std::filesystem::create_directories(parent);
   std::ofstream log(log_path, o.resume ? std::ios::app : std::ios::trunc);
   if (!log) throw Error(log_path + ": cannot open the training log for writing");
   {
