@@ -9,30 +9,14 @@
 #include "core/safetensors.h"
 #include "core/threads.h"
 #include "models/gated/forward.h"
+#include "test_util.h"
 
 namespace fca {
 namespace {
 
-const std::string kFixture = std::string(FCA_SOURCE_DIR) + "/tests/fixtures/gated_tiny.safetensors";
+using testing::expect_close;
 
-// Tolerance model: |ours - reference| <= atol + rtol * max|reference| over the tensor. The reference
-// is float64 rounded to float32; the fixture generator measured a correct float32 implementation
-// (PyTorch's) within 1.6e-6 absolute / 1.1e-6 relative of it. Ours also uses a polynomial exp
-// (relative error 2.4e-7) and different summation orders, each adding O(1e-7) relative per op
-// through a 2-layer network, so 2e-5 relative to the tensor's scale (20x the measured gap) with
-// atol 1e-6 for tensors near zero. A wrong term moves results by O(1e-2) or more.
-void expect_close(const std::string& what, const float* ours, const std::vector<double>& ref, double rtol = 2e-5,
-                  double atol = 1e-6) {
-  double scale = 0, worst = 0;
-  size_t worst_i = 0;
-  for (double v : ref) scale = std::max(scale, std::abs(v));
-  for (size_t i = 0; i < ref.size(); ++i) {
-    const double d = std::abs(double(ours[i]) - ref[i]);
-    if (d > worst) worst = d, worst_i = i;
-  }
-  EXPECT_LE(worst, atol + rtol * scale) << what << ": worst element " << worst_i << " ours " << ours[worst_i]
-                                        << " reference " << ref[worst_i] << " (tensor scale " << scale << ")";
-}
+const std::string kFixture = std::string(FCA_SOURCE_DIR) + "/tests/fixtures/gated_tiny.safetensors";
 
 void check_gate_kind(const std::string& G) {
   set_threads(2);

@@ -27,6 +27,11 @@ void write_corpus(const std::string& dir, size_t train_bytes, size_t valid_bytes
 // A small config of the given gate kind (L 2, D 16, H 2, T 16).
 GatedConfig tiny_config(GateKind kind);
 
+// Golden-fixture comparison: |ours - reference| <= atol + rtol * max|reference| over the tensor.
+// The default tolerances are derived in test_util.cpp.
+void expect_close(const std::string& what, const float* ours, const std::vector<double>& ref, double rtol = 2e-5,
+                  double atol = 1e-6);
+
 struct CommandResult {
   int exit_code;
   std::string output;  // stdout and stderr together

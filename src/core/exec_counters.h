@@ -12,7 +12,9 @@ struct ExecCounters {
   std::atomic<int64_t> gemm_calls{0};
   std::atomic<int64_t> blocks_executed{0};         // transformer blocks run
   std::atomic<int64_t> controller_evaluations{0};  // controller calls (one per layer per pass)
+  std::atomic<int64_t> routed_rows{0};  // rows a routed computation ran: expert rows (MoE), selected tokens (MoD)
   void reset() {
+    routed_rows = 0;
     gemm_flops = 0;
     gemm_calls = 0;
     blocks_executed = 0;

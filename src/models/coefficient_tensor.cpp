@@ -1,17 +1,39 @@
 #include "models/coefficient_tensor.h"
 
+#include <cstring>
+
 namespace fca {
 
+const char* record_kind_name(RecordKind kind) {
+  switch (kind) {
+    case RecordKind::continuous: return "continuous";
+    case RecordKind::expert_routing: return "expert_routing";
+    case RecordKind::token_selection: return "token_selection";
+  }
+  return "?";
+}
+
 std::string CoefficientShape::to_string() const {
-  return "[layer " + std::to_string(layers) + ", token " + std::to_string(tokens) + ", stream " +
-         std::to_string(streams) + ", source " + std::to_string(sources) + "]";
+  std::string s = "[layer " + std::to_string(layers) + ", token " + std::to_string(tokens) + ", stream " +
+                  std::to_string(streams) + ", source " + std::to_string(sources) + "]";
+  if (kind != RecordKind::continuous)
+    s += std::string(" ") + record_kind_name(kind) + " (slots " + std::to_string(slots) + ", categories " +
+         std::to_string(categories) + ", selected " + std::to_string(selected) + ")";
+  return s;
+}
+
+void CoefficientTensor::copy_window(int to, const CoefficientView& source, int from) {
+  std::memcpy(window_data(to), source.window_data(from), sizeof(float) * size_t(shape_.per_window()));
+  if (shape_.slots > 0)
+    std::memcpy(window_discrete(to), source.window_discrete(from), sizeof(int32_t) * size_t(shape_.discrete_per_window()));
 }
 
 CoefficientTensor::CoefficientTensor(int windows, const CoefficientShape& shape)
     : windows_(windows),
       shape_(shape),
       values_(size_t(windows) * size_t(shape.per_window()), 0.0f),
-      mask_(size_t(shape.layers) * shape.streams * shape.sources, 1) {}
+      mask_(size_t(shape.layers) * shape.streams * shape.sources, 1),
+      discrete_(size_t(windows) * size_t(shape.discrete_per_window()), 0) {}
 
 void source_uniform_mean(const CoefficientTensor& S, CoefficientTensor& out) {
   const CoefficientShape& s = S.shape();

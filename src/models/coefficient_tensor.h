@@ -1,8 +1,11 @@
 // The coefficient tensor A(x) that every controller-bearing model exposes (audit-protocol spec):
 // named axes [layer, token, stream, source] per window, plus a validity mask over
 // [layer, stream, source]. Gated family: [L, T, 1, 1]; MUDD: [L, T, 4, L+1].
-// Storage is window-major, [window][layer][token][stream][source], so that one window's block is
-// contiguous (caches are written window by window).
+// Routing records (conditional-computation spec) add a discrete field beside the float values:
+// MoE (expert_routing): values = weights [L, T, 1, k], discrete = expert indices [L, T, k];
+// MoD (token_selection): values = sigmoid(s) [R, T, 1, 1], discrete = selected 0/1 [R, T, 1].
+// Storage is window-major, [window][layer][token][stream][source] (discrete: [window][layer][token]
+// [slot]), so that one window's block is contiguous (caches are written window by window).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -10,9 +13,19 @@
 
 namespace fca {
 
+// What a (layer, token) record is: continuous coefficients (gates, mixing weights), or a routing
+// decision with a discrete field.
+enum class RecordKind { continuous, expert_routing, token_selection };
+const char* record_kind_name(RecordKind kind);
+
 struct CoefficientShape {
   int layers = 0, tokens = 0, streams = 1, sources = 1;
+  RecordKind kind = RecordKind::continuous;
+  int slots = 0;       // discrete entries per (layer, token): k (expert_routing), 1 (token_selection), 0
+  int categories = 0;  // expert_routing: E, the range of an expert index; 0 otherwise
+  int selected = 0;    // token_selection: K, the selected tokens per (window, layer); 0 otherwise
   int64_t per_window() const { return int64_t(layers) * tokens * streams * sources; }
+  int64_t discrete_per_window() const { return int64_t(layers) * tokens * slots; }
   bool operator==(const CoefficientShape&) const = default;
   std::string to_string() const;  // "[layer 6, token 256, stream 1, source 1]"
 };
@@ -24,7 +37,9 @@ struct CoefficientView {
   int windows = 0;
   CoefficientShape shape;
   const uint8_t* mask = nullptr;  // [layer][stream][source], nonzero = valid
+  const int32_t* discrete = nullptr;  // [window][layer][token][slot], null when shape.slots == 0
   const float* window_data(int window) const { return data + int64_t(window) * shape.per_window(); }
+  const int32_t* window_discrete(int window) const { return discrete + int64_t(window) * shape.discrete_per_window(); }
   bool valid(int layer, int stream, int source) const {
     return mask[(size_t(layer) * shape.streams + stream) * shape.sources + source] != 0;
   }
@@ -46,7 +61,22 @@ class CoefficientTensor {
   }
   float* window_data(int window) { return values_.data() + window * shape_.per_window(); }
   const float* window_data(int window) const { return values_.data() + window * shape_.per_window(); }
-  CoefficientView view() const { return {values_.data(), windows_, shape_, mask_.data()}; }
+  // The discrete field (routing records): [layer][token][slot] per window.
+  int32_t& discrete_at(int window, int layer, int token, int slot) {
+    return discrete_[((size_t(window) * shape_.layers + layer) * shape_.tokens + token) * shape_.slots + slot];
+  }
+  int32_t discrete_at(int window, int layer, int token, int slot) const {
+    return discrete_[((size_t(window) * shape_.layers + layer) * shape_.tokens + token) * shape_.slots + slot];
+  }
+  int32_t* window_discrete(int window) { return discrete_.data() + window * shape_.discrete_per_window(); }
+  const int32_t* window_discrete(int window) const { return discrete_.data() + window * shape_.discrete_per_window(); }
+  std::vector<int32_t>& discrete() { return discrete_; }
+  const std::vector<int32_t>& discrete() const { return discrete_; }
+  // Copies window `from` of `source` (same shape) into window `to` of this tensor, both fields.
+  void copy_window(int to, const CoefficientView& source, int from);
+  CoefficientView view() const {
+    return {values_.data(), windows_, shape_, mask_.data(), shape_.slots > 0 ? discrete_.data() : nullptr};
+  }
   const std::vector<uint8_t>& mask() const { return mask_; }
   std::vector<float>& values() { return values_; }
   const std::vector<float>& values() const { return values_; }
@@ -67,6 +97,7 @@ class CoefficientTensor {
   CoefficientShape shape_;
   std::vector<float> values_;
   std::vector<uint8_t> mask_;
+  std::vector<int32_t> discrete_;
 };
 
 // SourceUniformMean (MUDD's structure_removed): U[l,s,k] = sum_k' S[l,s,k'] / (valid sources of

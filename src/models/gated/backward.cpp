@@ -5,6 +5,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "models/gated/block.h"
 #include "models/gated/forward.h"
 #include "ops/attention.h"
 #include "ops/elementwise.h"
@@ -71,26 +72,9 @@ void gated_backward(const GatedModel<T>& model, GatedRunState<T>& rs, GatedModel
     gated_residual_backward(rs.d_update, gate_has_parameters ? rs.d_gate : nullptr, rs.d_hidden, g, a.update, N, D);
     if (gate_has_parameters)
       gate_parameters_backward(dw, c.gate, l, rs.d_gate, g, rs.features + int64_t(l) * N * 4, N);
-    // F = u + w, w = GELU(m Wfc^T + bfc) Wmlp^T + bmlp.
-    linear_backward(rs.d_wide, dp.mlp_proj_weight, dp.mlp_proj_bias, rs.d_update, a.fc_act, p.mlp_proj_weight, N,
-                    4 * D, D);
-    gelu_tanh_backward(rs.d_wide, rs.d_wide, a.fc_pre, int64_t(N) * 4 * D);
-    linear_backward(rs.d_small, dp.fc_weight, dp.fc_bias, rs.d_wide, a.ln2_out, p.fc_weight, N, D, 4 * D);
-    // m = LayerNorm(h + u): its input gradient reaches both h and u.
-    std::fill(rs.d_ln2_in, rs.d_ln2_in + int64_t(N) * D, T(0));
-    layernorm_backward(rs.d_ln2_in, dp.ln2_weight, dp.ln2_bias, rs.d_small, a.ln2_in, a.ln2_mean, a.ln2_rstd,
-                       p.ln2_weight, N, D);
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < int64_t(N) * D; ++i) {
-      rs.d_u[i] = rs.d_update[i] + rs.d_ln2_in[i];
-      rs.d_hidden[i] += rs.d_ln2_in[i];
-    }
-    // u = attn_out Wproj^T + bproj; attention; qkv = ln1_out Wqkv^T + bqkv; ln1_out = LN(h).
-    linear_backward(rs.d_small, dp.proj_weight, dp.proj_bias, rs.d_u, a.attn_out, p.proj_weight, N, D, D);
-    attention_backward(rs.d_qkv, rs.attn_scratch, rs.d_small, a.probs, a.qkv, B, Tn, D, H);
-    linear_backward(rs.d_small, dp.qkv_weight, dp.qkv_bias, rs.d_qkv, a.ln1_out, p.qkv_weight, N, D, 3 * D);
-    layernorm_backward(rs.d_hidden, dp.ln1_weight, dp.ln1_bias, rs.d_small, h, a.ln1_mean, a.ln1_rstd, p.ln1_weight, N,
-                       D);
+    const BlockGradScratch<T> scratch{rs.d_u, rs.d_ln2_in, rs.d_small, rs.d_wide, rs.d_qkv, rs.attn_scratch};
+    dense_mlp_backward(dp, scratch, a, p, rs.d_update, N, D);
+    attention_half_backward(rs.d_hidden, dp, scratch, a, p, h, rs.d_update, B, Tn, D, H);
   }
   embedding_backward(dw.wte, dw.wpe, rs.d_hidden, rs.tokens_in, B, Tn, D);
 }

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/exec_counters.h"
+#include "models/gated/block.h"
 #include "ops/attention.h"
 #include "ops/elementwise.h"
 #include "ops/embedding.h"
@@ -81,20 +82,9 @@ void gated_forward(const GatedModel<T>& model, GatedRunState<T>& rs, const int32
       continue;
     }
     if (counters != nullptr) counters->blocks_executed.fetch_add(1, std::memory_order_relaxed);
-    layernorm_forward(a.ln1_out, a.ln1_mean, a.ln1_rstd, h, p.ln1_weight, p.ln1_bias, N, D);
-    linear_forward(a.qkv, a.ln1_out, p.qkv_weight, p.qkv_bias, N, D, 3 * D);
     AttentionStats<T> stats{rs.logp[l % 2], l > 0 ? rs.logp[(l + 1) % 2] : nullptr, rs.head_features};
-    attention_forward(a.attn_out, a.probs, controller_inputs ? &stats : nullptr, a.qkv, B, Tn, D, H);
-    linear_forward(a.u, a.attn_out, p.proj_weight, p.proj_bias, N, D, D);
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < int64_t(N) * D; ++i) a.ln2_in[i] = h[i] + a.u[i];
-    layernorm_forward(a.ln2_out, a.ln2_mean, a.ln2_rstd, a.ln2_in, p.ln2_weight, p.ln2_bias, N, D);
-    linear_forward(a.fc_pre, a.ln2_out, p.fc_weight, p.fc_bias, N, D, 4 * D);
-    gelu_tanh_forward(a.fc_act, a.fc_pre, int64_t(N) * 4 * D);
-    // F_l = u_l + w_l: the MLP's GEMM accumulates onto a copy of u_l (beta = 1).
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < int64_t(N) * D; ++i) a.update[i] = a.u[i] + p.mlp_proj_bias[i % D];
-    gemm<T>(false, true, N, D, 4 * D, T(1), a.fc_act, 4 * D, p.mlp_proj_weight, 4 * D, T(1), a.update, D);
+    attention_half_forward(a, p, h, B, Tn, D, H, controller_inputs ? &stats : nullptr);
+    dense_mlp_forward(a, p, N, D);
     T* phi = controller_inputs ? rs.features + int64_t(l) * N * 4 : nullptr;
     if (controller_inputs) featuregate_features(phi, rs.head_features, a.update, h, B, Tn, H, D);
     T* g = rs.gates + int64_t(l) * N;

@@ -1,0 +1,76 @@
+#include "models/gated/block.h"
+
+#include <algorithm>
+
+#include "ops/elementwise.h"
+#include "ops/gemm.h"
+#include "ops/layernorm.h"
+
+namespace fca {
+
+template <typename T>
+void attention_half_forward(GatedBlockActivations<T>& a, const GatedBlockWeights<T>& p, const T* h, int B, int Tn, int D,
+                            int H, const AttentionStats<T>* stats) {
+  const int N = B * Tn;
+  layernorm_forward(a.ln1_out, a.ln1_mean, a.ln1_rstd, h, p.ln1_weight, p.ln1_bias, N, D);
+  linear_forward(a.qkv, a.ln1_out, p.qkv_weight, p.qkv_bias, N, D, 3 * D);
+  attention_forward(a.attn_out, a.probs, stats, a.qkv, B, Tn, D, H);
+  linear_forward(a.u, a.attn_out, p.proj_weight, p.proj_bias, N, D, D);
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < int64_t(N) * D; ++i) a.ln2_in[i] = h[i] + a.u[i];
+  layernorm_forward(a.ln2_out, a.ln2_mean, a.ln2_rstd, a.ln2_in, p.ln2_weight, p.ln2_bias, N, D);
+}
+
+template <typename T>
+void dense_mlp_forward(GatedBlockActivations<T>& a, const GatedBlockWeights<T>& p, int N, int D) {
+  linear_forward(a.fc_pre, a.ln2_out, p.fc_weight, p.fc_bias, N, D, 4 * D);
+  gelu_tanh_forward(a.fc_act, a.fc_pre, int64_t(N) * 4 * D);
+  // F_l = u_l + w_l: the MLP's GEMM accumulates onto a copy of u_l (beta = 1).
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < int64_t(N) * D; ++i) a.update[i] = a.u[i] + p.mlp_proj_bias[i % D];
+  gemm<T>(false, true, N, D, 4 * D, T(1), a.fc_act, 4 * D, p.mlp_proj_weight, 4 * D, T(1), a.update, D);
+}
+
+template <typename T>
+void dense_mlp_backward(GatedBlockWeights<T>& dp, const BlockGradScratch<T>& s, const GatedBlockActivations<T>& a,
+                        const GatedBlockWeights<T>& p, const T* dF, int N, int D) {
+  // F = u + w, w = GELU(m Wfc^T + bfc) Wmlp^T + bmlp.
+  linear_backward(s.d_wide, dp.mlp_proj_weight, dp.mlp_proj_bias, dF, a.fc_act, p.mlp_proj_weight, N, 4 * D, D);
+  gelu_tanh_backward(s.d_wide, s.d_wide, a.fc_pre, int64_t(N) * 4 * D);
+  linear_backward(s.d_small, dp.fc_weight, dp.fc_bias, s.d_wide, a.ln2_out, p.fc_weight, N, D, 4 * D);
+}
+
+template <typename T>
+void attention_half_backward(T* d_h, GatedBlockWeights<T>& dp, const BlockGradScratch<T>& s,
+                             const GatedBlockActivations<T>& a, const GatedBlockWeights<T>& p, const T* h,
+                             const T* du_direct, int B, int Tn, int D, int H) {
+  const int N = B * Tn;
+  // m = LayerNorm(h + u): its input gradient reaches both h and u.
+  std::fill(s.d_ln2_in, s.d_ln2_in + int64_t(N) * D, T(0));
+  layernorm_backward(s.d_ln2_in, dp.ln2_weight, dp.ln2_bias, s.d_small, a.ln2_in, a.ln2_mean, a.ln2_rstd, p.ln2_weight, N, D);
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < int64_t(N) * D; ++i) {
+    s.d_u[i] = du_direct[i] + s.d_ln2_in[i];
+    d_h[i] += s.d_ln2_in[i];
+  }
+  // u = attn_out Wproj^T + bproj; attention; qkv = ln1_out Wqkv^T + bqkv; ln1_out = LN(h).
+  linear_backward(s.d_small, dp.proj_weight, dp.proj_bias, s.d_u, a.attn_out, p.proj_weight, N, D, D);
+  attention_backward(s.d_qkv, s.attn_scratch, s.d_small, a.probs, a.qkv, B, Tn, D, H);
+  linear_backward(s.d_small, dp.qkv_weight, dp.qkv_bias, s.d_qkv, a.ln1_out, p.qkv_weight, N, D, 3 * D);
+  layernorm_backward(d_h, dp.ln1_weight, dp.ln1_bias, s.d_small, h, a.ln1_mean, a.ln1_rstd, p.ln1_weight, N, D);
+}
+
+#define FCA_INSTANTIATE(T)                                                                                           \
+  template void attention_half_forward<T>(GatedBlockActivations<T>&, const GatedBlockWeights<T>&, const T*, int, int, \
+                                          int, int, const AttentionStats<T>*);                                       \
+  template void dense_mlp_forward<T>(GatedBlockActivations<T>&, const GatedBlockWeights<T>&, int, int);               \
+  template void dense_mlp_backward<T>(GatedBlockWeights<T>&, const BlockGradScratch<T>&,                              \
+                                      const GatedBlockActivations<T>&, const GatedBlockWeights<T>&, const T*, int, int); \
+  template void attention_half_backward<T>(T*, GatedBlockWeights<T>&, const BlockGradScratch<T>&,                     \
+                                           const GatedBlockActivations<T>&, const GatedBlockWeights<T>&, const T*,   \
+                                           const T*, int, int, int, int);
+FCA_INSTANTIATE(float)
+FCA_INSTANTIATE(double)
+#undef FCA_INSTANTIATE
+
+}  // namespace fca

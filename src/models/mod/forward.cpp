@@ -1,0 +1,233 @@
+#include "models/mod/forward.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <string>
+
+#include "core/error.h"
+#include "core/exec_counters.h"
+#include "models/gated/block.h"
+#include "ops/elementwise.h"
+#include "ops/embedding.h"
+#include "ops/gemm.h"
+#include "ops/layernorm.h"
+#include "ops/rows.h"
+
+namespace fca {
+
+template <typename T>
+template <typename A>
+void ModRunState<T>::layout(A& a) {
+  const int64_t N = int64_t(max_batch) * max_tokens, D = config.d_model, L = config.n_layer;
+  const int64_t K = config.selected_tokens(max_tokens), Ns = int64_t(max_batch) * K;
+  const int kept = keep_all_layers ? int(L) : 1;
+  blocks.assign(size_t(L), {});
+  routed.assign(size_t(L), {});
+  auto take_block = [&](GatedBlockActivations<T>& b, int64_t rows, int64_t seq) {
+    const int64_t attn = int64_t(max_batch) * config.n_head * seq * seq;
+    b.ln1_out = a.template take<T>(rows * D);
+    b.ln1_mean = a.template take<T>(rows);
+    b.ln1_rstd = a.template take<T>(rows);
+    b.qkv = a.template take<T>(rows * 3 * D);
+    b.probs = a.template take<T>(attn);
+    b.attn_out = a.template take<T>(rows * D);
+    b.u = a.template take<T>(rows * D);
+    b.ln2_in = a.template take<T>(rows * D);
+    b.ln2_out = a.template take<T>(rows * D);
+    b.ln2_mean = a.template take<T>(rows);
+    b.ln2_rstd = a.template take<T>(rows);
+    b.fc_pre = a.template take<T>(rows * 4 * D);
+    b.fc_act = a.template take<T>(rows * 4 * D);
+    b.update = a.template take<T>(rows * D);
+  };
+  for (int l = 0; l < kept; ++l) {
+    // Inference reuses one full-size set for every block (a routed block needs fewer rows).
+    const bool sub = keep_all_layers && config.routed(l);
+    take_block(blocks[size_t(l)], sub ? Ns : N, sub ? K : max_tokens);
+  }
+  for (int l = kept; l < L; ++l) blocks[size_t(l)] = blocks[0];
+  for (int l = 0; l < L; ++l) {
+    if (!config.routed(l)) continue;
+    auto& r = routed[size_t(l)];
+    r.scores = a.template take<T>(N);
+    r.rows = a.template take<int32_t>(Ns);
+    r.weights = a.template take<T>(Ns);
+    r.h_sub = a.template take<T>(Ns * D);
+  }
+  hidden.assign(size_t(L + 1), nullptr);
+  for (auto& h : hidden) h = a.template take<T>(N * D);
+  ln_f_out = a.template take<T>(N * D);
+  ln_f_mean = a.template take<T>(N);
+  ln_f_rstd = a.template take<T>(N);
+  logits = a.template take<T>(N * 256);
+  losses = a.template take<T>(N);
+  tokens_in = a.template take<int32_t>(N);
+  targets = a.template take<int32_t>(N);
+  const int64_t nb = keep_all_layers ? N : 0, sb = keep_all_layers ? Ns : 0;
+  d_hidden = a.template take<T>(nb * D);
+  d_update = a.template take<T>(nb * D);
+  d_u = a.template take<T>(nb * D);
+  d_ln2_in = a.template take<T>(nb * D);
+  d_small = a.template take<T>(nb * D);
+  d_wide = a.template take<T>(nb * 4 * D);
+  d_qkv = a.template take<T>(nb * 3 * D);
+  d_sub = a.template take<T>(sb * D);
+  d_sel = a.template take<T>(sb * D);
+  d_sig = a.template take<T>(sb);
+  scratch_threads = keep_all_layers ? omp_get_max_threads() : 0;
+  attn_scratch = a.template take<T>(int64_t(scratch_threads) * max_tokens * max_tokens);
+}
+
+template <typename T>
+ModRunState<T>::ModRunState(const ModConfig& config_, int max_batch_, int max_tokens_, bool keep_all_layers_)
+    : config(config_), max_batch(max_batch_), max_tokens(max_tokens_), keep_all_layers(keep_all_layers_) {
+  ArenaMeasure measure;
+  layout(measure);
+  arena = Arena(measure.bytes());
+  layout(arena);
+}
+
+template <typename T>
+void mod_forward(const ModModel<T>& model, ModRunState<T>& rs, const int32_t* tokens, int B, int Tn,
+                 ModRoutingSource<T>& routing, int first_window) {
+  const ModConfig& c = model.config();
+  if (Tn > c.seq_len)
+    throw Error("sequence of " + std::to_string(Tn) + " tokens is longer than the model's " + std::to_string(c.seq_len) +
+                " positions");
+  if (B > rs.max_batch || Tn > rs.max_tokens || B <= 0 || Tn <= 0)
+    throw Error("batch [" + std::to_string(B) + ", " + std::to_string(Tn) + "] does not fit the run state [" +
+                std::to_string(rs.max_batch) + ", " + std::to_string(rs.max_tokens) + "]");
+  const int D = c.d_model, H = c.n_head, L = c.n_layer, K = c.selected_tokens(Tn);
+  const int64_t N = int64_t(B) * Tn, Ns = int64_t(B) * K;
+  const auto& w = model.weights();
+  rs.batch = B;
+  rs.tokens = Tn;
+  rs.selected = K;
+  rs.live_router = routing.evaluates_router();
+  for (int64_t i = 0; i < N; ++i) {
+    if (tokens[i] < 0 || tokens[i] >= 256) throw Error("token id " + std::to_string(tokens[i]) + " is outside [0, 256)");
+    rs.tokens_in[i] = tokens[i];
+  }
+  ExecCounters* counters = exec_counters();
+  const BatchPosition position{first_window, B, Tn};
+  embedding_forward(rs.hidden[0], tokens, w.wte, w.wpe, B, Tn, D);
+  for (int l = 0; l < L; ++l) {
+    const auto& p = w.blocks[size_t(l)];
+    auto& a = rs.blocks[size_t(l)];
+    const T* h = rs.hidden[size_t(l)];
+    T* next = rs.hidden[size_t(l + 1)];
+    if (counters != nullptr) counters->blocks_executed.fetch_add(1, std::memory_order_relaxed);
+    if (!c.routed(l)) {
+      attention_half_forward(a, p, h, B, Tn, D, H, static_cast<const AttentionStats<T>*>(nullptr));
+      dense_mlp_forward(a, p, int(N), D);
+#pragma omp parallel for schedule(static)
+      for (int64_t i = 0; i < N * D; ++i) next[i] = h[i] + a.update[i];
+      continue;
+    }
+    auto& r = rs.routed[size_t(l)];
+    routing.select(l, position, K, h, r.scores, r.rows, r.weights);
+    if (counters != nullptr) counters->routed_rows.fetch_add(Ns, std::memory_order_relaxed);
+    gather_rows(r.h_sub, h, r.rows, Ns, D);
+    attention_half_forward(a, p, r.h_sub, B, K, D, H, static_cast<const AttentionStats<T>*>(nullptr));
+    dense_mlp_forward(a, p, int(Ns), D);
+    std::copy(h, h + N * D, next);
+    scatter_add_rows(next, a.update, r.rows, r.weights, Ns, D);
+  }
+  layernorm_forward(rs.ln_f_out, rs.ln_f_mean, rs.ln_f_rstd, rs.hidden[size_t(L)], w.ln_f_weight, w.ln_f_bias, N, D);
+  gemm<T>(false, true, int(N), 256, D, T(1), rs.ln_f_out, D, w.wte, D, T(0), rs.logits, 256);
+}
+
+template <typename T>
+double mod_loss(ModRunState<T>& rs, const int32_t* targets, double* window_nll) {
+  const int64_t N = int64_t(rs.batch) * rs.tokens;
+  for (int64_t i = 0; i < N; ++i) {
+    if (targets[i] < 0 || targets[i] >= 256) throw Error("target id " + std::to_string(targets[i]) + " is outside [0, 256)");
+    rs.targets[i] = targets[i];
+  }
+  cross_entropy_forward(rs.losses, rs.logits, rs.targets, N, 256);
+  double total = 0;
+  for (int b = 0; b < rs.batch; ++b) {
+    double window = 0;
+    for (int t = 0; t < rs.tokens; ++t) window += rs.losses[int64_t(b) * rs.tokens + t];
+    if (window_nll != nullptr) window_nll[b] = window / rs.tokens;
+    total += window;
+  }
+  return total / double(N);
+}
+
+template <typename T>
+void mod_backward(const ModModel<T>& model, ModRunState<T>& rs, ModModel<T>& grads, T loss_scale) {
+  if (!rs.keep_all_layers) throw Error("MoD backward needs a run state that keeps every layer's activations");
+  if (!rs.live_router) throw Error("MoD backward needs a live pass (the router's gradient)");
+  if (omp_get_max_threads() > rs.scratch_threads)
+    throw Error("backward: run state was sized for " + std::to_string(rs.scratch_threads) + " threads, now " +
+                std::to_string(omp_get_max_threads()));
+  const ModConfig& c = model.config();
+  const int D = c.d_model, H = c.n_head, L = c.n_layer, B = rs.batch, Tn = rs.tokens, K = rs.selected;
+  const int64_t N = int64_t(B) * Tn, Ns = int64_t(B) * K;
+  const auto& w = model.weights();
+  auto& dw = grads.weights();
+
+  T* dlogits = rs.logits;
+  cross_entropy_backward(dlogits, rs.logits, rs.targets, loss_scale, N, 256);
+  gemm<T>(true, false, 256, D, int(N), T(1), dlogits, 256, rs.ln_f_out, D, T(1), dw.wte, D);
+  gemm<T>(false, false, int(N), D, 256, T(1), dlogits, 256, w.wte, D, T(0), rs.d_small, D);
+  std::fill(rs.d_hidden, rs.d_hidden + N * D, T(0));
+  layernorm_backward(rs.d_hidden, dw.ln_f_weight, dw.ln_f_bias, rs.d_small, rs.hidden[size_t(L)], rs.ln_f_mean, rs.ln_f_rstd,
+                     w.ln_f_weight, N, D);
+  const BlockGradScratch<T> scratch{rs.d_u, rs.d_ln2_in, rs.d_small, rs.d_wide, rs.d_qkv, rs.attn_scratch};
+  for (int l = L - 1; l >= 0; --l) {
+    const auto& p = w.blocks[size_t(l)];
+    auto& dp = dw.blocks[size_t(l)];
+    const auto& a = rs.blocks[size_t(l)];
+    const T* h = rs.hidden[size_t(l)];
+    if (!c.routed(l)) {  // h_{l+1} = h + F: dF = dh, and dh keeps its identity path
+      std::copy(rs.d_hidden, rs.d_hidden + N * D, rs.d_update);
+      dense_mlp_backward(dp, scratch, a, p, rs.d_update, int(N), D);
+      attention_half_backward(rs.d_hidden, dp, scratch, a, p, h, rs.d_update, B, Tn, D, H);
+      continue;
+    }
+    const auto& r = rs.routed[size_t(l)];
+    // h_{l+1,t} = h_t + sig_t F_t on the selected rows: dF = sig dh, dsig = <dh, F>.
+    gather_rows(rs.d_sel, rs.d_hidden, r.rows, Ns, D);
+    gated_residual_backward(rs.d_update, rs.d_sig, rs.d_sel, r.weights, a.update, Ns, D);
+    // The router: s = h . w + b, dsig/ds = sig (1 - sig); its rows are summed in row order.
+    T* drw = dw.router_weight[size_t(l)];
+    for (int64_t i = 0; i < Ns; ++i) {
+      const T ds = rs.d_sig[i] * r.weights[i] * (T(1) - r.weights[i]);
+      rs.d_sig[i] = ds;
+      dw.router_bias[size_t(l)][0] += ds;
+    }
+#pragma omp parallel for schedule(static)
+    for (int d = 0; d < D; ++d) {
+      T acc = 0;
+      for (int64_t i = 0; i < Ns; ++i) acc += rs.d_sig[i] * h[int64_t(r.rows[i]) * D + d];
+      drw[d] += acc;
+    }
+    const T* rw = w.router_weight[size_t(l)];
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < Ns; ++i) {
+      T* dh = rs.d_hidden + int64_t(r.rows[i]) * D;
+      for (int d = 0; d < D; ++d) dh[d] += rs.d_sig[i] * rw[d];
+    }
+    // The block on the subsequence; its input gradient goes back to the selected rows.
+    std::fill(rs.d_sub, rs.d_sub + Ns * D, T(0));
+    dense_mlp_backward(dp, scratch, a, p, rs.d_update, int(Ns), D);
+    attention_half_backward(rs.d_sub, dp, scratch, a, p, r.h_sub, rs.d_update, B, K, D, H);
+    scatter_add_rows(rs.d_hidden, rs.d_sub, r.rows, static_cast<const T*>(nullptr), Ns, D);
+  }
+  embedding_backward(dw.wte, dw.wpe, rs.d_hidden, rs.tokens_in, B, Tn, D);
+}
+
+#define FCA_INSTANTIATE(T)                                                                                         \
+  template struct ModRunState<T>;                                                                                  \
+  template void mod_forward<T>(const ModModel<T>&, ModRunState<T>&, const int32_t*, int, int, ModRoutingSource<T>&, \
+                               int);                                                                               \
+  template double mod_loss<T>(ModRunState<T>&, const int32_t*, double*);                                           \
+  template void mod_backward<T>(const ModModel<T>&, ModRunState<T>&, ModModel<T>&, T);
+FCA_INSTANTIATE(float)
+FCA_INSTANTIATE(double)
+#undef FCA_INSTANTIATE
+
+}  // namespace fca

@@ -1,0 +1,61 @@
+// The Mixture-of-Depths forward and backward passes and their run state.
+//
+// A block that is not routed is the gated family's Dense block: h_{l+1} = h + F(h). A routed block
+// gathers its K selected rows of each window (position order) into h_sub [B*K, D], runs the same
+// block on that length-K sequence (attention causal among the selected tokens; positions keep the
+// wpe rows already in h), and scatter-adds: h_{l+1,t} = h_t + sigmoid(s_t) F_t for t in S.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "core/arena.h"
+#include "models/gated/run_state.h"
+#include "models/mod/model.h"
+#include "models/mod/routing.h"
+
+namespace fca {
+
+template <typename T>
+struct ModRoutedState {
+  T* scores;      // [N] s_t (live only)
+  int32_t* rows;  // [B*K] selected rows b*T' + t
+  T* weights;     // [B*K] sigmoid(s)
+  T* h_sub;       // [B*K, D]
+};
+
+template <typename T>
+struct ModRunState {
+  ModRunState(const ModConfig& config, int max_batch, int max_tokens, bool keep_all_layers);
+
+  ModConfig config;
+  int max_batch, max_tokens;
+  bool keep_all_layers;
+  int batch = 0, tokens = 0, selected = 0;  // of the last pass (selected = K)
+  bool live_router = false;
+
+  std::vector<GatedBlockActivations<T>> blocks;  // [N] rows, or [B*K] rows for routed blocks
+  std::vector<ModRoutedState<T>> routed;         // per block (unused entries for blocks not routed)
+  std::vector<T*> hidden;                        // L+1, [N, D]
+  T *ln_f_out, *ln_f_mean, *ln_f_rstd;
+  T *logits, *losses;
+  int32_t *tokens_in, *targets;
+  T *d_hidden, *d_update, *d_u, *d_ln2_in, *d_small, *d_wide, *d_qkv, *attn_scratch;
+  T *d_sub, *d_sel, *d_sig;  // [B*K, D], [B*K, D], [B*K]
+  int scratch_threads = 0;
+  size_t bytes() const { return arena.capacity(); }
+
+ private:
+  template <typename A>
+  void layout(A& a);
+  Arena arena;
+};
+
+template <typename T>
+void mod_forward(const ModModel<T>& model, ModRunState<T>& rs, const int32_t* tokens, int B, int Tn,
+                 ModRoutingSource<T>& routing, int first_window = 0);
+template <typename T>
+double mod_loss(ModRunState<T>& rs, const int32_t* targets, double* window_nll);
+template <typename T>
+void mod_backward(const ModModel<T>& model, ModRunState<T>& rs, ModModel<T>& grads, T loss_scale);
+
+}  // namespace fca

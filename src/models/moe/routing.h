@@ -1,0 +1,76 @@
+// Where the MoE's routing (expert indices I [N, k] and weights w [N, k] per layer) comes from.
+// - MoeLiveRouting: the router (the controller) computes p = softmax(m W_router^T) [N, E], then the
+//   top k; counts every evaluation.
+// - MoeRecordingRouting: live, and every (I, w) goes into a routing record (CoefficientTensor of
+//   kind expert_routing: values = w [L, T, 1, k], discrete = I [L, T, k]).
+// - MoeReplayedRouting: (I, w) read from a record; holds no router, so the router cannot run. Every
+//   record is checked before use: k distinct experts per token, each in [0, E).
+#pragma once
+#include <cstdint>
+
+#include "models/coefficient_tensor.h"
+#include "models/gated/coefficients.h"  // BatchPosition
+#include "models/moe/model.h"
+
+namespace fca {
+
+template <typename T>
+class MoeRoutingSource {
+ public:
+  virtual ~MoeRoutingSource() = default;
+  // Whether route() reads the router input m and writes the router probabilities.
+  virtual bool evaluates_router() const = 0;
+  // Layer `layer`, rows n < batch*tokens: writes experts [N, k], weights [N, k]; live sources also
+  // write probs [N, E] (the softmax the auxiliary loss and backward read). m [N, D].
+  virtual void route(int layer, const BatchPosition& batch, const T* m, T* probs, int32_t* experts, T* weights) = 0;
+  int64_t controller_evaluations() const { return controller_evaluations_; }
+
+ protected:
+  int64_t controller_evaluations_ = 0;
+};
+
+template <typename T>
+class MoeLiveRouting : public MoeRoutingSource<T> {
+ public:
+  explicit MoeLiveRouting(const MoeModel<T>& model) : model_(model) {}
+  bool evaluates_router() const override { return true; }
+  void route(int layer, const BatchPosition& batch, const T* m, T* probs, int32_t* experts, T* weights) override;
+
+ protected:
+  const MoeModel<T>& model_;
+};
+
+template <typename T>
+class MoeRecordingRouting : public MoeLiveRouting<T> {
+ public:
+  MoeRecordingRouting(const MoeModel<T>& model, CoefficientTensor& sink);
+  void route(int layer, const BatchPosition& batch, const T* m, T* probs, int32_t* experts, T* weights) override;
+
+ private:
+  CoefficientTensor& sink_;
+};
+
+template <typename T>
+class MoeReplayedRouting : public MoeRoutingSource<T> {
+ public:
+  MoeReplayedRouting(const MoeConfig& config, const CoefficientTensor& record);
+  bool evaluates_router() const override { return false; }
+  void route(int layer, const BatchPosition& batch, const T* m, T* probs, int32_t* experts, T* weights) override;
+
+ private:
+  MoeConfig config_;
+  const CoefficientTensor& record_;
+};
+
+// The routing record's shape for windows of `tokens` tokens.
+CoefficientShape moe_record_shape(const MoeConfig& config, int tokens);
+
+// Top-k of p [E] (ties to the lower index, in descending p) and the spec's weights: renormalised
+// over the selected when k > 1, p itself when k = 1.
+template <typename T>
+void moe_top_k(const T* p, int E, int k, int32_t* experts, T* weights);
+
+// Checks one token's k expert indices: each in [0, E) and distinct. Throws Error naming `where`.
+void check_expert_record(const int32_t* experts, int k, int E, const std::string& where);
+
+}  // namespace fca

@@ -1,0 +1,128 @@
+#include "models/parameters.h"
+
+#include <cmath>
+
+#include "core/error.h"
+#include "core/rng.h"
+#include "core/safetensors.h"
+
+namespace fca {
+
+void LayoutBuilder::add(std::string name, std::vector<int64_t> shape, bool weight_decay) {
+  size_t n = 1;
+  for (int64_t d : shape) n *= size_t(d);
+  slots.push_back({std::move(name), std::move(shape), offset_, n, weight_decay});
+  offset_ += (n + 15) / 16 * 16;
+}
+
+void LayoutBuilder::add_attention_half(const std::string& p, int64_t D) {
+  add(p + "ln1.weight", {D});
+  add(p + "ln1.bias", {D});
+  add(p + "attn.qkv.weight", {3 * D, D});
+  add(p + "attn.qkv.bias", {3 * D});
+  add(p + "attn.proj.weight", {D, D});
+  add(p + "attn.proj.bias", {D});
+  add(p + "ln2.weight", {D});
+  add(p + "ln2.bias", {D});
+}
+
+template <typename T>
+ParameterBuffer<T>::ParameterBuffer(std::vector<TensorSlot> layout) : layout_(std::move(layout)) {
+  const auto& last = layout_.back();
+  storage_.assign(last.offset + (last.numel + 15) / 16 * 16, T(0));
+}
+
+template <typename T>
+T* ParameterBuffer<T>::find(const std::string& name) {
+  for (const auto& s : layout_)
+    if (s.name == name) return storage_.data() + s.offset;
+  return nullptr;
+}
+
+template <typename T>
+T* ParameterBuffer<T>::at(const std::string& name) {
+  T* p = find(name);
+  if (p == nullptr) throw Error("model has no tensor '" + name + "'");
+  return p;
+}
+
+template <typename T>
+GatedBlockWeights<T> ParameterBuffer<T>::block(const std::string& p) {
+  return {find(p + "ln1.weight"),      find(p + "ln1.bias"),      find(p + "attn.qkv.weight"), find(p + "attn.qkv.bias"),
+          find(p + "attn.proj.weight"), find(p + "attn.proj.bias"), find(p + "ln2.weight"),      find(p + "ln2.bias"),
+          find(p + "mlp.fc.weight"),    find(p + "mlp.fc.bias"),    find(p + "mlp.proj.weight"), find(p + "mlp.proj.bias")};
+}
+
+template <typename T>
+void ParameterBuffer<T>::initialize(int n_layer, uint64_t seed) {
+  Rng rng(seed);
+  const double residual_std = 0.02 / std::sqrt(2.0 * n_layer);
+  for (const auto& s : layout_) {
+    T* p = storage_.data() + s.offset;
+    const bool is_residual_proj = s.name.ends_with("attn.proj.weight") || s.name.ends_with("mlp.proj.weight") ||
+                                  s.name.ends_with("experts.proj.weight");
+    const bool is_normal = s.name == "wte" || s.name == "wpe" || s.name.ends_with("qkv.weight") ||
+                           s.name.ends_with("fc.weight") || s.name.ends_with("router.weight") || is_residual_proj;
+    const bool is_ln_weight = s.name.ends_with("ln1.weight") || s.name.ends_with("ln2.weight") || s.name == "ln_f.weight";
+    for (size_t i = 0; i < s.numel; ++i) {
+      if (is_normal) p[i] = static_cast<T>(rng.normal() * (is_residual_proj ? residual_std : 0.02));
+      else p[i] = is_ln_weight ? T(1) : T(0);
+    }
+  }
+}
+
+template <typename T>
+void ParameterBuffer<T>::load(const SafetensorsReader& reader, const std::string& what) {
+  for (const auto& s : layout_) {
+    if (!reader.has(s.name))
+      throw Error(reader.path() + ": tensor '" + s.name + "' is missing (expected shape " + shape_string(s.shape) + " for a " +
+                  what + ")");
+    reader.read_into<T>(s.name, s.shape, storage_.data() + s.offset);
+  }
+  for (const auto& [name, info] : reader.tensors()) {
+    bool known = false;
+    for (const auto& s : layout_) known = known || s.name == name;
+    if (!known) throw Error(reader.path() + ": unexpected tensor '" + name + "' for a " + what);
+  }
+}
+
+template <typename T>
+void ParameterBuffer<T>::save(const std::string& path, const std::map<std::string, std::string>& metadata) const {
+  std::vector<float> as_float(storage_.begin(), storage_.end());
+  std::vector<TensorToWrite> tensors;
+  for (const auto& s : layout_) tensors.push_back({s.name, s.shape, as_float.data() + s.offset});
+  write_safetensors(path, tensors, metadata);
+}
+
+template <typename T>
+template <typename U>
+void ParameterBuffer<T>::copy_from(const ParameterBuffer<U>& other) {
+  layout_ = other.layout();
+  storage_.resize(other.size());
+  for (size_t i = 0; i < storage_.size(); ++i) storage_[i] = static_cast<T>(other.data()[i]);
+}
+
+std::string read_checkpoint_format(const std::string& path) {
+  SafetensorsReader reader(path);
+  auto fmt = reader.metadata().find("format");
+  return fmt == reader.metadata().end() ? std::string() : fmt->second;
+}
+
+std::string read_checkpoint_config(const std::string& path, const std::string& expected_format) {
+  SafetensorsReader reader(path);
+  auto fmt = reader.metadata().find("format");
+  if (fmt == reader.metadata().end())
+    throw Error(path + ": no 'format' in the safetensors metadata (expected \"" + expected_format + "\")");
+  if (fmt->second != expected_format)
+    throw Error(path + ": format is \"" + fmt->second + "\", expected \"" + expected_format + "\"");
+  auto cfg = reader.metadata().find("config");
+  if (cfg == reader.metadata().end()) throw Error(path + ": no 'config' in the safetensors metadata");
+  return cfg->second;
+}
+
+template class ParameterBuffer<float>;
+template class ParameterBuffer<double>;
+template void ParameterBuffer<double>::copy_from<float>(const ParameterBuffer<float>&);
+template void ParameterBuffer<float>::copy_from<double>(const ParameterBuffer<double>&);
+
+}  // namespace fca

@@ -1,0 +1,71 @@
+// A model's parameters as one flat buffer laid out by a list of named slots (TensorSlot), with the
+// operations every single-file checkpoint family shares: zero construction, the gated-transformer
+// spec's initialisation by tensor name, checked loading and atomic saving. Used by the routed
+// families (moe, mod); slots start on 16-element boundaries so that matrix rows stay aligned.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "models/gated/config.h"  // TensorSlot
+#include "models/gated/model.h"   // GatedBlockWeights
+
+namespace fca {
+
+class SafetensorsReader;
+
+// Builds a layout: slots in the order added, AdamW decay on rank-2 tensors (the spec's rule).
+class LayoutBuilder {
+ public:
+  void add(std::string name, std::vector<int64_t> shape, bool weight_decay);
+  void add(std::string name, std::vector<int64_t> shape) { add(std::move(name), shape, shape.size() == 2); }
+  // ln1, attn.qkv, attn.proj and ln2 of block `prefix` ("blocks.{l}."), width D.
+  void add_attention_half(const std::string& prefix, int64_t D);
+  std::vector<TensorSlot> slots;
+
+ private:
+  size_t offset_ = 0;
+};
+
+template <typename T>
+class ParameterBuffer {
+ public:
+  ParameterBuffer() = default;
+  explicit ParameterBuffer(std::vector<TensorSlot> layout);  // every parameter zero
+
+  const std::vector<TensorSlot>& layout() const { return layout_; }
+  T* data() { return storage_.data(); }
+  const T* data() const { return storage_.data(); }
+  size_t size() const { return storage_.size(); }
+  // The tensor named `name`, or null.
+  T* find(const std::string& name);
+  // Throws Error when absent.
+  T* at(const std::string& name);
+  // The pointers of a gated-family block's tensors under `prefix` (absent ones null).
+  GatedBlockWeights<T> block(const std::string& prefix);
+
+  // The gated-transformer spec's initialisation from one seed, by name: normal(0, 0.02) for wte,
+  // wpe, *qkv.weight, *fc.weight and *router.weight; *proj.weight of the attention, MLP and experts
+  // (the residual projections) normal(0, 0.02/sqrt(2L)); LayerNorm weights 1; everything else 0.
+  void initialize(int n_layer, uint64_t seed);
+  // Reads every slot from `reader` (names, shapes, dtypes checked; extra tensors are an error);
+  // `what` names the model in messages ("moe model with 4 layers").
+  void load(const SafetensorsReader& reader, const std::string& what);
+  // Writes F32 tensors and `metadata` atomically.
+  void save(const std::string& path, const std::map<std::string, std::string>& metadata) const;
+  template <typename U>
+  void copy_from(const ParameterBuffer<U>& other);
+
+ private:
+  std::vector<TensorSlot> layout_;
+  std::vector<T> storage_;
+};
+
+// The "format" and "config" metadata of a single-file checkpoint; throws Error naming the file
+// when either is missing or the format is not `expected`.
+std::string read_checkpoint_config(const std::string& path, const std::string& expected_format);
+// The "format" metadata of a safetensors file ("" when it has none).
+std::string read_checkpoint_format(const std::string& path);
+
+}  // namespace fca
