@@ -45,8 +45,9 @@ TEST(Interventions, CrossInputIsADerangementAndKeepsTheMultiset) {
     std::multiset<std::vector<float>> before, after;
     for (int i = 0; i < W; ++i) {
       EXPECT_NE(pi[size_t(i)], i) << "fixed point in the derangement";
-      std::vector<float> out(size_t(A.shape().per_window()));
-      cond->coefficients(i, r, out.data());
+      CoefficientTensor batch(1, A.shape());
+      cond->coefficients(i, r, batch, 0);
+      const std::vector<float> out = batch.values();
       EXPECT_EQ(out, window_values(A, pi[size_t(i)]));
       before.insert(window_values(A, i));
       after.insert(out);
@@ -64,12 +65,9 @@ TEST(Interventions, TokenShuffleMovesWholeSourceVectorsAndKeepsTheMultiset) {
   auto cross_shuffle = make_condition("cross_shuffle", A.view(), p, rand);
   const auto& s = A.shape();
   for (int i = 0; i < W; ++i) {
-    std::vector<float> out(size_t(s.per_window())), out_cross(size_t(s.per_window()));
-    shuffle->coefficients(i, 1, out.data());
-    cross_shuffle->coefficients(i, 1, out_cross.data());
     CoefficientTensor got(1, s), got_cross(1, s);
-    got.values() = out;
-    got_cross.values() = out_cross;
+    shuffle->coefficients(i, 1, got, 0);
+    cross_shuffle->coefficients(i, 1, got_cross, 0);
     const int source_window = rand.derangement(1)[size_t(i)];
     for (int l = 0; l < s.layers; ++l)
       for (int st = 0; st < s.streams; ++st) {

@@ -7,12 +7,14 @@
 
 #include "audit/cache.h"
 #include "audit/conditions.h"
+#include "audit/routing_conditions.h"
 #include "audit/statistics.h"
 #include "core/error.h"
 #include "core/file_io.h"
 #include "core/progress.h"
 #include "core/provenance.h"
 #include "core/rng.h"
+#include "models/routing_record.h"
 #include "report/audit_markdown.h"
 
 namespace fca {
@@ -65,7 +67,7 @@ ExactReplay check_exact_replay(AuditableModel& model, const WindowSet& eval, con
     const size_t n_logits = size_t(B) * T * size_t(model.vocab());
     live_logits.assign(model.last_logits(), model.last_logits() + n_logits);
     CoefficientTensor coefficients = model.make_coefficients(B, T);
-    std::memcpy(coefficients.values().data(), A.window_data(w0), sizeof(float) * size_t(B * A.shape.per_window()));
+    for (int b = 0; b < B; ++b) coefficients.copy_window(b, A, w0 + b);
     model.run_replay(eval.inputs.data() + off, eval.targets.data() + off, B, T, coefficients, correct.nll[0].data() + w0);
     const float* replay_logits = model.last_logits();
     for (size_t i = 0; i < n_logits; ++i)
@@ -132,22 +134,36 @@ nlohmann::ordered_json run_audit(AuditableModel& model, const Corpus& corpus, co
   const CoefficientCache cache(cache_path, manifest);
   const CoefficientView A = cache.evaluation();
 
-  // The conditions to run: `correct` always (it is the baseline and the exact-replay pass).
-  std::vector<std::string> names = o.conditions.empty() ? all_condition_names() : o.conditions;
+  // The conditions to run: `correct` always (it is the baseline and the exact-replay pass). Routing
+  // records have their own table (routing_conditions.h); identity and layer_permutation are
+  // continuous-coefficient conditions only.
+  const bool routing = manifest.shape.kind != RecordKind::continuous;
+  const std::vector<std::string>& known = routing ? routing_condition_names() : all_condition_names();
+  std::vector<std::string> names = o.conditions.empty() ? known : o.conditions;
   std::vector<std::string> skipped;
-  if (o.conditions.empty() && !layers_are_permutable(A)) {
+  if (o.conditions.empty() && !routing && !layers_are_permutable(A)) {
     names.erase(std::remove(names.begin(), names.end(), "layer_permutation"), names.end());
     skipped.push_back("layer_permutation");
   }
+  if (o.conditions.empty() && routing) skipped = {"identity", "layer_permutation"};
   names.erase(std::remove(names.begin(), names.end(), "correct"), names.end());
   CalibrationProfiles profiles{model.make_coefficients(1, T), model.make_coefficients(1, T),
                                model.make_coefficients(1, T), model.make_coefficients(1, T)};
-  compute_means(cache.calibration(), profiles.layer_position_mean, profiles.static_profile);
-  model.identity_profile(profiles.identity);
-  model.structure_removed_profile(profiles.static_profile, profiles.structure_removed);
+  RoutingProfiles routing_profile;
+  if (routing) {
+    routing_profile = routing_profiles(cache.calibration());
+    profiles.static_profile = routing_profile.static_profile;
+    profiles.layer_position_mean = routing_profile.layer_position_mean;
+  } else {
+    compute_means(cache.calibration(), profiles.layer_position_mean, profiles.static_profile);
+    model.identity_profile(profiles.identity);
+    model.structure_removed_profile(profiles.static_profile, profiles.structure_removed);
+  }
   const AuditRandomness randomness(o.seed, W, T);
   std::vector<std::unique_ptr<Condition>> conditions;
-  for (const auto& n : names) conditions.push_back(make_condition(n, A, profiles, randomness));
+  for (const auto& n : names)
+    conditions.push_back(routing ? make_routing_condition(n, A, routing_profile, randomness)
+                                 : make_condition(n, A, profiles, randomness));
 
   int64_t total = W;
   for (const auto& c : conditions) total += int64_t(W) * (c->randomized() ? o.reps : 1);
@@ -178,7 +194,7 @@ nlohmann::ordered_json run_audit(AuditableModel& model, const Corpus& corpus, co
       for (int w0 = 0; w0 < W; w0 += o.batch) {
         const int B = std::min(o.batch, W - w0);
         CoefficientTensor batch = model.make_coefficients(B, T);
-        for (int b = 0; b < B; ++b) c->coefficients(w0 + b, r, batch.window_data(b));
+        for (int b = 0; b < B; ++b) c->coefficients(w0 + b, r, batch, b);
         const int64_t off = int64_t(w0) * T;
         model.run_replay(eval.inputs.data() + off, eval.targets.data() + off, B, T, batch, run.nll[size_t(r)].data() + w0);
         done += B;
@@ -212,6 +228,7 @@ nlohmann::ordered_json run_audit(AuditableModel& model, const Corpus& corpus, co
                 {"description", model.description()},
                 {"coefficient_shape",
                  {{"layer", manifest.shape.layers}, {"token", T}, {"stream", manifest.shape.streams}, {"source", manifest.shape.sources}}},
+                {"record_kind", record_kind_name(manifest.shape.kind)},
                 {"static_profile", model.static_profile_name()},
                 {"structure_removed", model.structure_removed_name()}};
   j["settings"] = {{"eval_windows", W},
@@ -321,7 +338,10 @@ nlohmann::ordered_json run_audit(AuditableModel& model, const Corpus& corpus, co
   }
   j["criteria"] = criteria;
 
-  const VarianceDecomposition v = functional_anova(A);
+  // Routing records: the variance decomposition runs on the weights (MoE: the dense E-vector per
+  // token, zeros where unselected; MoD: sigmoid(s)).
+  const CoefficientTensor dense_weights = routing ? routing_weights_dense(A) : CoefficientTensor();
+  const VarianceDecomposition v = functional_anova(routing ? dense_weights.view() : A);
   j["variance"] = {{"total_variance", v.total_variance},
                    {"cells", {{"coordinates", v.coordinates}, {"inputs", v.inputs}, {"tokens", v.tokens}}},
                    {"shares",
@@ -349,7 +369,7 @@ nlohmann::ordered_json run_audit(AuditableModel& model, const Corpus& corpus, co
       S.push_back(streams);
     }
     j["profiles"]["static_profile"] = S;
-    if (sh.streams == 1 && sh.sources == 1) {
+    if (sh.streams == 1 && sh.sources == 1 && !routing) {
       nlohmann::ordered_json lpm = nlohmann::ordered_json::array();
       for (int l = 0; l < sh.layers; ++l) {
         std::vector<float> row(size_t(sh.tokens));
@@ -358,6 +378,17 @@ nlohmann::ordered_json run_audit(AuditableModel& model, const Corpus& corpus, co
       }
       j["profiles"]["layer_position_mean"] = lpm;
     }
+  }
+  if (routing) {
+    const auto load = routing_load(A);
+    const bool experts = manifest.shape.kind == RecordKind::expert_routing;
+    j["routing"] = {{"kind", record_kind_name(manifest.shape.kind)},
+                    {"top_k", experts ? manifest.shape.slots : 0},
+                    {"experts", manifest.shape.categories},
+                    {"selected_per_window", manifest.shape.selected},
+                    {experts ? "expert_load" : "selection_frequency", load},
+                    {"note", experts ? "share of the evaluation windows' (token, slot) assignments per layer and expert"
+                                     : "share of the evaluation windows selecting each position, per routed block"}};
   }
   j["provenance"] = provenance;
 

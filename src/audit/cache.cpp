@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "core/progress.h"
+#include "models/routing_record.h"
 
 namespace fca {
 namespace {
@@ -21,6 +22,8 @@ nlohmann::ordered_json CacheManifest::to_json() const {
           {"tokens", tokens},
           {"batch", batch},
           {"shape", {{"layer", shape.layers}, {"token", shape.tokens}, {"stream", shape.streams}, {"source", shape.sources}}},
+          {"record", {{"kind", record_kind_name(shape.kind)}, {"slots", shape.slots}, {"categories", shape.categories},
+                      {"selected", shape.selected}}},
           {"dtype", dtype},
           {"axes", axes},
           {"seed", seed}};
@@ -42,6 +45,17 @@ CacheManifest CacheManifest::from_json(const nlohmann::json& j, const std::strin
     m.batch = j.at("batch");
     const auto& s = j.at("shape");
     m.shape = {s.at("layer"), s.at("token"), s.at("stream"), s.at("source")};
+    if (j.contains("record")) {  // routing records (absent in caches of continuous coefficients)
+      const auto& r = j.at("record");
+      const std::string kind = r.at("kind");
+      bool known = false;
+      for (RecordKind k : {RecordKind::continuous, RecordKind::expert_routing, RecordKind::token_selection})
+        if (kind == record_kind_name(k)) m.shape.kind = k, known = true;
+      if (!known) throw Error(where + ": unknown record kind '" + kind + "' in the cache manifest");
+      m.shape.slots = r.at("slots");
+      m.shape.categories = r.at("categories");
+      m.shape.selected = r.at("selected");
+    }
     m.dtype = j.at("dtype");
     m.axes = j.at("axes").get<std::vector<std::string>>();
     m.seed = j.at("seed");
@@ -80,14 +94,20 @@ void write_coefficient_cache(const std::string& path, const CacheManifest& m, Au
   const CoefficientTensor probe = model.make_coefficients(1, s.tokens);
   for (size_t i = 0; i < mask_values.size(); ++i) mask_values[i] = probe.mask()[i] ? 1.0f : 0.0f;
   std::vector<double> eval_nll(static_cast<size_t>(We)), calib_nll(static_cast<size_t>(Wc));
-  SafetensorsStreamWriter writer(
-      path,
-      {{"eval.coefficients", {We, s.layers, s.tokens, s.streams, s.sources}, nullptr},
-       {"calib.coefficients", {Wc, s.layers, s.tokens, s.streams, s.sources}, nullptr},
-       {"eval.nll", {We}, nullptr, DType::F64},
-       {"calib.nll", {Wc}, nullptr, DType::F64},
-       {"mask", {s.layers, s.streams, s.sources}, nullptr}},
-      {{"format", kCacheFormat}, {"manifest", m.to_json().dump()}, {"provenance", provenance.dump()}});
+  std::vector<TensorToWrite> tensors{{"eval.coefficients", {We, s.layers, s.tokens, s.streams, s.sources}, nullptr},
+                                     {"calib.coefficients", {Wc, s.layers, s.tokens, s.streams, s.sources}, nullptr},
+                                     {"eval.nll", {We}, nullptr, DType::F64},
+                                     {"calib.nll", {Wc}, nullptr, DType::F64},
+                                     {"mask", {s.layers, s.streams, s.sources}, nullptr}};
+  // The discrete field of routing records (expert indices, selection flags) follows as I32.
+  const bool discrete = s.slots > 0;
+  if (discrete) {
+    tensors.push_back({"eval.discrete", {We, s.layers, s.tokens, s.slots}, nullptr, DType::I32});
+    tensors.push_back({"calib.discrete", {Wc, s.layers, s.tokens, s.slots}, nullptr, DType::I32});
+  }
+  std::vector<int32_t> eval_discrete, calib_discrete;
+  SafetensorsStreamWriter writer(path, tensors,
+                                 {{"format", kCacheFormat}, {"manifest", m.to_json().dump()}, {"provenance", provenance.dump()}});
   Progress bar("audit cache", We + Wc, "window");
   int64_t done = 0;
   for (const auto* set : {&evaluation, &calibration}) {
@@ -98,6 +118,8 @@ void write_coefficient_cache(const std::string& path, const CacheManifest& m, Au
       const int64_t off = int64_t(w0) * set->tokens;
       model.run_live(set->inputs.data() + off, set->targets.data() + off, B, set->tokens, &record, 0, nll.data() + w0);
       writer.append(record.values().data(), sizeof(float) * record.values().size());
+      std::vector<int32_t>& d = set == &evaluation ? eval_discrete : calib_discrete;
+      d.insert(d.end(), record.discrete().begin(), record.discrete().end());
       done += B;
       if (progress) bar.update(done);
     }
@@ -105,6 +127,10 @@ void write_coefficient_cache(const std::string& path, const CacheManifest& m, Au
   writer.append(eval_nll.data(), sizeof(double) * eval_nll.size());
   writer.append(calib_nll.data(), sizeof(double) * calib_nll.size());
   writer.append(mask_values.data(), sizeof(float) * mask_values.size());
+  if (discrete) {
+    writer.append(eval_discrete.data(), sizeof(int32_t) * eval_discrete.size());
+    writer.append(calib_discrete.data(), sizeof(int32_t) * calib_discrete.size());
+  }
   writer.commit();
   if (progress) bar.finish();
 }
@@ -142,10 +168,19 @@ CoefficientCache::CoefficientCache(const std::string& path, const CacheManifest&
   eval_nll_ = reader_.read_as_double("eval.nll");
   calib_nll_ = reader_.read_as_double("calib.nll");
   for (double v : reader_.read_as_double("mask")) mask_.push_back(v != 0 ? 1 : 0);
+  if (s.slots > 0) {
+    eval_discrete_ = tensor("eval.discrete", {We, s.layers, s.tokens, s.slots}, DType::I32);
+    calib_discrete_ = tensor("calib.discrete", {Wc, s.layers, s.tokens, s.slots}, DType::I32);
+    // Every routing record must be executable before any replay reads it.
+    check_routing_records(view(eval_), path + " (eval.discrete)");
+    check_routing_records(view(calib_), path + " (calib.discrete)");
+  }
 }
 
 CoefficientView CoefficientCache::view(const TensorInfo* t) const {
-  return {reinterpret_cast<const float*>(t->data), int(t->shape[0]), manifest_.shape, mask_.data()};
+  const TensorInfo* d = t == eval_ ? eval_discrete_ : calib_discrete_;
+  return {reinterpret_cast<const float*>(t->data), int(t->shape[0]), manifest_.shape, mask_.data(),
+          d != nullptr ? reinterpret_cast<const int32_t*>(d->data) : nullptr};
 }
 
 }  // namespace fca

@@ -4,7 +4,9 @@
 // Reading memory-maps it; a cache whose manifest does not match, or a truncated one, is refused.
 //
 // Tensors: eval.coefficients [W_eval, L, T, S, K] F32, calib.coefficients [W_cal, L, T, S, K] F32,
-// eval.nll [W_eval] F64, calib.nll [W_cal] F64, mask [L, S, K] F32 (1 = valid coordinate).
+// eval.nll [W_eval] F64, calib.nll [W_cal] F64, mask [L, S, K] F32 (1 = valid coordinate); routing
+// records add eval.discrete [W_eval, L, T, slots] and calib.discrete [W_cal, L, T, slots] I32, each
+// checked on opening (expert indices in range and distinct; exactly K selected tokens).
 // Metadata: format "fca-audit-cache-v1", manifest (JSON), provenance (JSON).
 #pragma once
 #include <memory>
@@ -64,6 +66,8 @@ class CoefficientCache {
   CacheManifest manifest_;
   const TensorInfo* eval_ = nullptr;
   const TensorInfo* calib_ = nullptr;
+  const TensorInfo* eval_discrete_ = nullptr;  // routing records only
+  const TensorInfo* calib_discrete_ = nullptr;
   std::vector<uint8_t> mask_;
   std::vector<double> eval_nll_, calib_nll_;
 };

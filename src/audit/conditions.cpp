@@ -7,11 +7,6 @@
 #include "core/rng.h"
 
 namespace fca {
-namespace {
-
-int64_t offset(const CoefficientShape& s, int layer, int token, int stream, int source) {
-  return ((int64_t(layer) * s.tokens + token) * s.streams + stream) * s.sources + source;
-}
 
 std::vector<int> uniform_permutation(Rng& rng, int n) {
   std::vector<int> p(static_cast<size_t>(n));
@@ -20,23 +15,36 @@ std::vector<int> uniform_permutation(Rng& rng, int n) {
   return p;
 }
 
+namespace {
+
+int64_t offset(const CoefficientShape& s, int layer, int token, int stream, int source) {
+  return ((int64_t(layer) * s.tokens + token) * s.streams + stream) * s.sources + source;
+}
+
 // Randomisation streams: distinct first keys keep the conditions' randomness independent.
 constexpr uint64_t kDerangementStream = 1, kTokenStream = 2, kLayerStream = 3;
 
 // Copies window `source_window` with each (layer, stream) token axis permuted by sigma (or not).
+// A routing record (one stream) moves as a unit: its discrete field follows the same sigma.
 void permuted_copy(const CoefficientView& A, int source_window, const AuditRandomness* rand, int r, int target_window,
-                   float* out) {
+                   CoefficientTensor& batch, int slot) {
   const CoefficientShape& s = A.shape;
-  const float* in = A.window_data(source_window);
   if (rand == nullptr) {
-    std::memcpy(out, in, sizeof(float) * size_t(s.per_window()));
+    batch.copy_window(slot, A, source_window);
     return;
   }
+  const float* in = A.window_data(source_window);
+  float* out = batch.window_data(slot);
   for (int l = 0; l < s.layers; ++l)
     for (int st = 0; st < s.streams; ++st) {
       const std::vector<int> sigma = rand->token_permutation(r, target_window, l, st);
-      for (int t = 0; t < s.tokens; ++t)  // the whole source vector moves with its token
+      for (int t = 0; t < s.tokens; ++t) {  // the whole source vector moves with its token
         std::memcpy(out + offset(s, l, t, st, 0), in + offset(s, l, sigma[size_t(t)], st, 0), sizeof(float) * size_t(s.sources));
+        if (s.slots > 0 && st == 0)
+          std::memcpy(&batch.discrete_at(slot, l, t, 0),
+                      A.window_discrete(source_window) + (int64_t(l) * s.tokens + sigma[size_t(t)]) * s.slots,
+                      sizeof(int32_t) * size_t(s.slots));
+      }
     }
 }
 
@@ -46,9 +54,9 @@ class WindowCondition : public Condition {
       : name_(std::move(name)), A_(A), rand_(rand), cross_(cross), shuffle_(shuffle) {}
   std::string name() const override { return name_; }
   bool randomized() const override { return cross_ || shuffle_; }
-  void coefficients(int window, int r, float* out) const override {
+  void coefficients(int window, int r, CoefficientTensor& out, int slot) const override {
     const int source = cross_ ? rand_.derangement(r)[size_t(window)] : window;
-    permuted_copy(A_, source, shuffle_ ? &rand_ : nullptr, r, window, out);
+    permuted_copy(A_, source, shuffle_ ? &rand_ : nullptr, r, window, out, slot);
   }
 
  private:
@@ -63,9 +71,7 @@ class ProfileCondition : public Condition {
   ProfileCondition(std::string name, const CoefficientTensor& profile) : name_(std::move(name)), profile_(profile) {}
   std::string name() const override { return name_; }
   bool randomized() const override { return false; }
-  void coefficients(int, int, float* out) const override {
-    std::memcpy(out, profile_.window_data(0), sizeof(float) * size_t(profile_.shape().per_window()));
-  }
+  void coefficients(int, int, CoefficientTensor& out, int slot) const override { out.copy_window(slot, profile_.view(), 0); }
 
  private:
   std::string name_;
@@ -78,7 +84,8 @@ class LayerPermutationCondition : public Condition {
       : S_(static_profile), rand_(rand) {}
   std::string name() const override { return "layer_permutation"; }
   bool randomized() const override { return true; }
-  void coefficients(int, int r, float* out) const override {
+  void coefficients(int, int r, CoefficientTensor& batch, int slot) const override {
+    float* out = batch.window_data(slot);
     const CoefficientShape& s = S_.shape();
     const std::vector<int> perm = rand_.layer_permutation(r, s.layers);
     const int64_t per_layer = int64_t(s.tokens) * s.streams * s.sources;
@@ -139,6 +146,10 @@ std::vector<int> AuditRandomness::token_permutation(int r, int window, int layer
   Rng rng(derive_seed(derive_seed(seed_, kTokenStream, uint64_t(r)), uint64_t(window),
                       (uint64_t(layer) << 32) | uint64_t(stream)));
   return uniform_permutation(rng, tokens_);
+}
+
+uint64_t AuditRandomness::stream_seed(uint64_t stream, int r, int window, int layer) const {
+  return derive_seed(derive_seed(seed_, stream, uint64_t(r)), uint64_t(window), uint64_t(layer));
 }
 
 std::vector<int> AuditRandomness::layer_permutation(int r, int layers) const {

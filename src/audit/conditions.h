@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "core/rng.h"
 #include "models/coefficient_tensor.h"
 
 namespace fca {
@@ -35,6 +36,8 @@ class AuditRandomness {
   std::vector<int> token_permutation(int r, int window, int layer, int stream) const;
   // A uniform permutation of 0..n-1 for randomisation r of the layer_permutation condition.
   std::vector<int> layer_permutation(int r, int layers) const;
+  // A generator for condition `stream` (distinct per condition), randomisation r, window, layer.
+  uint64_t stream_seed(uint64_t stream, int r, int window, int layer) const;
 
  private:
   uint64_t seed_;
@@ -47,10 +50,13 @@ class Condition {
   virtual ~Condition() = default;
   virtual std::string name() const = 0;
   virtual bool randomized() const = 0;
-  // Writes window i's coefficients under randomisation r (ignored when not randomized) to `out`
-  // (one window's block, shape of the evaluation tensor).
-  virtual void coefficients(int window, int r, float* out) const = 0;
+  // Writes window i's coefficients under randomisation r (ignored when not randomized) into window
+  // `slot` of `out` (shape of the evaluation tensor; both fields of routing records).
+  virtual void coefficients(int window, int r, CoefficientTensor& out, int slot) const = 0;
 };
+
+// A uniform permutation of 0..n-1 from rng (Fisher-Yates).
+std::vector<int> uniform_permutation(Rng& rng, int n);
 
 // Every condition name fca knows, in report order.
 const std::vector<std::string>& all_condition_names();

@@ -10,8 +10,7 @@
 #include "cli/common.h"
 #include "core/error.h"
 #include "core/file_io.h"
-#include "models/gated/auditable.h"
-#include "models/mudd/auditable.h"
+#include "models/registry.h"
 
 namespace fca::cli {
 
@@ -53,11 +52,8 @@ void add_audit_command(CLI::App& app) {
     for (std::string item; std::getline(list, item, ',');)
       if (!item.empty()) options.conditions.push_back(item);
     Corpus corpus(resolve_data_dir(f->data));
-    // A folder is a MUDD model (Hugging Face layout); a file is a gated-family checkpoint.
     const int max_tokens = options.tokens > 0 ? options.tokens : 1 << 20;
-    std::unique_ptr<AuditableModel> model;
-    if (is_directory(options.model_path)) model = std::make_unique<MuddAuditable>(options.model_path, options.batch, max_tokens);
-    else model = std::make_unique<GatedAuditable>(options.model_path, options.batch, max_tokens);
+    std::unique_ptr<AuditableModel> model = open_model(options.model_path, options.batch, max_tokens);
     const auto j = run_audit(*model, corpus, options);
     std::printf("audit of %s: baseline NLL %.4f nats/byte\n", options.model_path.c_str(), j["baseline"]["nll"].get<double>());
     for (const auto& c : j["conditions"])

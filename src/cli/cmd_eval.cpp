@@ -11,6 +11,7 @@
 #include "core/file_io.h"
 #include "models/gated/model.h"
 #include "models/mudd/auditable.h"
+#include "models/registry.h"
 #include "train/evaluate.h"
 
 namespace fca::cli {
@@ -42,17 +43,17 @@ void add_eval_command(CLI::App& app) {
     EvalResult r;
     nlohmann::ordered_json config;
     std::string unit = "byte", model_hash;
-    if (is_directory(f->model)) {  // a MUDD model folder
-      MuddAuditable model(f->model, f->batch, f->seq > 0 ? f->seq : 1 << 20);
-      r = evaluate_auditable(model, split, f->seq > 0 ? f->seq : model.max_tokens(), f->windows, f->batch, !f->no_progress);
-      config = nlohmann::json::parse(model.model().config().to_json());
-      if (model.vocab() != 256) unit = "token";
-      model_hash = model.content_hash();
-    } else {
+    if (family_of(f->model).name == "gated") {  // the gated family also reports its gate mass
       const GatedModel<float> model = GatedModel<float>::load(f->model);
       r = evaluate_gated(model, split, f->seq > 0 ? f->seq : model.config().seq_len, f->windows, f->batch, !f->no_progress);
       config = nlohmann::json::parse(model.config().to_json());
       model_hash = sha256_file(f->model);
+    } else {
+      const auto model = open_model(f->model, f->batch, f->seq > 0 ? f->seq : 1 << 20);
+      r = evaluate_auditable(*model, split, f->seq > 0 ? f->seq : model->max_tokens(), f->windows, f->batch, !f->no_progress);
+      config = nlohmann::json::parse(model->config_json());
+      if (model->vocab() != 256) unit = "token";
+      model_hash = model->content_hash();
     }
     const int T = r.seq_len;
     std::printf("%s on %s/%s: %zu windows of %d %ss\n", f->model.c_str(), corpus.dir().c_str(), f->split.c_str(),
@@ -104,6 +105,15 @@ void add_info_command(CLI::App& app) {
       std::printf("\nparameters: %zu\n", model.parameter_count());
       std::printf("tokenizer:  %s\n", file_exists(*model_path + "/tokenizer.json") ? "tokenizer.json" : "bytes");
       std::printf("sha256:     %s (weight files)\n", model.content_hash().c_str());
+      return;
+    }
+    if (const std::string family = family_of(*model_path).name; family != "gated") {  // moe, mod
+      const auto model = open_model(*model_path, 1, 1);  // full validation
+      std::printf("model:      %s\n", model_path->c_str());
+      std::printf("family:     %s (%s)\n", family.c_str(), model->description().c_str());
+      std::printf("config:     %s\n", model->config_json().c_str());
+      std::printf("parameters: %zu\n", model->parameter_count());
+      std::printf("sha256:     %s\n", model->content_hash().c_str());
       return;
     }
     const GatedModel<float> model = GatedModel<float>::load(*model_path);  // full validation

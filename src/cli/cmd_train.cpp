@@ -20,11 +20,21 @@ void add_train_command(CLI::App& app) {
   auto f = std::make_shared<Flags>();
   CLI::App* cmd = app.add_subcommand("train", "Train a byte-level model: the gated family, or a MUDD model (--arch mudd)");
   f->shape.add_to(*cmd);
-  cmd->add_option("--arch", f->train.arch, "Architecture: gated (the --gate family) or mudd (dynamic dense connections; "
-                                           "--out is then a folder)")
-      ->check(CLI::IsMember({"gated", "mudd"}))
+  cmd->add_option("--arch", f->train.arch, "Architecture: gated (the --gate family), mudd (dynamic dense connections; "
+                                           "--out is then a folder), moe (top-k mixture of experts) or mod "
+                                           "(Mixture-of-Depths)")
+      ->check(CLI::IsMember({"gated", "mudd", "moe", "mod"}))
       ->capture_default_str();
   TrainOptions& t = f->train;
+  // Routed families (conditional-computation spec); range checks happen in the configs' validate().
+  cmd->add_option("--experts", t.moe.n_expert, "moe: number of experts E")->capture_default_str();
+  cmd->add_option("--top-k", t.moe.top_k, "moe: experts per token k (1 <= k <= E)")->capture_default_str();
+  cmd->add_option("--expert-hidden", t.moe.expert_hidden, "moe: expert width F (0 = 4D/k)")->capture_default_str();
+  cmd->add_option("--aux-loss", t.moe.aux_loss, "moe: weight alpha of the load-balancing term")->capture_default_str();
+  cmd->add_option("--capacity", t.mod.capacity, "mod: share c of each window's tokens a routed block runs, in (0, 1]")
+      ->capture_default_str();
+  cmd->add_option("--routed-every", t.mod.routed_every, "mod: blocks routed_every-1, 2 routed_every-1, ... are routed")
+      ->capture_default_str();
   cmd->add_option("--batch", t.batch, "Windows per micro-batch")->check(CLI::PositiveNumber)->capture_default_str();
   cmd->add_option("--grad-accum", t.grad_accum, "Micro-batches per optimizer step")
       ->check(CLI::PositiveNumber)
@@ -60,7 +70,11 @@ void add_train_command(CLI::App& app) {
   cmd->add_flag("--resume", t.resume, "Continue from --out and its .train-state.safetensors");
   cmd->add_flag("--no-progress", f->no_progress, "No progress bar");
   add_threads_flag(*cmd, f->threads);
-  cmd->callback([f] {
+  cmd->callback([f, cmd] {
+    for (const char* flag : {"--experts", "--top-k", "--expert-hidden", "--aux-loss"})
+      if (cmd->count(flag) > 0 && f->train.arch != "moe") throw Error(std::string(flag) + " applies to --arch moe only");
+    for (const char* flag : {"--capacity", "--routed-every"})
+      if (cmd->count(flag) > 0 && f->train.arch != "mod") throw Error(std::string(flag) + " applies to --arch mod only");
     apply_threads(f->threads);
     TrainOptions options = f->train;
     options.config = f->shape.config();
@@ -79,6 +93,10 @@ void add_train_command(CLI::App& app) {
       if (m.rotary_dims() % 2 != 0 || m.rotary_dims() == 0)
         throw Error("--arch mudd: a quarter of the head width (" + std::to_string(m.head_dim) + "/4) must be a positive even number");
     }
+    for (auto* shape : {&options.moe.n_layer, &options.mod.n_layer}) *shape = f->shape.layers;
+    options.moe.d_model = options.mod.d_model = f->shape.dim;
+    options.moe.n_head = options.mod.n_head = f->shape.heads;
+    options.moe.seq_len = options.mod.seq_len = f->shape.seq;
     options.progress = !f->no_progress;
     Corpus corpus(resolve_data_dir(f->data));
     const TrainResult r = train_model(options, corpus);

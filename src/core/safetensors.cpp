@@ -211,8 +211,9 @@ std::string header_text(const std::vector<TensorToWrite>& tensors, const std::ma
   }
   uint64_t offset = 0;
   for (const auto& t : tensors) {
-    if (t.dtype != DType::F32 && t.dtype != DType::F64)
-      throw Error("safetensors writer: tensor '" + t.name + "' has dtype " + dtype_name(t.dtype) + "; only F32 and F64 are written");
+    if (t.dtype != DType::F32 && t.dtype != DType::F64 && t.dtype != DType::I32)
+      throw Error("safetensors writer: tensor '" + t.name + "' has dtype " + dtype_name(t.dtype) +
+                  "; only F32, F64 and I32 are written");
     int64_t n = 1;
     for (int64_t d : t.shape) n *= d;
     const uint64_t bytes = uint64_t(n) * dtype_size(t.dtype);

@@ -52,7 +52,7 @@ class SafetensorsReader {
   std::map<std::string, TensorInfo> tensors_;
 };
 
-// One tensor to write: F32 (or F64) data of the given shape; the pointer must stay valid during the
+// One tensor to write: F32 (or F64, I32) data of the given shape; the pointer must stay valid during the
 // write (it may be null for SafetensorsStreamWriter, which takes the data later).
 struct TensorToWrite {
   std::string name;

@@ -15,9 +15,11 @@ class AuditableModel {
  public:
   virtual ~AuditableModel() = default;
 
-  virtual std::string family() const = 0;       // "gated", "mudd"
+  virtual std::string family() const = 0;       // "gated", "mudd", "moe", "mod"
   virtual std::string description() const = 0;  // e.g. "featuregate L 6, D 256, H 4, T 256"
   virtual std::string content_hash() const = 0;  // SHA-256 of the weights file(s)
+  virtual std::string config_json() const = 0;   // the checkpoint's config
+  virtual size_t parameter_count() const = 0;
   virtual int max_tokens() const = 0;
   virtual int vocab() const = 0;
 
@@ -41,10 +43,12 @@ class AuditableModel {
 
   // The coefficients that make the controller a no-op (gated: g = 1; MUDD: one-hot newest source),
   // written into window 0 of `out`.
-  virtual void identity_profile(CoefficientTensor& out) const = 0;
+  // Continuous coefficients only; the audit never asks a routed model (its table has no identity).
+  virtual void identity_profile(CoefficientTensor& out) const;
   // structure_removed from the static profile S (window 0 of `static_profile`, constant over
   // tokens): gated GlobalMean, MUDD SourceUniformMean. Written into window 0 of `out`.
-  virtual void structure_removed_profile(const CoefficientTensor& static_profile, CoefficientTensor& out) const = 0;
+  // Continuous coefficients only (routing records use the randomised structure_removed).
+  virtual void structure_removed_profile(const CoefficientTensor& static_profile, CoefficientTensor& out) const;
   virtual std::string static_profile_name() const = 0;      // "LayerMean", "StaticMixMean"
   virtual std::string structure_removed_name() const = 0;   // "GlobalMean", "SourceUniformMean"
 };

@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+
 namespace fca {
 
 const char* record_kind_name(RecordKind kind) {

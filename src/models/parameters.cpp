@@ -102,6 +102,12 @@ void ParameterBuffer<T>::copy_from(const ParameterBuffer<U>& other) {
   for (size_t i = 0; i < storage_.size(); ++i) storage_[i] = static_cast<T>(other.data()[i]);
 }
 
+size_t layout_parameter_count(const std::vector<TensorSlot>& layout) {
+  size_t n = 0;
+  for (const auto& s : layout) n += s.numel;
+  return n;
+}
+
 std::string read_checkpoint_format(const std::string& path) {
   SafetensorsReader reader(path);
   auto fmt = reader.metadata().find("format");

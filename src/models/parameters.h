@@ -62,6 +62,9 @@ class ParameterBuffer {
   std::vector<T> storage_;
 };
 
+// Parameters of a layout (without the alignment padding).
+size_t layout_parameter_count(const std::vector<TensorSlot>& layout);
+
 // The "format" and "config" metadata of a single-file checkpoint; throws Error naming the file
 // when either is missing or the format is not `expected`.
 std::string read_checkpoint_config(const std::string& path, const std::string& expected_format);

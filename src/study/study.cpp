@@ -13,8 +13,7 @@
 #include "core/progress.h"
 #include "core/safetensors.h"
 #include "exec/exec.h"
-#include "models/gated/auditable.h"
-#include "models/mudd/auditable.h"
+#include "models/registry.h"
 #include "report/report.h"
 #include "train/evaluate.h"
 #include "train/trainer.h"
@@ -24,6 +23,8 @@ namespace {
 
 struct Variant {
   std::string name, arch, gate;
+  int experts = 8, top_k = 2;
+  double capacity = 0.125;
   int layers = 4, dim = 128, heads = 4, seq = 128;
 };
 
@@ -76,6 +77,9 @@ std::string run_study(const std::string& config_path, const std::string& out_arg
     x.dim = get<int>(v, "dim", 128, config_path);
     x.heads = get<int>(v, "heads", 4, config_path);
     x.seq = get<int>(v, "seq", 128, config_path);
+    x.experts = get<int>(v, "experts", 8, config_path);  // arch moe
+    x.top_k = get<int>(v, "top_k", 2, config_path);
+    x.capacity = get<double>(v, "capacity", 0.125, config_path);  // arch mod
     if (x.name.empty()) throw Error(config_path + ": a variant has no 'name'");
     variants.push_back(x);
   }
@@ -113,6 +117,8 @@ std::string run_study(const std::string& config_path, const std::string& out_arg
       o.mudd.vocab_size = 256;
       o.mudd.block_size = v.seq;
       o.mudd.intermediate_size = 4 * v.dim;
+      o.moe = {v.layers, v.dim, v.heads, v.seq, v.experts, v.top_k, 0, 0.01};
+      o.mod = {v.layers, v.dim, v.heads, v.seq, v.capacity, 2};
       o.batch = get<int>(train_cfg, "batch", 16, config_path);
       o.steps = get<int64_t>(train_cfg, "steps", 600, config_path);
       o.lr = get<double>(train_cfg, "lr", 2e-3, config_path);
@@ -141,14 +147,14 @@ std::string run_study(const std::string& config_path, const std::string& out_arg
         const int64_t windows = get<int64_t>(cfg, "eval_windows", 256, config_path);
         EvalResult r;
         nlohmann::ordered_json config;
-        if (v.arch == "mudd") {
-          MuddAuditable m(o.out, 8, v.seq);
-          r = evaluate_auditable(m, corpus.split("test"), v.seq, windows, 8, false);
-          config = nlohmann::json::parse(m.model().config().to_json());
-        } else {
+        if (v.arch == "gated") {  // the gated family also reports its gate mass
           const GatedModel<float> m = GatedModel<float>::load(o.out);
           r = evaluate_gated(m, corpus.split("test"), v.seq, windows, 8, false);
           config = nlohmann::json::parse(m.config().to_json());
+        } else {
+          const auto m = open_model(o.out, 8, v.seq);
+          r = evaluate_auditable(*m, corpus.split("test"), v.seq, windows, 8, false);
+          config = nlohmann::json::parse(m->config_json());
         }
         write_json(eval_path, {{"schema", "fca-eval-v1"}, {"model", o.out}, {"config", config}, {"split", "test"},
                                {"seq_len", v.seq}, {"windows", r.windows.size()}, {"nll", r.nll},
@@ -172,10 +178,7 @@ std::string run_study(const std::string& config_path, const std::string& out_arg
         a.seed = get<uint64_t>(audit_cfg, "seed", 1, config_path);
         a.out_dir = audit_dir;
         a.progress = progress;
-        std::unique_ptr<AuditableModel> m;
-        if (v.arch == "mudd") m = std::make_unique<MuddAuditable>(o.out, a.batch, v.seq);
-        else m = std::make_unique<GatedAuditable>(o.out, a.batch, v.seq);
-        run_audit(*m, corpus, a);
+        run_audit(*open_model(o.out, a.batch, v.seq), corpus, a);
       } else {
         stage("audit " + v.name + " seed " + std::to_string(seed) + ": done before, skipped");
       }

@@ -15,6 +15,7 @@
 #include "core/sha256.h"
 #include "train/gated_trainable.h"
 #include "train/mudd_trainable.h"
+#include "train/routed_trainable.h"
 
 namespace fca {
 namespace {
@@ -101,7 +102,15 @@ std::unique_ptr<Trainable> make_trainable(const TrainOptions& o) {
     if (o.mudd.vocab_size != 256) throw Error("MUDD models trained by fca are byte-level: vocab_size must be 256");
     return std::make_unique<MuddTrainable>(o.mudd, o.seed, o.batch, o.adamw, o.clip);
   }
-  throw Error("unknown --arch '" + o.arch + "' (expected gated or mudd)");
+  if (o.arch == "moe") {
+    o.moe.validate("training flags");
+    return std::make_unique<RoutedTrainable<MoeFamily>>(o.moe, o.seed, o.batch, o.adamw, o.clip);
+  }
+  if (o.arch == "mod") {
+    o.mod.validate("training flags");
+    return std::make_unique<RoutedTrainable<ModFamily>>(o.mod, o.seed, o.batch, o.adamw, o.clip);
+  }
+  throw Error("unknown --arch '" + o.arch + "' (expected gated, mudd, moe or mod)");
 }
 
 TrainResult train_model(const TrainOptions& o, const Corpus& corpus) {

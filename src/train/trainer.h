@@ -13,6 +13,8 @@
 #include <memory>
 
 #include "models/gated/config.h"
+#include "models/mod/model.h"
+#include "models/moe/model.h"
 #include "models/mudd/config.h"
 #include "train/adamw.h"
 #include "train/trainable.h"
@@ -20,9 +22,11 @@
 namespace fca {
 
 struct TrainOptions {
-  std::string arch = "gated";  // "gated" or "mudd"
+  std::string arch = "gated";  // "gated", "mudd", "moe" or "mod"
   GatedConfig config;          // arch gated
   MuddConfig mudd;             // arch mudd (byte-level: vocab 256)
+  MoeConfig moe;               // arch moe
+  ModConfig mod;               // arch mod
   int batch = 8;            // windows per micro-batch
   int grad_accum = 1;       // micro-batches per optimizer step
   int64_t steps = 1000;     // optimizer steps in the whole schedule

@@ -17,6 +17,8 @@ class GatedAuditable : public AuditableModel {
   std::string family() const override { return "gated"; }
   std::string description() const override;
   std::string content_hash() const override { return hash_; }
+  std::string config_json() const override { return model_.config().to_json(); }
+  size_t parameter_count() const override { return gated_parameter_count(model_.config()); }
   int max_tokens() const override { return model_.config().seq_len; }
   int vocab() const override { return kByteVocab; }
   std::vector<int32_t> tokenize(const TextSplit& split) const override;

@@ -19,6 +19,8 @@ class MuddAuditable : public AuditableModel {
   std::string family() const override { return "mudd"; }
   std::string description() const override;
   std::string content_hash() const override { return model_.content_hash(); }
+  std::string config_json() const override { return model_.config().to_json(); }
+  size_t parameter_count() const override { return model_.parameter_count(); }
   int max_tokens() const override { return model_.config().block_size; }
   int vocab() const override { return model_.config().vocab_size; }
   std::vector<int32_t> tokenize(const TextSplit& split) const override;

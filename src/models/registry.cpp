@@ -1,0 +1,59 @@
+#include "models/registry.h"
+
+#include "core/error.h"
+#include "core/file_io.h"
+#include "models/gated/auditable.h"
+#include "models/gated/config.h"
+#include "models/mod/auditable.h"
+#include "models/moe/auditable.h"
+#include "models/mudd/auditable.h"
+#include "models/parameters.h"
+
+namespace fca {
+
+void AuditableModel::identity_profile(CoefficientTensor&) const {
+  throw Error(family() + " models have no identity profile (their records are routing decisions)");
+}
+
+void AuditableModel::structure_removed_profile(const CoefficientTensor&, CoefficientTensor&) const {
+  throw Error(family() + " models have no deterministic structure_removed profile (it is randomised for routing records)");
+}
+
+namespace {
+
+template <typename Auditable>
+std::function<std::unique_ptr<AuditableModel>(const std::string&, int, int)> opener() {
+  return [](const std::string& path, int batch, int tokens) { return std::make_unique<Auditable>(path, batch, tokens); };
+}
+
+std::function<bool(const std::string&, const std::string&)> has_format(const std::string& wanted) {
+  return [wanted](const std::string&, const std::string& format) { return format == wanted; };
+}
+
+}  // namespace
+
+const std::vector<ModelFamily>& model_families() {
+  static const std::vector<ModelFamily> families{
+      {"gated", kGatedFormat, has_format(kGatedFormat), opener<GatedAuditable>()},
+      {"mudd", "a Hugging Face folder (config.json + model.safetensors)",
+       [](const std::string& path, const std::string&) { return is_directory(path); }, opener<MuddAuditable>()},
+      {"moe", kMoeFormat, has_format(kMoeFormat), opener<MoeAuditable>()},
+      {"mod", kModFormat, has_format(kModFormat), opener<ModAuditable>()},
+  };
+  return families;
+}
+
+const ModelFamily& family_of(const std::string& path) {
+  const std::string format = is_directory(path) ? std::string() : read_checkpoint_format(path);
+  for (const auto& f : model_families())
+    if (f.recognizes(path, format)) return f;
+  std::string known;
+  for (const auto& f : model_families()) known += (known.empty() ? "" : ", ") + f.format;
+  throw Error(path + ": not a model fca knows (format \"" + format + "\"; expected one of " + known + ")");
+}
+
+std::unique_ptr<AuditableModel> open_model(const std::string& path, int max_batch, int max_tokens) {
+  return family_of(path).open(path, max_batch, max_tokens);
+}
+
+}  // namespace fca

@@ -1,0 +1,30 @@
+// The one place that knows the model families. Every command (train excepted: it builds models from
+// flags, see train/trainer.cpp) opens a model through open_model(), which recognises the family
+// from the checkpoint itself: a folder is a MUDD (Hugging Face) model, a file is recognised by its
+// safetensors "format". Adding a family means src/models/<family>/ plus one entry in registry.cpp.
+#pragma once
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "models/auditable.h"
+
+namespace fca {
+
+struct ModelFamily {
+  std::string name;    // "gated", "mudd", "moe", "mod"
+  std::string format;  // what a checkpoint of the family is ("fca-gated-v1", ..., "a Hugging Face folder")
+  // path: the checkpoint; format: its safetensors "format" metadata ("" for folders or none).
+  std::function<bool(const std::string& path, const std::string& format)> recognizes;
+  std::function<std::unique_ptr<AuditableModel>(const std::string& path, int max_batch, int max_tokens)> open;
+};
+
+const std::vector<ModelFamily>& model_families();
+// The family of a checkpoint; throws Error naming the file, its format and the known formats.
+const ModelFamily& family_of(const std::string& path);
+// Opens any checkpoint behind the audit interface, sized for batches of max_batch windows of at
+// most max_tokens tokens.
+std::unique_ptr<AuditableModel> open_model(const std::string& path, int max_batch, int max_tokens);
+
+}  // namespace fca

@@ -1,0 +1,25 @@
+// Operations on routing records (CoefficientTensor of kind expert_routing or token_selection) that
+// do not depend on the model family: validation, the dense expert-weight view the variance
+// decomposition runs on, and expert load / selection frequency.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "models/coefficient_tensor.h"
+
+namespace fca {
+
+// Throws Error naming `where`, the window, layer and token when a record cannot be executed:
+// expert_routing: an index outside [0, E) or repeated within a token; token_selection: a flag other
+// than 0/1, or a (window, layer) whose selected count is not K. Continuous tensors pass.
+void check_routing_records(const CoefficientView& records, const std::string& where);
+
+// expert_routing: the dense E-vector of weights per token, zeros where unselected, as a
+// continuous tensor [L, T, 1, E] per window. token_selection: the weights sigmoid(s) unchanged.
+CoefficientTensor routing_weights_dense(const CoefficientView& records);
+
+// expert_routing: [layer][expert] share of the (token, slot) assignments; token_selection:
+// [layer][position] share of the windows that select the position.
+std::vector<std::vector<double>> routing_load(const CoefficientView& records);
+
+}  // namespace fca

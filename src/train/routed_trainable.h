@@ -1,0 +1,104 @@
+// The routed families (moe, mod) as Trainables: single-file checkpoints like the gated family's
+// (<out>.safetensors, <out-stem>.train-state.safetensors, <out>.log.jsonl). One template serves
+// both; a family supplies its passes for TrainStep plus `nll` and its name.
+#pragma once
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "core/error.h"
+#include "models/mod/forward.h"
+#include "models/moe/forward.h"
+#include "train/train_step.h"
+#include "train/trainable.h"
+
+namespace fca {
+
+// The MoE's passes: the objective is cross-entropy + alpha * mean_l aux_l (the auxiliary term
+// reaches the router through P); validation NLL is cross-entropy only.
+struct MoeFamily {
+  using Model = MoeModel<float>;
+  using Config = MoeConfig;
+  using RunState = MoeRunState<float>;
+  using Live = MoeLiveRouting<float>;
+  static constexpr const char* name = "moe";
+  static void forward(const Model& m, RunState& rs, const int32_t* tokens, int B, int T, Live& live) {
+    moe_forward(m, rs, tokens, B, T, live);
+  }
+  static double loss(RunState& rs, const int32_t* targets) { return moe_objective(rs, moe_loss(rs, targets, nullptr)); }
+  static double nll(RunState& rs, const int32_t* targets, double* window_nll) { return moe_loss(rs, targets, window_nll); }
+  static void backward(const Model& m, RunState& rs, Model& grads, float scale) { moe_backward(m, rs, grads, scale); }
+};
+
+struct ModFamily {
+  using Model = ModModel<float>;
+  using Config = ModConfig;
+  using RunState = ModRunState<float>;
+  using Live = ModLiveRouting<float>;
+  static constexpr const char* name = "mod";
+  static void forward(const Model& m, RunState& rs, const int32_t* tokens, int B, int T, Live& live) {
+    mod_forward(m, rs, tokens, B, T, live);
+  }
+  static double loss(RunState& rs, const int32_t* targets) { return mod_loss(rs, targets, nullptr); }
+  static double nll(RunState& rs, const int32_t* targets, double* window_nll) { return mod_loss(rs, targets, window_nll); }
+  static void backward(const Model& m, RunState& rs, Model& grads, float scale) { mod_backward(m, rs, grads, scale); }
+};
+
+template <typename Family>
+class RoutedTrainable : public Trainable {
+ public:
+  using Model = typename Family::Model;
+  RoutedTrainable(const typename Family::Config& config, uint64_t seed, int batch, AdamWOptions adamw, double clip)
+      : model_(Model::initialized(config, seed)), step_(model_, batch, config.seq_len, adamw, clip) {}
+  std::string arch() const override { return Family::name; }
+  nlohmann::ordered_json config_json() const override { return nlohmann::ordered_json::parse(model_.config().to_json()); }
+  int seq_len() const override { return model_.config().seq_len; }
+  size_t parameter_count() const override { return layout_parameter_count(model_.layout()); }
+  const std::vector<TensorSlot>& layout() const override { return model_.layout(); }
+  AdamW& optimizer() override { return step_.optimizer(); }
+  StepStats step(const int32_t* inputs, const int32_t* targets, int micro_batches, double lr) override {
+    return step_.run(inputs, targets, micro_batches, lr);
+  }
+  // Mean NLL over `windows` evenly spaced windows, live routing.
+  ValidStats validate(const TextSplit& valid, int64_t windows, int batch) override {
+    const int T = model_.config().seq_len;
+    const auto idx = evenly_spaced_windows(valid.window_count(T), windows, valid.name());
+    typename Family::RunState rs(model_.config(), batch, T, false);
+    std::vector<int32_t> inputs(size_t(batch) * T), targets(size_t(batch) * T);
+    std::vector<double> nll(idx.size());
+    for (size_t w0 = 0; w0 < idx.size(); w0 += size_t(batch)) {
+      const int B = int(std::min<size_t>(size_t(batch), idx.size() - w0));
+      for (int b = 0; b < B; ++b)
+        valid.window(idx[w0 + size_t(b)], T, inputs.data() + int64_t(b) * T, targets.data() + int64_t(b) * T);
+      typename Family::Live live(model_);
+      Family::forward(model_, rs, inputs.data(), B, T, live);
+      Family::nll(rs, targets.data(), nll.data() + w0);
+    }
+    double s = 0;
+    for (double v : nll) s += v;
+    return {s / double(nll.size()), -1, int64_t(nll.size())};
+  }
+  void save(const std::string& out, const std::map<std::string, std::string>& metadata) const override {
+    model_.save(out, metadata);
+  }
+  void load(const std::string& out) override {
+    const Model loaded = Model::load(out);
+    if (!(loaded.config() == model_.config()))
+      throw Error(out + ": --resume with a different model config (checkpoint " + loaded.config().to_json() + ", flags " +
+                  model_.config().to_json() + ")");
+    std::copy(loaded.data(), loaded.data() + loaded.buffer_size(), model_.data());
+  }
+  std::string weights_file(const std::string& out) const override { return out; }
+  std::string state_file(const std::string& out) const override {
+    const std::string suffix = ".safetensors";
+    const std::string stem = out.size() > suffix.size() && out.ends_with(suffix) ? out.substr(0, out.size() - suffix.size()) : out;
+    return stem + ".train-state.safetensors";
+  }
+  std::string default_log(const std::string& out) const override { return out + ".log.jsonl"; }
+  size_t run_state_bytes() const override { return step_.run_state_bytes(); }
+
+ private:
+  Model model_;
+  TrainStep<Family> step_;
+};
+
+}  // namespace fca
