@@ -12,6 +12,8 @@
 #include "core/provenance.h"
 #include "core/sha256.h"
 #include "exec/gated_flops.h"
+#include "exec/routed_exec.h"
+#include "models/registry.h"
 #include "exec/timing.h"
 #include "models/gated/forward.h"
 #include "models/mudd/forward.h"
@@ -166,7 +168,7 @@ nlohmann::ordered_json run_exec(const Corpus& corpus, const ExecOptions& o) {
   if (!o.skip_thresholds.empty()) {
     bool any = false;
     for (const auto& path : o.models) {
-      if (is_directory(path)) continue;  // MUDD models have no gates to calibrate
+      if (family_of(path).name != "gated") continue;  // only the gated family has gates to calibrate
       const GateKind g = read_gated_config(path).gate;
       any = any || g == GateKind::uniform || g == GateKind::layerstatic || g == GateKind::featuregate;
     }
@@ -186,8 +188,11 @@ nlohmann::ordered_json run_exec(const Corpus& corpus, const ExecOptions& o) {
   Progress bar("exec", int64_t(o.models.size()), "model");
   for (size_t mi = 0; mi < o.models.size(); ++mi) {
     const std::string& path = o.models[mi];
-    if (is_directory(path)) {
-      out["models"].push_back(measure_mudd(path, corpus, o));
+    const std::string family = family_of(path).name;
+    if (family != "gated") {
+      out["models"].push_back(family == "mudd" ? measure_mudd(path, corpus, o)
+                              : family == "moe" ? measure_moe(path, corpus, o)
+                                                : measure_mod(path, corpus, o));
       if (o.progress) bar.update(int64_t(mi + 1));
       continue;
     }
@@ -320,10 +325,28 @@ std::string exec_markdown(const nlohmann::ordered_json& e) {
         row(m, r, buf);
       }
   }
+  for (const auto& m : e["models"]) {
+    if (!m.contains("savings")) continue;
+    md << "\n" << m["gate"].get<std::string>() << " (" << m["path"].get<std::string>() << "), live routing against:\n";
+    for (const auto& s : m["savings"]) {
+      std::snprintf(buf, sizeof buf, "- %s: FLOPs x%.3f, latency x%.3f: %s\n", s["against"].get<std::string>().c_str(),
+                    s["flop_ratio"].get<double>(), s["latency_ratio"].get<double>(),
+                    s["saves"].get<bool>() ? "saves compute (both lower)" : "no saving claimed (not both lower)");
+      md << buf;
+    }
+    if (m["modes"][0].contains("expert_rows")) {
+      md << "- expert rows per layer (live):";
+      for (const auto& layer : m["modes"][0]["expert_rows"]) md << " " << layer.dump();
+      md << "\n";
+    }
+  }
   md << "\nlive: the controller computes the gates; replay: recorded gates supplied, controller off; gates_forced_to_1: "
         "every g = 1; skip tau: calibrated static gates, blocks whose static gate is below tau removed from the graph "
         "(tau = 0 removes nothing); MUDD identity_mixing: every stream takes only the newest source (the mixing still "
-        "runs). NLL in nats/byte on the evaluation windows.\n";
+        "runs). Routed models (moe, mod): replay and cross_input supply recorded routing (cross_input: the routing of "
+        "another window), dense_experts runs every expert on every token and zeroes the unselected, dense_same_shape is "
+        "the Dense model of the same L, D, H and dense_total_params the Dense model whose MLP has the MoE's expert "
+        "parameters (both with initialised weights: latency and FLOPs only). NLL in nats/byte on the evaluation windows.\n";
   return md.str();
 }
 

@@ -1,0 +1,244 @@
+#include "exec/routed_exec.h"
+
+#include <functional>
+
+#include "core/error.h"
+#include "core/exec_counters.h"
+#include "core/sha256.h"
+#include "exec/gated_flops.h"
+#include "exec/timing.h"
+#include "models/gated/forward.h"
+#include "models/mod/forward.h"
+#include "models/moe/forward.h"
+#include "ops/attention.h"
+
+namespace fca {
+namespace {
+
+struct Windows {
+  std::vector<int32_t> inputs, targets;
+  int count = 0;
+};
+
+Windows load_windows(const TextSplit& split, int T, int wanted) {
+  Windows w;
+  const auto idx = evenly_spaced_windows(split.window_count(T), wanted, split.name());
+  w.count = int(idx.size());
+  w.inputs.resize(idx.size() * size_t(T));
+  w.targets.resize(idx.size() * size_t(T));
+  for (size_t i = 0; i < idx.size(); ++i) split.window(idx[i], T, w.inputs.data() + i * T, w.targets.data() + i * T);
+  return w;
+}
+
+// GEMM FLOPs of the attention half of one block over B windows of T tokens: qkv and proj (4 D^2 per
+// row) and QK^T, PV over the pairs the blocked causal kernel executes.
+double attention_half_flops(int B, int T, int D) {
+  return 2.0 * double(B) * T * 4.0 * D * D + 2.0 * 2.0 * double(B) * double(attention_executed_pairs(T)) * D;
+}
+
+// One configuration: a counted pass (counters checked against `formula`), then timed passes.
+nlohmann::ordered_json measure_mode(const std::string& mode, const std::function<void()>& pass, double formula, int blocks,
+                                    int total_blocks, int tokens_per_pass, const ExecOptions& o) {
+  ExecCounters counters;
+  {
+    CountingScope scope(counters);
+    pass();
+  }
+  const bool agree = counters.blocks_executed == blocks && double(counters.gemm_flops.load()) == formula;
+  if (!agree)
+    throw Error("execution counters disagree with the graph (" + mode + "): blocks " + std::to_string(counters.blocks_executed.load()) +
+                " vs " + std::to_string(blocks) + ", FLOPs " + std::to_string(counters.gemm_flops.load()) + " vs " +
+                std::to_string(formula));
+  const TimingStats t = time_runs(pass, o.warmup, o.runs);
+  return {{"mode", mode},
+          {"executed_blocks", counters.blocks_executed.load()},
+          {"total_blocks", total_blocks},
+          {"routed_rows_per_pass", counters.routed_rows.load()},
+          {"controller_evaluations_per_pass", counters.controller_evaluations.load()},
+          {"gemm_calls_per_pass", counters.gemm_calls.load()},
+          {"gflop_per_pass", double(counters.gemm_flops.load()) / 1e9},
+          {"gflop_per_token", double(counters.gemm_flops.load()) / 1e9 / tokens_per_pass},
+          {"counters_match_graph", agree},
+          {"latency", t.to_json()},
+          {"tokens_per_s", tokens_per_pass / t.median}};
+}
+
+// The Dense gated model of the same L, D, H, T (initialised weights).
+nlohmann::ordered_json dense_baseline(int L, int D, int H, int T, const std::vector<int32_t>& tokens, int B,
+                                      const ExecOptions& o) {
+  GatedConfig c;
+  c.n_layer = L;
+  c.d_model = D;
+  c.n_head = H;
+  c.seq_len = T;
+  c.gate = GateKind::dense;
+  const GatedModel<float> dense = GatedModel<float>::initialized(c, 1);
+  GatedRunState<float> rs(c, B, T, false);
+  LiveCoefficients<float> live(dense);
+  auto j = measure_mode("dense_same_shape", [&] { gated_forward(dense, rs, tokens.data(), B, T, live); },
+                        gated_forward_flops(c, B, T, L), L, L, B * T, o);
+  j["note"] = "baseline with initialised weights: latency and FLOPs only";
+  return j;
+}
+
+// Savings of `mode` against `reference`: claimed only where both FLOPs and latency are lower.
+nlohmann::ordered_json saving(const nlohmann::ordered_json& mode, const nlohmann::ordered_json& reference) {
+  const double flops = mode["gflop_per_token"].get<double>() / reference["gflop_per_token"].get<double>();
+  const double latency = mode["latency"]["median_s"].get<double>() / reference["latency"]["median_s"].get<double>();
+  return {{"mode", mode["mode"]},
+          {"against", reference["mode"]},
+          {"flop_ratio", flops},
+          {"latency_ratio", latency},
+          {"flop_saving", 1.0 - flops},
+          {"latency_saving", 1.0 - latency},
+          {"saves", flops < 1.0 && latency < 1.0}};
+}
+
+template <typename Pass>
+double mean_nll(const Windows& eval, int B, Pass pass_and_loss) {
+  std::vector<double> nll(size_t(eval.count));
+  for (int w0 = 0; w0 < eval.count; w0 += B) pass_and_loss(w0, std::min(B, eval.count - w0), nll.data() + w0);
+  double s = 0;
+  for (double v : nll) s += v;
+  return s / eval.count;
+}
+
+}  // namespace
+
+nlohmann::ordered_json measure_moe(const std::string& path, const Corpus& corpus, const ExecOptions& o) {
+  const MoeModel<float> model = MoeModel<float>::load(path);
+  const MoeConfig& c = model.config();
+  const int T = c.seq_len, B = o.batch, L = c.n_layer, D = c.d_model, E = c.n_expert, F = c.hidden();
+  const Windows timing = load_windows(corpus.split("test"), T, B);
+  const Windows eval = load_windows(corpus.split("test"), T, o.eval_windows);
+  MoeRunState<float> rs(c, B, T, false), rs_dense(c, B, T, false, true);
+  // GEMM FLOPs of one pass: attention halves, the router (live), expert rows x (fc + proj), head.
+  auto formula = [&](int64_t expert_rows, bool router) {
+    return L * attention_half_flops(B, T, D) + (router ? 2.0 * B * T * D * E * L : 0.0) + 2.0 * 2.0 * double(expert_rows) * D * F +
+           2.0 * B * T * D * 256;
+  };
+  auto loads = [&](const MoeRunState<float>& s) {
+    nlohmann::ordered_json rows = nlohmann::ordered_json::array();
+    for (const auto& layer : s.layers) {
+      std::vector<int64_t> per_expert;
+      for (int e = 0; e < E; ++e) per_expert.push_back(layer.offsets[e + 1] - layer.offsets[e]);
+      rows.push_back(per_expert);
+    }
+    return rows;
+  };
+  const int64_t grouped_rows = int64_t(L) * B * T * c.top_k, dense_rows = int64_t(L) * B * T * E;
+  nlohmann::ordered_json modes = nlohmann::ordered_json::array();
+  MoeLiveRouting<float> live(model);
+  auto j_live = measure_mode("live", [&] { moe_forward(model, rs, timing.inputs.data(), B, T, live); },
+                             formula(grouped_rows, true), L, L, B * T, o);
+  j_live["expert_rows"] = loads(rs);
+  j_live["nll"] = mean_nll(eval, B, [&](int w0, int n, double* out) {
+    moe_forward(model, rs, eval.inputs.data() + int64_t(w0) * T, n, T, live);
+    moe_loss(rs, eval.targets.data() + int64_t(w0) * T, out);
+  });
+  modes.push_back(j_live);
+  CoefficientTensor recorded(B, moe_record_shape(c, T));
+  MoeRecordingRouting<float> recording(model, recorded);
+  moe_forward(model, rs, timing.inputs.data(), B, T, recording);
+  MoeReplayedRouting<float> replayed(c, recorded);
+  auto j_replay = measure_mode("replay", [&] { moe_forward(model, rs, timing.inputs.data(), B, T, replayed); },
+                               formula(grouped_rows, false), L, L, B * T, o);
+  j_replay["expert_rows"] = loads(rs);
+  modes.push_back(j_replay);
+  // cross_input: window b runs with the routing recorded on window (b+1) mod B (a derangement when
+  // B >= 2): the expert loads change, so the latency is measured too.
+  CoefficientTensor crossed(B, moe_record_shape(c, T));
+  for (int b = 0; b < B; ++b) crossed.copy_window(b, recorded.view(), (b + 1) % B);
+  MoeReplayedRouting<float> cross(c, crossed);
+  auto j_cross = measure_mode("cross_input", [&] { moe_forward(model, rs, timing.inputs.data(), B, T, cross); },
+                              formula(grouped_rows, false), L, L, B * T, o);
+  j_cross["expert_rows"] = loads(rs);
+  modes.push_back(j_cross);
+  auto j_dense = measure_mode("dense_experts", [&] { moe_forward(model, rs_dense, timing.inputs.data(), B, T, live); },
+                              formula(dense_rows, true), L, L, B * T, o);
+  j_dense["nll"] = mean_nll(eval, B, [&](int w0, int n, double* out) {
+    moe_forward(model, rs_dense, eval.inputs.data() + int64_t(w0) * T, n, T, live);
+    moe_loss(rs_dense, eval.targets.data() + int64_t(w0) * T, out);
+  });
+  modes.push_back(j_dense);
+  modes.push_back(dense_baseline(L, D, c.n_head, T, timing.inputs, B, o));
+  {  // Dense with the MoE's total expert parameters: one expert of width E F that every token runs.
+    MoeConfig wide = c;
+    wide.n_expert = 1;
+    wide.top_k = 1;
+    wide.expert_hidden = E * F;
+    const MoeModel<float> dense_wide = MoeModel<float>::initialized(wide, 1);
+    MoeRunState<float> rs_wide(wide, B, T, false);
+    MoeLiveRouting<float> wide_live(dense_wide);
+    const double wide_formula = L * attention_half_flops(B, T, D) + 2.0 * B * T * D * 1 * L +
+                                2.0 * 2.0 * double(L) * B * T * D * (E * F) + 2.0 * B * T * D * 256;
+    auto j = measure_mode("dense_total_params", [&] { moe_forward(dense_wide, rs_wide, timing.inputs.data(), B, T, wide_live); },
+                          wide_formula, L, L, B * T, o);
+    j["note"] = "baseline with initialised weights (an MLP of width E*F every token runs): latency and FLOPs only";
+    modes.push_back(j);
+  }
+  nlohmann::ordered_json m;
+  m["path"] = path;
+  m["model_sha256"] = sha256_file(path);
+  m["gate"] = "moe";
+  m["family"] = "moe";
+  m["config"] = nlohmann::json::parse(c.to_json());
+  m["tokens_per_pass"] = B * T;
+  m["modes"] = modes;
+  // The experts' share: grouped MLP FLOPs per token = k/E of dense_experts by construction of the
+  // rows; the savings below compare whole passes.
+  m["expert_gflop_per_token"] = {{"grouped", 4.0 * D * F * c.top_k / 1e9}, {"dense_experts", 4.0 * D * F * E / 1e9}};
+  m["savings"] = nlohmann::ordered_json::array({saving(modes[0], modes[3]), saving(modes[0], modes[4]), saving(modes[0], modes[5])});
+  if (!o.skip_thresholds.empty()) m["skip_sweep_note"] = "not applicable: MoE blocks have no gate; routing decides the work";
+  return m;
+}
+
+nlohmann::ordered_json measure_mod(const std::string& path, const Corpus& corpus, const ExecOptions& o) {
+  const ModModel<float> model = ModModel<float>::load(path);
+  const ModConfig& c = model.config();
+  const int T = c.seq_len, B = o.batch, L = c.n_layer, D = c.d_model, K = c.selected_tokens(T);
+  const Windows timing = load_windows(corpus.split("test"), T, B);
+  const Windows eval = load_windows(corpus.split("test"), T, o.eval_windows);
+  ModRunState<float> rs(c, B, T, false);
+  // Dense blocks over T tokens; routed blocks over their K tokens (the block's own attention pairs).
+  double formula = 2.0 * B * T * D * 256;
+  for (int l = 0; l < L; ++l) {
+    const int n = c.routed(l) ? K : T;
+    formula += attention_half_flops(B, n, D) + 2.0 * B * n * 8.0 * D * D;
+  }
+  nlohmann::ordered_json modes = nlohmann::ordered_json::array();
+  ModLiveRouting<float> live(model);
+  auto j_live = measure_mode("live", [&] { mod_forward(model, rs, timing.inputs.data(), B, T, live); }, formula, L, L, B * T, o);
+  j_live["nll"] = mean_nll(eval, B, [&](int w0, int n, double* out) {
+    mod_forward(model, rs, eval.inputs.data() + int64_t(w0) * T, n, T, live);
+    mod_loss(rs, eval.targets.data() + int64_t(w0) * T, out);
+  });
+  modes.push_back(j_live);
+  CoefficientTensor recorded(B, mod_record_shape(c, T));
+  ModRecordingRouting<float> recording(model, recorded);
+  mod_forward(model, rs, timing.inputs.data(), B, T, recording);
+  ModReplayedRouting<float> replayed(c, recorded);
+  modes.push_back(measure_mode("replay", [&] { mod_forward(model, rs, timing.inputs.data(), B, T, replayed); }, formula, L, L,
+                               B * T, o));
+  CoefficientTensor crossed(B, mod_record_shape(c, T));
+  for (int b = 0; b < B; ++b) crossed.copy_window(b, recorded.view(), (b + 1) % B);
+  ModReplayedRouting<float> cross(c, crossed);
+  modes.push_back(measure_mode("cross_input", [&] { mod_forward(model, rs, timing.inputs.data(), B, T, cross); }, formula, L, L,
+                               B * T, o));
+  modes.push_back(dense_baseline(L, D, c.n_head, T, timing.inputs, B, o));
+  nlohmann::ordered_json m;
+  m["path"] = path;
+  m["model_sha256"] = sha256_file(path);
+  m["gate"] = "mod";
+  m["family"] = "mod";
+  m["config"] = nlohmann::json::parse(c.to_json());
+  m["tokens_per_pass"] = B * T;
+  m["selected_tokens_per_window"] = K;
+  m["modes"] = modes;
+  m["savings"] = nlohmann::ordered_json::array({saving(modes[0], modes[3])});
+  m["flop_note"] = "the router's dot products (2 D per token per routed block) are not GEMMs and are not counted";
+  if (!o.skip_thresholds.empty()) m["skip_sweep_note"] = "not applicable: MoD routing already skips tokens";
+  return m;
+}
+
+}  // namespace fca

@@ -1,0 +1,20 @@
+// `fca exec` for the routed families (conditional-computation spec, "Execution"): what the routing
+// really executed (expert rows per layer and expert, tokens per routed block, GEMM FLOPs counted at
+// the call sites and checked against the formula of the graph that ran) and what it cost (latency),
+// for live routing, replay, cross_input replay (a load-changing condition), dense_experts (MoE), and
+// the Dense baselines of the same L, D, H (and, for MoE, the Dense model whose MLP has the MoE's
+// total expert parameters). Baselines are timed with initialised weights: latency and FLOPs do not
+// depend on the values of the weights.
+#pragma once
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "data/corpus.h"
+#include "exec/exec.h"
+
+namespace fca {
+
+nlohmann::ordered_json measure_moe(const std::string& path, const Corpus& corpus, const ExecOptions& options);
+nlohmann::ordered_json measure_mod(const std::string& path, const Corpus& corpus, const ExecOptions& options);
+
+}  // namespace fca
