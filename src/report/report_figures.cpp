@@ -95,6 +95,21 @@ std::vector<Verdicts> compute_verdicts(const ReportData& d) {
                     " blocks execute with the live controller; " + fmt("%.2f", 1e3 * live["latency"]["median_s"].get<double>()) +
                     " ms per batch" + (std::isnan(ratio) ? std::string("") : ", " + fmt("%.2fx", ratio) + " Dense latency");
       v.saves_compute = live["executed_blocks"].get<int>() < live["total_blocks"].get<int>();
+      if (e->contains("savings")) {
+        // Routed models: a saving is claimed only where counted FLOPs and measured latency are both lower.
+        v.execution = "Routing executes " + fmt("%.3g", live["gflop_per_token"].get<double>() * 1e3) + " MFLOP/token in " +
+                      fmt("%.2f", 1e3 * live["latency"]["median_s"].get<double>()) + " ms per batch";
+        v.saves_compute = false;
+        for (const auto& s : (*e)["savings"]) {
+          const bool saves = s["saves"].get<bool>();
+          v.execution += std::string("; against ") + s["against"].get<std::string>() + ": " +
+                         (saves ? "saves " + fmt("%.0f%%", 100 * s["flop_saving"].get<double>()) + " FLOPs and " +
+                                      fmt("%.0f%%", 100 * s["latency_saving"].get<double>()) + " latency"
+                                : "no saving (FLOPs x" + fmt("%.2f", s["flop_ratio"].get<double>()) + ", latency x" +
+                                      fmt("%.2f", s["latency_ratio"].get<double>()) + ")");
+          if (saves && s["against"] == "dense_same_shape") v.saves_compute = true;
+        }
+      }
       if (e->contains("skip_sweep")) {
         // The largest removal whose NLL stays within 0.01 nats of the unskipped static model.
         const auto& sweep = (*e)["skip_sweep"];
@@ -225,7 +240,35 @@ std::string figure_profiles(const ReportData& d) {
   std::string out;
   for (const auto& a : d.audits) {
     const auto& prof = a.doc["profiles"];
-    if (prof.contains("layer_position_mean")) {  // gated: layer x position of the calibrated gate
+    if (a.doc.contains("routing")) {  // routed: expert load (layer x expert) or selection frequency (layer x position)
+      const bool experts = a.doc["routing"].contains("expert_load");
+      const auto& m = experts ? a.doc["routing"]["expert_load"] : a.doc["routing"]["selection_frequency"];
+      const int L = int(m.size()), C = int(m[0].size());
+      double mx = 1e-12;
+      for (const auto& row : m)
+        for (const auto& x : row) mx = std::max(mx, x.get<double>());
+      const int cell_w = experts ? 36 : std::max(1, 640 / C), cell_h = 18, left = 90, top = 30;
+      const std::string what = experts ? "expert load, layer x expert (share of token-slot assignments)"
+                                       : "selection frequency, routed block x position (share of windows)";
+      svg::Canvas cv(std::max(left + cell_w * C + 130, 520), top + cell_h * L + 50, "Routing: " + short_name(a.doc));
+      cv.text(left, 16, short_name(a.doc) + ": " + what, "start", 11, "#333", true);
+      for (int l = 0; l < L; ++l) {
+        cv.text(left - 6, top + cell_h * (l + 0.7), (experts ? "layer " : "routed ") + std::to_string(l), "end", 10);
+        for (int c = 0; c < C; ++c) {
+          const double x = m[size_t(l)][size_t(c)];
+          cv.rect(left + cell_w * c, top + cell_h * l, cell_w, cell_h, svg::sequential(x / mx),
+                  (experts ? "layer " + std::to_string(l) + ", expert " : "routed block " + std::to_string(l) + ", position ") +
+                      std::to_string(c) + ": " + fmt("%.4f", x));
+        }
+      }
+      cv.text(left, top + cell_h * L + 14, experts ? "expert 0" : "position 0", "start", 10);
+      cv.text(left + cell_w * C, top + cell_h * L + 14, (experts ? "expert " : "position ") + std::to_string(C - 1), "end", 10);
+      for (int k = 0; k <= 4; ++k) {
+        cv.rect(left + cell_w * C + 20, top + 12.0 * k, 14, 12, svg::sequential(1.0 - k / 4.0));
+        cv.text(left + cell_w * C + 38, top + 12.0 * k + 10, fmt("%.3f", mx * (1.0 - k / 4.0)), "start", 9);
+      }
+      out += cv.str();
+    } else if (prof.contains("layer_position_mean")) {  // gated: layer x position of the calibrated gate
       const auto& m = prof["layer_position_mean"];
       const int L = int(m.size()), T = int(m[0].size());
       const int cell_w = std::max(1, 640 / T), cell_h = 18, left = 70, top = 30;
