@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "ops/fast_math.h"
 
 namespace fca {
@@ -66,7 +68,28 @@ void cross_entropy_backward(T* dlogits, const T* logits, const int32_t* targets,
   }
 }
 
+template <typename T>
+double language_model_loss(T* losses, int32_t* saved_targets, const T* logits, const int32_t* targets, int B, int Tn,
+                           int V, double* window_nll) {
+  const int64_t N = int64_t(B) * Tn;
+  for (int64_t i = 0; i < N; ++i) {
+    if (targets[i] < 0 || targets[i] >= V)
+      throw Error("target id " + std::to_string(targets[i]) + " is outside [0, " + std::to_string(V) + ")");
+    saved_targets[i] = targets[i];
+  }
+  cross_entropy_forward(losses, logits, saved_targets, N, V);
+  double total = 0;
+  for (int b = 0; b < B; ++b) {
+    double window = 0;
+    for (int t = 0; t < Tn; ++t) window += losses[int64_t(b) * Tn + t];
+    if (window_nll != nullptr) window_nll[b] = window / Tn;
+    total += window;
+  }
+  return total / double(N);
+}
+
 #define FCA_INSTANTIATE(T)                                                                         \
+  template double language_model_loss<T>(T*, int32_t*, const T*, const int32_t*, int, int, int, double*); \
   template void embedding_forward<T>(T*, const int32_t*, const T*, const T*, int, int, int);      \
   template void embedding_backward<T>(T*, T*, const T*, const int32_t*, int, int, int);           \
   template void cross_entropy_forward<T>(T*, const T*, const int32_t*, int64_t, int);             \

@@ -15,6 +15,13 @@ void embedding_backward(T* dwte, T* dwpe, const T* dh0, const int32_t* tokens, i
 // Per-row cross-entropy (natural log): losses[n] = logsumexp(logits[n]) - logits[n, targets[n]].
 template <typename T>
 void cross_entropy_forward(T* losses, const T* logits, const int32_t* targets, int64_t N, int V);
+// The language-model loss of B windows of Tn positions: checks each target is in [0, V) and copies
+// it to saved_targets [N] (backward reads them), per-position cross-entropy into losses [N], each
+// window's mean into window_nll [B] (may be null); returns the mean over all positions. Sums run in
+// a fixed order (windows, then positions).
+template <typename T>
+double language_model_loss(T* losses, int32_t* saved_targets, const T* logits, const int32_t* targets, int B, int Tn,
+                           int V, double* window_nll);
 // dlogits[n] = scale * (softmax(logits[n]) - onehot(targets[n])); may alias logits (in place).
 template <typename T>
 void cross_entropy_backward(T* dlogits, const T* logits, const int32_t* targets, T scale, int64_t N, int V);

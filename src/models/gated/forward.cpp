@@ -97,20 +97,7 @@ void gated_forward(const GatedModel<T>& model, GatedRunState<T>& rs, const int32
 
 template <typename T>
 double gated_loss(GatedRunState<T>& rs, const int32_t* targets, double* window_nll) {
-  const int64_t N = int64_t(rs.batch) * rs.tokens;
-  for (int64_t i = 0; i < N; ++i) {
-    if (targets[i] < 0 || targets[i] >= kByteVocab) throw Error("target id " + std::to_string(targets[i]) + " is outside [0, 256)");
-    rs.targets[i] = targets[i];
-  }
-  cross_entropy_forward(rs.losses, rs.logits, rs.targets, N, kByteVocab);
-  double total = 0;
-  for (int b = 0; b < rs.batch; ++b) {
-    double window = 0;  // fixed order: windows, then positions
-    for (int t = 0; t < rs.tokens; ++t) window += rs.losses[int64_t(b) * rs.tokens + t];
-    if (window_nll != nullptr) window_nll[b] = window / rs.tokens;
-    total += window;
-  }
-  return total / double(N);
+  return language_model_loss(rs.losses, rs.targets, rs.logits, targets, rs.batch, rs.tokens, kByteVocab, window_nll);
 }
 
 template void gated_forward<float>(const GatedModel<float>&, GatedRunState<float>&, const int32_t*, int, int,
