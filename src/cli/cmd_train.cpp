@@ -98,6 +98,9 @@ void add_train_command(CLI::App& app) {
     options.moe.n_head = options.mod.n_head = f->shape.heads;
     options.moe.seq_len = options.mod.seq_len = f->shape.seq;
     options.progress = !f->no_progress;
+    // Flags are checked before the corpus is looked for, so a bad flag is named first.
+    if (options.arch == "moe") options.moe.validate("flags");
+    if (options.arch == "mod") options.mod.validate("flags");
     Corpus corpus(resolve_data_dir(f->data));
     const TrainResult r = train_model(options, corpus);
     std::printf("trained %ld steps in %.1f s (%.0f tokens/s): final loss %.4f, valid NLL %.4f nats/byte\n",
