@@ -10,6 +10,7 @@
 #include "audit/audit.h"
 #include "core/error.h"
 #include "core/rng.h"
+#include "core/safetensors.h"
 #include "core/threads.h"
 #include "models/mod/auditable.h"
 #include "models/moe/auditable.h"
@@ -203,6 +204,26 @@ TEST_F(RoutedAudit, ModAuditRunsEveryConditionAndReportsSelection) {
   double frequency = 0;
   for (double f : j["routing"]["selection_frequency"][0]) frequency += f;
   EXPECT_DOUBLE_EQ(frequency, 4.0);  // K = 4 selected positions per window
+}
+
+TEST(RoutedCli, TraceRecordsRoutingAndReplaysItExactly) {
+  testing::TempDir dir;
+  for (const char* arch : {"moe", "mod"}) {
+    const std::string model = dir.file(std::string(arch) + ".safetensors");
+    if (std::string(arch) == "moe") MoeModel<float>::initialized(tiny_moe(), 2).save(model);
+    else ModModel<float>::initialized(tiny_mod(), 2).save(model);
+    auto r = testing::run_fca({"trace", "--model", model, "--text", "routing, record", "--out", dir.file("live.safetensors")});
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    r = testing::run_fca({"trace", "--model", model, "--text", "routing, record", "--replay", dir.file("live.safetensors"),
+                          "--out", dir.file("replay.safetensors")});
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("controller evaluations: 0"), std::string::npos) << r.output;
+    SafetensorsReader live(dir.file("live.safetensors")), replay(dir.file("replay.safetensors"));
+    EXPECT_EQ(live.read_as_double("logits"), replay.read_as_double("logits")) << arch;
+    EXPECT_EQ(live.read_as_double("routing"), replay.read_as_double("routing")) << arch;
+    r = testing::run_fca({"bench", "forward", "--model", model, "--runs", "1", "--warmup", "0", "--json"});
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+  }
 }
 
 TEST(RoutedTraining, SameSeedSameBits) {

@@ -1,5 +1,6 @@
-// fca bench forward / fca bench train: tokens/s and achieved GFLOP/s of the gated model against
-// this machine's measured SGEMM peak (FLOPs by the formula in exec/gated_flops.h).
+// fca bench forward / fca bench train: tokens/s and achieved GFLOP/s against this machine's measured
+// SGEMM peak. Gated models: FLOPs by the formula in exec/gated_flops.h; forward on any other family
+// (--model: MUDD folder, moe, mod) goes through the registry, FLOPs counted at the GEMM calls.
 #include <sys/resource.h>
 
 #include <cstdio>
@@ -14,7 +15,7 @@
 #include "exec/gated_flops.h"
 #include "exec/timing.h"
 #include "models/gated/forward.h"
-#include "models/mudd/forward.h"
+#include "models/registry.h"
 #include "train/gated_trainable.h"
 #include "train/trainer.h"
 
@@ -28,6 +29,7 @@ struct BenchFlags {
   int batch = 8, seq = 0, runs = 20, warmup = 3, threads = 0;
   bool json = false;
   std::string source = "live";  // forward only: live controller or replayed coefficients
+  std::string arch = "gated";   // train only: the family of the fresh model
 };
 
 void add_bench_flags(CLI::App& cmd, BenchFlags& f, const char* runs_name) {
@@ -74,7 +76,7 @@ void report(const BenchFlags& f, const char* what, const nlohmann::ordered_json&
   j["run_state_mib"] = double(state_bytes) / (1 << 20);
   j["max_rss_mib"] = double(usage.ru_maxrss) / 1024;
   auto prov = provenance_base();
-  if (!f.model.empty() && !is_directory(f.model)) prov["model_sha256"] = sha256_file(f.model);
+  if (!f.model.empty() && family_of(f.model).name != "mudd") prov["model_sha256"] = sha256_file(f.model);
   j["provenance"] = prov;
   if (f.json) {
     std::printf("%s\n", j.dump().c_str());
@@ -100,31 +102,33 @@ void add_bench_command(CLI::App& app) {
       ->capture_default_str();
   forward->callback([fwd] {
     apply_threads(fwd->threads);
-    if (!fwd->model.empty() && is_directory(fwd->model)) {  // a MUDD folder; FLOPs counted at the GEMM calls
-      const MuddModel<float> model = MuddModel<float>::load(fwd->model);
-      const MuddConfig& c = model.config();
-      const int T = fwd->seq > 0 ? fwd->seq : c.block_size;
-      MuddRunState<float> rs(c, fwd->batch, T);
-      std::vector<int32_t> tokens(size_t(fwd->batch) * T);
+    if (!fwd->model.empty() && family_of(fwd->model).name != "gated") {
+      // Any other family, through the registry: a pass is forward + loss, FLOPs counted at the GEMM calls.
+      const auto model = open_model(fwd->model, fwd->batch, fwd->seq > 0 ? fwd->seq : 1 << 20);
+      const int T = fwd->seq > 0 ? fwd->seq : model->max_tokens();
+      std::vector<int32_t> tokens(size_t(fwd->batch) * T), targets(tokens.size());
       Rng rng(fwd->seed + 1);
-      for (auto& t : tokens) t = int32_t(rng.below(uint64_t(c.vocab_size)));
-      CoefficientTensor recorded = make_mudd_coefficients(c, fwd->batch, T);
-      MuddRecordingCoefficients<float> recording(model, recorded);
+      for (size_t i = 0; i < tokens.size(); ++i) {
+        tokens[i] = int32_t(rng.below(uint64_t(model->vocab())));
+        targets[i] = int32_t(rng.below(uint64_t(model->vocab())));
+      }
+      CoefficientTensor recorded = model->make_coefficients(fwd->batch, T);
+      std::vector<double> nll(size_t(fwd->batch));
       ExecCounters counters;
       {
         CountingScope scope(counters);
-        mudd_forward(model, rs, tokens.data(), fwd->batch, T, recording);
+        model->run_live(tokens.data(), targets.data(), fwd->batch, T, &recorded, 0, nll.data());
       }
-      MuddLiveCoefficients<float> live(model);
-      MuddReplayedCoefficients<float> replayed(c, recorded);
-      MuddCoefficientSource<float>& source = fwd->source == "replay" ? static_cast<MuddCoefficientSource<float>&>(replayed)
-                                                                     : static_cast<MuddCoefficientSource<float>&>(live);
-      const TimingStats s = time_runs([&] { mudd_forward(model, rs, tokens.data(), fwd->batch, T, source); },
-                                      fwd->warmup, fwd->runs);
-      const std::string name = "mudd L " + std::to_string(c.n_layer) + " D " + std::to_string(c.dim) + " V " +
-                               std::to_string(c.vocab_size) + " (" + std::to_string(model.parameter_count()) + " parameters)";
-      report(*fwd, fwd->source == "replay" ? "forward-replay" : "forward", nlohmann::ordered_json::parse(c.to_json()), name, T, s,
-             double(counters.gemm_flops.load()), rs.bytes());
+      const bool replay = fwd->source == "replay";
+      const TimingStats s = time_runs(
+          [&] {
+            if (replay) model->run_replay(tokens.data(), targets.data(), fwd->batch, T, recorded, nll.data());
+            else model->run_live(tokens.data(), targets.data(), fwd->batch, T, nullptr, 0, nll.data());
+          },
+          fwd->warmup, fwd->runs);
+      report(*fwd, replay ? "forward-replay" : "forward", nlohmann::ordered_json::parse(model->config_json()),
+             model->description() + " (" + std::to_string(model->parameter_count()) + " parameters)", T, s,
+             double(counters.gemm_flops.load()), model->run_state_bytes());
       return;
     }
     const GatedModel<float> model = bench_model(*fwd);
@@ -152,8 +156,40 @@ void add_bench_command(CLI::App& app) {
   trn->runs = 10;
   CLI::App* train = bench->add_subcommand("train", "Time training steps (forward, backward, clipping, AdamW)");
   add_bench_flags(*train, *trn, "--steps");
+  train->add_option("--arch", trn->arch, "Family of the fresh model: gated, or moe (E 8, k 2) / mod (c 0.125) of the shape flags")
+      ->check(CLI::IsMember({"gated", "moe", "mod"}))
+      ->capture_default_str();
   train->callback([trn] {
     apply_threads(trn->threads);
+    if (trn->arch != "gated") {  // the routed families through their Trainable; FLOPs counted at the GEMM calls
+      if (!trn->model.empty()) throw Error("bench train --arch " + trn->arch + " times a fresh model; --model is for gated checkpoints");
+      TrainOptions o;
+      o.arch = trn->arch;
+      o.seed = trn->seed;
+      o.batch = trn->batch;
+      o.moe.n_layer = o.mod.n_layer = trn->shape.layers;
+      o.moe.d_model = o.mod.d_model = trn->shape.dim;
+      o.moe.n_head = o.mod.n_head = trn->shape.heads;
+      o.moe.seq_len = o.mod.seq_len = trn->shape.seq;
+      if (trn->seq > 0 && trn->seq != trn->shape.seq) throw Error("bench train --arch " + trn->arch + ": set the window with --seq");
+      const auto model = make_trainable(o);
+      const int T = model->seq_len();
+      std::vector<int32_t> inputs(size_t(trn->batch) * T), targets(inputs.size());
+      Rng rng(trn->seed + 1);
+      for (size_t i = 0; i < inputs.size(); ++i) {
+        inputs[i] = int32_t(rng.below(kByteVocab));
+        targets[i] = int32_t(rng.below(kByteVocab));
+      }
+      ExecCounters counters;
+      {
+        CountingScope scope(counters);
+        model->step(inputs.data(), targets.data(), 1, 1e-4);
+      }
+      const TimingStats s = time_runs([&] { model->step(inputs.data(), targets.data(), 1, 1e-4); }, trn->warmup, trn->runs);
+      report(*trn, "train", model->config_json(), trn->arch + " L " + std::to_string(o.moe.n_layer) + " D " + std::to_string(o.moe.d_model),
+             T, s, double(counters.gemm_flops.load()), model->run_state_bytes());
+      return;
+    }
     GatedModel<float> model = bench_model(*trn);
     const int T = trn->seq > 0 ? trn->seq : model.config().seq_len;
     GatedTrainStep step(model, trn->batch, T, AdamWOptions{}, 1.0);

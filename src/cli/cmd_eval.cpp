@@ -92,7 +92,7 @@ void add_info_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("info", "Show a checkpoint's config, parameter count and gate kind");
   cmd->add_option("--model", *model_path, "Checkpoint: a gated .safetensors file or a MUDD model folder")->required();
   cmd->callback([model_path] {
-    if (is_directory(*model_path)) {  // a MUDD model folder: full validation by loading it
+    if (family_of(*model_path).name == "mudd") {  // a MUDD model folder: full validation by loading it
       const MuddModel<float> model = MuddModel<float>::load(*model_path);
       const MuddConfig& c = model.config();
       std::printf("model:      %s (MUDD folder)\n", model_path->c_str());

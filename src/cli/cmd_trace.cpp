@@ -1,12 +1,16 @@
 // fca trace: runs a model on given token ids or text and writes an activation cache: logits,
 // per-window NLL, the coefficient tensor and the hidden states under stable names (docs/cli.md).
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <memory>
 #include <sstream>
 
 #include "cli/common.h"
 #include "core/error.h"
+#include "core/exec_counters.h"
 #include "core/provenance.h"
 #include "core/safetensors.h"
 #include "core/sha256.h"
@@ -14,6 +18,8 @@
 #include "models/gated/forward.h"
 #include "models/mudd/forward.h"
 #include "models/mudd/tokenizer.h"
+#include "models/registry.h"
+#include "models/routing_record.h"
 
 namespace fca::cli {
 namespace {
@@ -132,6 +138,66 @@ void trace_mudd(const TraceFlags& f) {
   write_trace(f, tensors, model.content_hash(), source->controller_evaluations(), B, n);
 }
 
+// Routed models (moe, mod), through the audit interface: logits, window_nll, coefficients (the
+// routing record's weights [B, L, n, 1, S]) and routing (its discrete field, [B, L, n, slots] I32:
+// expert indices or selection flags). --replay reads both back and feeds them instead of the router.
+void trace_routed(const TraceFlags& f) {
+  const auto model = open_model(f.model, 1 << 10, 1 << 20);
+  std::vector<std::vector<int32_t>> rows;
+  if (!f.ids.empty()) rows = read_ids(f.ids, model->vocab());
+  else rows.emplace_back(reinterpret_cast<const unsigned char*>(f.text.data()),
+                         reinterpret_cast<const unsigned char*>(f.text.data()) + f.text.size());
+  if (rows[0].empty()) throw Error("trace: the text has no tokens");
+  const int B = int(rows.size()), n = int(rows[0].size()), V = model->vocab();
+  if (n > model->max_tokens())
+    throw Error("sequence of " + std::to_string(n) + " tokens is longer than the model's " + std::to_string(model->max_tokens()) +
+                " positions");
+  if (B > 1 << 10) throw Error("trace: at most 1024 rows, found " + std::to_string(B));
+  std::vector<int32_t> tokens, targets;
+  next_token_targets(rows, tokens, targets);
+  CoefficientTensor record = model->make_coefficients(B, n);
+  const CoefficientShape& s = record.shape();
+  const std::vector<int64_t> values_shape{B, s.layers, n, s.streams, s.sources}, routing_shape{B, s.layers, n, s.slots};
+  std::vector<double> window(static_cast<size_t>(B));
+  const int64_t before = model->replay_controller_evaluations();
+  ExecCounters live_counters;  // the router's evaluations, counted where they happen
+  if (!f.replay.empty()) {
+    SafetensorsReader in(f.replay);
+    in.read_into<float>("coefficients", values_shape, record.values().data());
+    const TensorInfo& r = in.get("routing");
+    if (r.dtype != DType::I32 || r.shape != routing_shape)
+      throw Error(f.replay + ": tensor 'routing' is " + dtype_name(r.dtype) + " " + shape_string(r.shape) + ", expected I32 " +
+                  shape_string(routing_shape));
+    std::memcpy(record.discrete().data(), r.data, r.nbytes);
+    check_routing_records(record.view(), f.replay);
+    model->run_replay(tokens.data(), targets.data(), B, n, record, window.data());
+  } else {
+    CountingScope scope(live_counters);
+    model->run_live(tokens.data(), targets.data(), B, n, &record, 0, window.data());
+  }
+  const int64_t evaluations =
+      f.replay.empty() ? live_counters.controller_evaluations.load() : model->replay_controller_evaluations() - before;
+  // Per-position cross-entropy from the logits, so that each row's last position (no target) is left out.
+  std::vector<float> losses(size_t(B) * n);
+  const float* logits = model->last_logits();
+  for (size_t i = 0; i < losses.size(); ++i) {
+    const float* z = logits + i * size_t(V);
+    double mx = z[0], sum = 0;
+    for (int v = 1; v < V; ++v) mx = std::max(mx, double(z[v]));
+    for (int v = 0; v < V; ++v) sum += std::exp(double(z[v]) - mx);
+    losses[i] = float(std::log(sum) + mx - z[targets[i]]);
+  }
+  const std::vector<float> nll = window_nll_excluding_last(losses.data(), B, n);
+  const std::vector<float> token_values(tokens.begin(), tokens.end());
+  write_trace(f,
+              {{"tokens", {B, n}, token_values.data()},
+               {"logits", {B, n, V}, logits},
+               {"window_nll", {B}, nll.data()},
+               {"coefficients", values_shape, record.values().data()},
+               {"routing", routing_shape, record.discrete().data(), DType::I32}},
+              model->content_hash(), evaluations, B, n);
+}
+
 // Gated checkpoints: logits, window_nll, coefficients [B, L, n, 1, 1], hidden.{l} (h_0..h_L) and,
 // for a live featuregate controller, blocks.{l}.features.
 void trace_gated(const TraceFlags& f) {
@@ -187,7 +253,7 @@ void add_trace_command(CLI::App& app) {
   auto f = std::make_shared<TraceFlags>();
   CLI::App* cmd = app.add_subcommand("trace", "Run a model on given ids or text and write logits, NLL, coefficients "
                                               "and hidden states");
-  cmd->add_option("--model", f->model, "Checkpoint: a gated .safetensors file or a MUDD model folder")->required();
+  cmd->add_option("--model", f->model, "Checkpoint: a gated, moe or mod .safetensors file or a MUDD model folder")->required();
   auto* ids = cmd->add_option("--ids", f->ids, "JSON file: an array of equal-length arrays of token ids");
   auto* text = cmd->add_option("--text", f->text, "Text forming one window (bytes, or the folder's tokenizer.json)");
   ids->excludes(text);
@@ -197,8 +263,10 @@ void add_trace_command(CLI::App& app) {
   cmd->callback([f] {
     apply_threads(f->threads);
     if (f->ids.empty() && f->text.empty()) throw Error("trace needs --ids FILE or --text STRING");
-    if (is_directory(f->model)) trace_mudd(*f);
-    else trace_gated(*f);
+    const std::string family = family_of(f->model).name;
+    if (family == "mudd") trace_mudd(*f);
+    else if (family == "gated") trace_gated(*f);
+    else trace_routed(*f);
   });
 }
 

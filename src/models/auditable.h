@@ -36,6 +36,7 @@ class AuditableModel {
   // Runs B windows with the coefficients of `coefficients` windows 0 .. B-1; never the controller.
   virtual void run_replay(const int32_t* inputs, const int32_t* targets, int B, int T,
                           const CoefficientTensor& coefficients, double* window_nll) = 0;
+  virtual size_t run_state_bytes() const = 0;  // activations of one pass, sized for the largest batch
   // Logits [B, T, vocab] of the last run.
   virtual const float* last_logits() const = 0;
   // Controller evaluations made by run_replay since construction (must stay 0).

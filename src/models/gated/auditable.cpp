@@ -7,9 +7,7 @@
 namespace fca {
 
 GatedAuditable::GatedAuditable(const std::string& path, int max_batch, int max_tokens)
-    : model_(GatedModel<float>::load(path)),
-      hash_(sha256_file(path)),
-      rs_(model_.config(), max_batch, std::min(max_tokens, model_.config().seq_len), false) {}
+    : FamilyAuditable(GatedModel<float>::load(path), max_batch, max_tokens), hash_(sha256_file(path)) {}
 
 std::string GatedAuditable::description() const {
   const GatedConfig& c = model_.config();
@@ -17,32 +15,8 @@ std::string GatedAuditable::description() const {
          ", H " + std::to_string(c.n_head) + ", T " + std::to_string(c.seq_len);
 }
 
-std::vector<int32_t> GatedAuditable::tokenize(const TextSplit& split) const {
-  return std::vector<int32_t>(split.bytes(), split.bytes() + split.size());
-}
-
 CoefficientTensor GatedAuditable::make_coefficients(int windows, int tokens) const {
   return CoefficientTensor(windows, gated_coefficient_shape(model_.config(), tokens));
-}
-
-void GatedAuditable::run_live(const int32_t* inputs, const int32_t* targets, int B, int T, CoefficientTensor* record,
-                              int record_first, double* window_nll) {
-  if (record != nullptr) {
-    RecordingCoefficients<float> source(model_, *record);
-    gated_forward(model_, rs_, inputs, B, T, source, record_first);
-  } else {
-    LiveCoefficients<float> source(model_);
-    gated_forward(model_, rs_, inputs, B, T, source);
-  }
-  gated_loss(rs_, targets, window_nll);
-}
-
-void GatedAuditable::run_replay(const int32_t* inputs, const int32_t* targets, int B, int T,
-                                const CoefficientTensor& coefficients, double* window_nll) {
-  ReplayedCoefficients<float> source(coefficients);
-  gated_forward(model_, rs_, inputs, B, T, source, 0);
-  replay_evaluations_ += source.controller_evaluations();
-  gated_loss(rs_, targets, window_nll);
 }
 
 void GatedAuditable::identity_profile(CoefficientTensor& out) const {

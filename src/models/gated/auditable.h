@@ -1,15 +1,26 @@
 // The gated family behind the audit's interface (models/auditable.h).
 #pragma once
-#include <memory>
-
-#include "models/auditable.h"
+#include "models/family_auditable.h"
 #include "models/gated/coefficients.h"
-#include "models/gated/model.h"
-#include "models/gated/run_state.h"
+#include "models/gated/forward.h"
 
 namespace fca {
 
-class GatedAuditable : public AuditableModel {
+struct GatedAuditTraits {
+  using Model = GatedModel<float>;
+  using RunState = GatedRunState<float>;
+  using Live = LiveCoefficients<float>;
+  using Recording = RecordingCoefficients<float>;
+  using Replayed = ReplayedCoefficients<float>;
+  static RunState run_state(const Model& m, int B, int T) { return RunState(m.config(), B, std::min(T, m.config().seq_len), false); }
+  static Replayed replayed(const Model&, const CoefficientTensor& c) { return Replayed(c); }
+  static void forward(const Model& m, RunState& rs, const int32_t* x, int B, int T, CoefficientSource<float>& s, int first) {
+    gated_forward(m, rs, x, B, T, s, first);
+  }
+  static void loss(RunState& rs, const int32_t* y, double* nll) { gated_loss(rs, y, nll); }
+};
+
+class GatedAuditable : public FamilyAuditable<GatedAuditTraits> {
  public:
   // Loads `path`; runs batches of at most max_batch windows of at most max_tokens tokens.
   GatedAuditable(const std::string& path, int max_batch, int max_tokens);
@@ -21,26 +32,15 @@ class GatedAuditable : public AuditableModel {
   size_t parameter_count() const override { return gated_parameter_count(model_.config()); }
   int max_tokens() const override { return model_.config().seq_len; }
   int vocab() const override { return kByteVocab; }
-  std::vector<int32_t> tokenize(const TextSplit& split) const override;
+  std::vector<int32_t> tokenize(const TextSplit& split) const override { return split.byte_tokens(); }
   CoefficientTensor make_coefficients(int windows, int tokens) const override;
-  void run_live(const int32_t* inputs, const int32_t* targets, int B, int T, CoefficientTensor* record, int record_first,
-                double* window_nll) override;
-  void run_replay(const int32_t* inputs, const int32_t* targets, int B, int T, const CoefficientTensor& coefficients,
-                  double* window_nll) override;
-  const float* last_logits() const override { return rs_.logits; }
-  int64_t replay_controller_evaluations() const override { return replay_evaluations_; }
   void identity_profile(CoefficientTensor& out) const override;
   void structure_removed_profile(const CoefficientTensor& static_profile, CoefficientTensor& out) const override;
   std::string static_profile_name() const override { return "LayerMean"; }
   std::string structure_removed_name() const override { return "GlobalMean"; }
 
-  const GatedModel<float>& model() const { return model_; }
-
  private:
-  GatedModel<float> model_;
   std::string hash_;
-  GatedRunState<float> rs_;
-  int64_t replay_evaluations_ = 0;
 };
 
 }  // namespace fca

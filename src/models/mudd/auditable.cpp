@@ -8,7 +8,7 @@
 namespace fca {
 
 MuddAuditable::MuddAuditable(const std::string& dir, int max_batch, int max_tokens)
-    : model_(MuddModel<float>::load(dir)), rs_(model_.config(), max_batch, std::min(max_tokens, model_.config().block_size)) {
+    : FamilyAuditable(MuddModel<float>::load(dir), max_batch, max_tokens) {
   const std::string tokenizer_path = dir + "/tokenizer.json";
   if (file_exists(tokenizer_path)) {
     tokenizer_ = std::make_unique<BpeTokenizer>(BpeTokenizer::load(tokenizer_path));
@@ -28,32 +28,12 @@ std::string MuddAuditable::description() const {
 }
 
 std::vector<int32_t> MuddAuditable::tokenize(const TextSplit& split) const {
-  if (!tokenizer_) return std::vector<int32_t>(split.bytes(), split.bytes() + split.size());
+  if (!tokenizer_) return split.byte_tokens();
   return tokenizer_->encode(std::string(reinterpret_cast<const char*>(split.bytes()), split.size()));
 }
 
 CoefficientTensor MuddAuditable::make_coefficients(int windows, int tokens) const {
   return make_mudd_coefficients(model_.config(), windows, tokens);
-}
-
-void MuddAuditable::run_live(const int32_t* inputs, const int32_t* targets, int B, int T, CoefficientTensor* record,
-                             int record_first, double* window_nll) {
-  if (record != nullptr) {
-    MuddRecordingCoefficients<float> source(model_, *record);
-    mudd_forward(model_, rs_, inputs, B, T, source, record_first);
-  } else {
-    MuddLiveCoefficients<float> source(model_);
-    mudd_forward(model_, rs_, inputs, B, T, source);
-  }
-  mudd_loss(rs_, targets, window_nll);
-}
-
-void MuddAuditable::run_replay(const int32_t* inputs, const int32_t* targets, int B, int T,
-                               const CoefficientTensor& coefficients, double* window_nll) {
-  MuddReplayedCoefficients<float> source(model_.config(), coefficients);
-  mudd_forward(model_, rs_, inputs, B, T, source, 0);
-  replay_evaluations_ += source.controller_evaluations();
-  mudd_loss(rs_, targets, window_nll);
 }
 
 void MuddAuditable::identity_profile(CoefficientTensor& out) const {

@@ -3,14 +3,28 @@
 #pragma once
 #include <memory>
 
-#include "models/auditable.h"
+#include "models/family_auditable.h"
 #include "models/mudd/forward.h"
 #include "models/mudd/model.h"
 #include "models/mudd/tokenizer.h"
 
 namespace fca {
 
-class MuddAuditable : public AuditableModel {
+struct MuddAuditTraits {
+  using Model = MuddModel<float>;
+  using RunState = MuddRunState<float>;
+  using Live = MuddLiveCoefficients<float>;
+  using Recording = MuddRecordingCoefficients<float>;
+  using Replayed = MuddReplayedCoefficients<float>;
+  static RunState run_state(const Model& m, int B, int T) { return RunState(m.config(), B, std::min(T, m.config().block_size)); }
+  static Replayed replayed(const Model& m, const CoefficientTensor& c) { return Replayed(m.config(), c); }
+  static void forward(const Model& m, RunState& rs, const int32_t* x, int B, int T, MuddCoefficientSource<float>& s, int first) {
+    mudd_forward(m, rs, x, B, T, s, first);
+  }
+  static void loss(RunState& rs, const int32_t* y, double* nll) { mudd_loss(rs, y, nll); }
+};
+
+class MuddAuditable : public FamilyAuditable<MuddAuditTraits> {
  public:
   // Loads the folder; text is tokenized with its tokenizer.json, or as bytes for a byte-level
   // model (vocab 256) without one.
@@ -25,24 +39,13 @@ class MuddAuditable : public AuditableModel {
   int vocab() const override { return model_.config().vocab_size; }
   std::vector<int32_t> tokenize(const TextSplit& split) const override;
   CoefficientTensor make_coefficients(int windows, int tokens) const override;
-  void run_live(const int32_t* inputs, const int32_t* targets, int B, int T, CoefficientTensor* record, int record_first,
-                double* window_nll) override;
-  void run_replay(const int32_t* inputs, const int32_t* targets, int B, int T, const CoefficientTensor& coefficients,
-                  double* window_nll) override;
-  const float* last_logits() const override { return rs_.logits; }
-  int64_t replay_controller_evaluations() const override { return replay_evaluations_; }
   void identity_profile(CoefficientTensor& out) const override;
   void structure_removed_profile(const CoefficientTensor& static_profile, CoefficientTensor& out) const override;
   std::string static_profile_name() const override { return "StaticMixMean"; }
   std::string structure_removed_name() const override { return "SourceUniformMean"; }
 
-  const MuddModel<float>& model() const { return model_; }
-
  private:
-  MuddModel<float> model_;
   std::unique_ptr<BpeTokenizer> tokenizer_;  // null for byte-level models
-  MuddRunState<float> rs_;
-  int64_t replay_evaluations_ = 0;
 };
 
 }  // namespace fca
