@@ -156,3 +156,16 @@ TEST_F(Report, HeadlessChromiumScreenshot) {
 
 }  // namespace
 }  // namespace fca
+
+namespace fca {
+namespace {
+
+TEST(ReportLabels, EveryFamilyIsNamedFromItsConfig) {
+  EXPECT_EQ(config_family_label(nlohmann::json::parse(R"({"gate":"featuregate","n_layer":2})")), "featuregate");
+  EXPECT_EQ(config_family_label(nlohmann::json::parse(R"({"n_expert":8,"top_k":2,"n_layer":2})")), "moe E8 k2");
+  EXPECT_EQ(config_family_label(nlohmann::json::parse(R"({"capacity":0.125,"routed_every":2})")), "mod c0.125");
+  EXPECT_EQ(config_family_label(nlohmann::json::parse(R"({"dim":64,"n_layer":2})")), "mudd");
+}
+
+}  // namespace
+}  // namespace fca

@@ -92,7 +92,7 @@ std::string report_html(const ReportData& d) {
       for (const auto* e : docs) m2 += std::pow((*e)["byte_ppl"].get<double>() - m, 2);
       const double sd = docs.size() > 1 ? std::sqrt(m2 / double(docs.size() - 1)) : 0;
       const auto c = nlohmann::json::parse(cfg);
-      const std::string name = (c.contains("gate") ? c["gate"].get<std::string>() : std::string("mudd")) + " L" +
+      const std::string name = config_family_label(c) + " L" +
                                std::to_string(c.value("n_layer", 0)) + " D" +
                                std::to_string(c.contains("d_model") ? c["d_model"].get<int>() : c.value("dim", 0));
       h << "<tr><td class=\"l\">" << escape(name) << "</td><td>" << docs.size() << "</td><td>" << fmt("%.4f", m) << "</td><td>"
@@ -136,7 +136,9 @@ std::string report_html(const ReportData& d) {
            "inputs, tokens, their interactions and the residual.");
     figure("fig-profiles", figure_profiles(d),
            "Calibrated static coefficient profiles: for gated models the mean gate per layer and position, for MUDD models "
-           "the mean mixing weight per layer and source in each stream.");
+           "the mean mixing weight per layer and source in each stream; for routed models what the routing did on the "
+           "evaluation windows: MoE expert load per layer (share of token-slot assignments; uniform is 1/E) and MoD "
+           "selection frequency per routed block and position.");
   }
   if (!d.aggregates.empty()) {
     h << "<h2 id=\"seeds\">Across seeds</h2>";

@@ -40,6 +40,10 @@ struct Verdicts {
 std::vector<Verdicts> compute_verdicts(const ReportData& data);
 
 // Figures (SVG strings); empty when the inputs hold nothing to draw.
+// A short name of a model from its checkpoint config: the gate kind (gated family), "moe E8 k2",
+// "mod c0.125", or "mudd" (a config with none of these fields).
+std::string config_family_label(const nlohmann::json& config);
+
 std::string figure_penalties(const ReportData& data);
 std::string figure_retention(const ReportData& data);
 std::string figure_variance(const ReportData& data);

@@ -250,7 +250,7 @@ std::string figure_profiles(const ReportData& d) {
       const int cell_w = experts ? 36 : std::max(1, 640 / C), cell_h = 18, left = 90, top = 30;
       const std::string what = experts ? "expert load, layer x expert (share of token-slot assignments)"
                                        : "selection frequency, routed block x position (share of windows)";
-      svg::Canvas cv(std::max(left + cell_w * C + 130, 520), top + cell_h * L + 50, "Routing: " + short_name(a.doc));
+      svg::Canvas cv(std::max(left + cell_w * C + 130, 760), top + cell_h * L + 50, "Routing: " + short_name(a.doc));
       cv.text(left, 16, short_name(a.doc) + ": " + what, "start", 11, "#333", true);
       for (int l = 0; l < L; ++l) {
         cv.text(left - 6, top + cell_h * (l + 0.7), (experts ? "layer " : "routed ") + std::to_string(l), "end", 10);

@@ -1,5 +1,6 @@
 // Loading and validating the report's inputs.
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <sstream>
 
@@ -7,6 +8,18 @@
 #include "report/report.h"
 
 namespace fca {
+
+std::string config_family_label(const nlohmann::json& c) {
+  if (c.contains("gate")) return c["gate"].get<std::string>();
+  if (c.contains("n_expert"))
+    return "moe E" + std::to_string(c["n_expert"].get<int>()) + " k" + std::to_string(c["top_k"].get<int>());
+  if (c.contains("capacity")) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "mod c%g", c["capacity"].get<double>());
+    return buf;
+  }
+  return "mudd";
+}
 namespace {
 
 nlohmann::json read_json(const std::string& path) {
@@ -91,8 +104,7 @@ ReportData load_report_data(const ReportInputs& in) {
       const std::string type = j.value("type", "");
       if (type == "start") {
         const auto& o = j["options"];
-        std::string arch = o.value("arch", "gated");
-        t.label = arch == "mudd" ? std::string("mudd") : o["config"].value("gate", std::string("?"));
+        t.label = config_family_label(o["config"]);
         t.label += " L" + std::to_string(o["config"].value("n_layer", 0)) + " seed " + std::to_string(o.value("seed", 0));
       } else if (type == "step") {
         t.loss.push_back({j["step"].get<double>(), j["loss"].get<double>()});

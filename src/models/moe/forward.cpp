@@ -238,7 +238,6 @@ void moe_backward(const MoeModel<T>& model, MoeRunState<T>& rs, MoeModel<T>& gra
     // h_{l+1} = h + F, F = u + y: dF = dh (the copy keeps it while d_hidden accumulates).
     std::copy(rs.d_hidden, rs.d_hidden + N * D, rs.d_update);
     combine_rows_backward(rs.d_y, rs.d_weights, rs.d_update, s.y, s.entry_rows, s.entry_weights, N, k, D);
-    std::fill(rs.d_act, rs.d_act + R * F, T(0));
     grouped_linear_backward(rs.d_act, dp.proj_weight, dp.proj_bias, rs.d_y, s.act, p.proj_weight, s.offsets, E, F, D);
     gelu_tanh_backward(rs.d_act, rs.d_act, s.pre, R * F);
     grouped_linear_backward(rs.d_x, dp.fc_weight, dp.fc_bias, rs.d_act, s.x, p.fc_weight, s.offsets, E, D, F);
