@@ -21,23 +21,8 @@
 namespace fca {
 namespace {
 
-struct Windows {
-  std::vector<int32_t> inputs, targets;
-  int count = 0;
-};
-
-Windows load_windows(const TextSplit& split, int T, int wanted) {
-  Windows w;
-  const auto idx = evenly_spaced_windows(split.window_count(T), wanted, split.name());
-  w.count = int(idx.size());
-  w.inputs.resize(idx.size() * size_t(T));
-  w.targets.resize(idx.size() * size_t(T));
-  for (size_t i = 0; i < idx.size(); ++i) split.window(idx[i], T, w.inputs.data() + i * T, w.targets.data() + i * T);
-  return w;
-}
-
 // Mean NLL over windows, batch by batch, with the given source and block mask.
-double mean_nll(const GatedModel<float>& model, GatedRunState<float>& rs, const Windows& w, int batch, int T,
+double mean_nll(const GatedModel<float>& model, GatedRunState<float>& rs, const TokenWindows& w, int batch, int T,
                 CoefficientSource<float>& source, const std::vector<uint8_t>* executed) {
   std::vector<double> nll(static_cast<size_t>(w.count));
   for (int w0 = 0; w0 < w.count; w0 += batch) {
@@ -96,8 +81,8 @@ nlohmann::ordered_json measure_mudd(const std::string& path, const Corpus& corpu
   if (c.vocab_size != 256) throw Error(path + ": exec measures byte-level MUDD models (vocab 256) on text windows");
   const int T = c.block_size, B = o.batch;
   MuddRunState<float> rs(c, B, T);
-  const Windows timing = load_windows(corpus.split("test"), T, B);
-  const Windows eval = load_windows(corpus.split("test"), T, o.eval_windows);
+  const TokenWindows timing = load_token_windows(corpus.split("test"), T, B);
+  const TokenWindows eval = load_token_windows(corpus.split("test"), T, o.eval_windows);
   nlohmann::ordered_json m;
   m["path"] = path;
   m["model_sha256"] = model.content_hash();
@@ -160,6 +145,16 @@ nlohmann::ordered_json measure_mudd(const std::string& path, const Corpus& corpu
 
 }  // namespace
 
+TokenWindows load_token_windows(const TextSplit& split, int T, int wanted) {
+  TokenWindows w;
+  const auto idx = evenly_spaced_windows(split.window_count(T), wanted, split.name());
+  w.count = int(idx.size());
+  w.inputs.resize(idx.size() * size_t(T));
+  w.targets.resize(idx.size() * size_t(T));
+  for (size_t i = 0; i < idx.size(); ++i) split.window(idx[i], T, w.inputs.data() + i * T, w.targets.data() + i * T);
+  return w;
+}
+
 nlohmann::ordered_json run_exec(const Corpus& corpus, const ExecOptions& o) {
   if (o.models.empty()) throw Error("exec needs at least one --model");
   if (o.runs < 1 || o.warmup < 0 || o.batch < 1) throw Error("exec: --runs and --batch must be positive");
@@ -201,8 +196,8 @@ nlohmann::ordered_json run_exec(const Corpus& corpus, const ExecOptions& o) {
     const int T = c.seq_len, B = o.batch;
     const bool has_controller = c.gate == GateKind::uniform || c.gate == GateKind::layerstatic || c.gate == GateKind::featuregate;
     GatedRunState<float> rs(c, B, T, false);
-    const Windows timing = load_windows(corpus.split("test"), T, B);
-    const Windows eval = load_windows(corpus.split("test"), T, o.eval_windows);
+    const TokenWindows timing = load_token_windows(corpus.split("test"), T, B);
+    const TokenWindows eval = load_token_windows(corpus.split("test"), T, o.eval_windows);
 
     nlohmann::ordered_json m;
     m["path"] = path;
@@ -232,7 +227,7 @@ nlohmann::ordered_json run_exec(const Corpus& corpus, const ExecOptions& o) {
 
     if (!o.skip_thresholds.empty() && has_controller) {
       // Calibrated static gates: the mean of g per layer over the calibration windows.
-      const Windows calib = load_windows(corpus.split("valid"), T, o.calib_windows);
+      const TokenWindows calib = load_token_windows(corpus.split("valid"), T, o.calib_windows);
       CoefficientTensor calib_g(calib.count, gated_coefficient_shape(c, T));
       RecordingCoefficients<float> rec(model, calib_g);
       mean_nll(model, rs, calib, B, T, rec, nullptr);

@@ -26,6 +26,13 @@ struct ExecOptions {
   bool progress = true;
 };
 
+// `wanted` evenly spaced windows of T tokens of a split: inputs and targets [count, T].
+struct TokenWindows {
+  std::vector<int32_t> inputs, targets;
+  int count = 0;
+};
+TokenWindows load_token_windows(const TextSplit& split, int T, int wanted);
+
 nlohmann::ordered_json run_exec(const Corpus& corpus, const ExecOptions& options);
 std::string exec_markdown(const nlohmann::ordered_json& exec);
 

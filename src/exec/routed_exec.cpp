@@ -15,21 +15,6 @@
 namespace fca {
 namespace {
 
-struct Windows {
-  std::vector<int32_t> inputs, targets;
-  int count = 0;
-};
-
-Windows load_windows(const TextSplit& split, int T, int wanted) {
-  Windows w;
-  const auto idx = evenly_spaced_windows(split.window_count(T), wanted, split.name());
-  w.count = int(idx.size());
-  w.inputs.resize(idx.size() * size_t(T));
-  w.targets.resize(idx.size() * size_t(T));
-  for (size_t i = 0; i < idx.size(); ++i) split.window(idx[i], T, w.inputs.data() + i * T, w.targets.data() + i * T);
-  return w;
-}
-
 // GEMM FLOPs of the attention half of one block over B windows of T tokens: qkv and proj (4 D^2 per
 // row) and QK^T, PV over the pairs the blocked causal kernel executes.
 double attention_half_flops(int B, int T, int D) {
@@ -95,7 +80,7 @@ nlohmann::ordered_json saving(const nlohmann::ordered_json& mode, const nlohmann
 }
 
 template <typename Pass>
-double mean_nll(const Windows& eval, int B, Pass pass_and_loss) {
+double mean_nll(const TokenWindows& eval, int B, Pass pass_and_loss) {
   std::vector<double> nll(size_t(eval.count));
   for (int w0 = 0; w0 < eval.count; w0 += B) pass_and_loss(w0, std::min(B, eval.count - w0), nll.data() + w0);
   double s = 0;
@@ -109,8 +94,8 @@ nlohmann::ordered_json measure_moe(const std::string& path, const Corpus& corpus
   const MoeModel<float> model = MoeModel<float>::load(path);
   const MoeConfig& c = model.config();
   const int T = c.seq_len, B = o.batch, L = c.n_layer, D = c.d_model, E = c.n_expert, F = c.hidden();
-  const Windows timing = load_windows(corpus.split("test"), T, B);
-  const Windows eval = load_windows(corpus.split("test"), T, o.eval_windows);
+  const TokenWindows timing = load_token_windows(corpus.split("test"), T, B);
+  const TokenWindows eval = load_token_windows(corpus.split("test"), T, o.eval_windows);
   MoeRunState<float> rs(c, B, T, false), rs_dense(c, B, T, false, true);
   // GEMM FLOPs of one pass: attention halves, the router (live), expert rows x (fc + proj), head.
   auto formula = [&](int64_t expert_rows, bool router) {
@@ -197,8 +182,8 @@ nlohmann::ordered_json measure_mod(const std::string& path, const Corpus& corpus
   const ModModel<float> model = ModModel<float>::load(path);
   const ModConfig& c = model.config();
   const int T = c.seq_len, B = o.batch, L = c.n_layer, D = c.d_model, K = c.selected_tokens(T);
-  const Windows timing = load_windows(corpus.split("test"), T, B);
-  const Windows eval = load_windows(corpus.split("test"), T, o.eval_windows);
+  const TokenWindows timing = load_token_windows(corpus.split("test"), T, B);
+  const TokenWindows eval = load_token_windows(corpus.split("test"), T, o.eval_windows);
   ModRunState<float> rs(c, B, T, false);
   // Dense blocks over T tokens; routed blocks over their K tokens (the block's own attention pairs).
   double formula = 2.0 * B * T * D * 256;

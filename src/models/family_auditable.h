@@ -9,7 +9,9 @@
 #include <cstdint>
 #include <utility>
 
+#include "core/sha256.h"
 #include "models/auditable.h"
+#include "models/parameters.h"
 
 namespace fca {
 
@@ -49,6 +51,32 @@ class FamilyAuditable : public AuditableModel {
 
  private:
   int64_t replay_evaluations_ = 0;
+};
+
+// A byte-level single-file family whose records are routing decisions (moe, mod): everything but
+// the names comes from the model. Traits add: kFamily, record_shape(config, tokens), describe(config),
+// kStaticProfile and kStructureRemoved (the profile names the audit prints).
+template <typename Traits>
+class RoutedAuditable : public FamilyAuditable<Traits> {
+ public:
+  RoutedAuditable(const std::string& path, int max_batch, int max_tokens)
+      : FamilyAuditable<Traits>(Traits::Model::load(path), max_batch, max_tokens), hash_(sha256_file(path)) {}
+  std::string family() const override { return Traits::kFamily; }
+  std::string description() const override { return Traits::describe(this->model_.config()); }
+  std::string content_hash() const override { return hash_; }
+  std::string config_json() const override { return this->model_.config().to_json(); }
+  size_t parameter_count() const override { return layout_parameter_count(this->model_.layout()); }
+  int max_tokens() const override { return this->model_.config().seq_len; }
+  int vocab() const override { return 256; }
+  std::vector<int32_t> tokenize(const TextSplit& split) const override { return split.byte_tokens(); }
+  CoefficientTensor make_coefficients(int windows, int tokens) const override {
+    return CoefficientTensor(windows, Traits::record_shape(this->model_.config(), tokens));
+  }
+  std::string static_profile_name() const override { return Traits::kStaticProfile; }
+  std::string structure_removed_name() const override { return Traits::kStructureRemoved; }
+
+ private:
+  std::string hash_;
 };
 
 }  // namespace fca

@@ -1,6 +1,8 @@
 #include "models/parameters.h"
 
+#include <algorithm>
 #include <cmath>
+#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "core/rng.h"
@@ -94,12 +96,39 @@ void ParameterBuffer<T>::save(const std::string& path, const std::map<std::strin
   write_safetensors(path, tensors, metadata);
 }
 
-template <typename T>
-template <typename U>
-void ParameterBuffer<T>::copy_from(const ParameterBuffer<U>& other) {
-  layout_ = other.layout();
-  storage_.resize(other.size());
-  for (size_t i = 0; i < storage_.size(); ++i) storage_[i] = static_cast<T>(other.data()[i]);
+StrictConfig::StrictConfig(const std::string& text, const std::string& where, const std::vector<std::string>& known,
+                           const std::string& format)
+    : where_(where) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(where + ": config is not valid JSON (" + e.what() + ")");
+  }
+  if (!j.is_object()) throw Error(where + ": config is not a JSON object");
+  for (const auto& [key, value] : j.items())
+    if (std::find(known.begin(), known.end(), key) == known.end())
+      throw Error(where + ": unknown config key '" + key + "' for " + format);
+  json_ = std::move(j);
+}
+
+int StrictConfig::integer(const std::string& field) const {
+  const nlohmann::json& j = json_;
+  if (!j.contains(field) || !j[field].is_number_integer())
+    throw Error(where_ + ": config field '" + field + "' is missing or not an integer");
+  const int64_t v = j[field].get<int64_t>();
+  if (v < 0 || v > (int64_t(1) << 24)) throw Error(where_ + ": config field '" + field + "' is out of range: " + std::to_string(v));
+  return int(v);
+}
+
+double StrictConfig::number(const std::string& field) const {
+  const nlohmann::json& j = json_;
+  if (!j.contains(field) || !j[field].is_number()) throw Error(where_ + ": config field '" + field + "' is missing or not a number");
+  return j[field].get<double>();
+}
+
+void require_positive(int v, const char* field, const std::string& where) {
+  if (v <= 0) throw Error(where + ": " + field + " must be positive, found " + std::to_string(v));
 }
 
 size_t layout_parameter_count(const std::vector<TensorSlot>& layout) {
@@ -128,7 +157,5 @@ std::string read_checkpoint_config(const std::string& path, const std::string& e
 
 template class ParameterBuffer<float>;
 template class ParameterBuffer<double>;
-template void ParameterBuffer<double>::copy_from<float>(const ParameterBuffer<float>&);
-template void ParameterBuffer<float>::copy_from<double>(const ParameterBuffer<double>&);
 
 }  // namespace fca

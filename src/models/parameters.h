@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -54,13 +55,29 @@ class ParameterBuffer {
   void load(const SafetensorsReader& reader, const std::string& what);
   // Writes F32 tensors and `metadata` atomically.
   void save(const std::string& path, const std::map<std::string, std::string>& metadata) const;
-  template <typename U>
-  void copy_from(const ParameterBuffer<U>& other);
 
  private:
   std::vector<TensorSlot> layout_;
   std::vector<T> storage_;
 };
+
+// A checkpoint's config object, read strictly: not JSON, not an object, an unknown key, a missing
+// field, a non-integer where an integer belongs or an integer outside [0, 2^24] is an Error that
+// names `where` and the field.
+class StrictConfig {
+ public:
+  StrictConfig(const std::string& text, const std::string& where, const std::vector<std::string>& known_keys,
+               const std::string& format);
+  int integer(const std::string& field) const;
+  double number(const std::string& field) const;
+
+ private:
+  std::string where_;
+  nlohmann::json json_;
+};
+
+// Throws Error("<where>: <field> must be positive, found <v>") when v <= 0.
+void require_positive(int v, const char* field, const std::string& where);
 
 // Parameters of a layout (without the alignment padding).
 size_t layout_parameter_count(const std::vector<TensorSlot>& layout);

@@ -12,23 +12,7 @@ void GatedRunState<T>::layout(A& a) {
   const bool featuregate = config.gate == GateKind::featuregate;
   const int kept = keep_all_layers ? int(L) : 1;
   blocks.assign(L, {});
-  for (int l = 0; l < kept; ++l) {
-    auto& b = blocks[l];
-    b.ln1_out = a.template take<T>(N * D);
-    b.ln1_mean = a.template take<T>(N);
-    b.ln1_rstd = a.template take<T>(N);
-    b.qkv = a.template take<T>(N * 3 * D);
-    b.probs = a.template take<T>(attn);
-    b.attn_out = a.template take<T>(N * D);
-    b.u = a.template take<T>(N * D);
-    b.ln2_in = a.template take<T>(N * D);
-    b.ln2_out = a.template take<T>(N * D);
-    b.ln2_mean = a.template take<T>(N);
-    b.ln2_rstd = a.template take<T>(N);
-    b.fc_pre = a.template take<T>(N * 4 * D);
-    b.fc_act = a.template take<T>(N * 4 * D);
-    b.update = a.template take<T>(N * D);
-  }
+  for (int l = 0; l < kept; ++l) take_block_activations(a, blocks[l], N, attn, D, true);
   for (int l = kept; l < L; ++l) blocks[l] = blocks[0];
   hidden.assign(L + 1, nullptr);
   for (auto& h : hidden) h = a.template take<T>(N * D);

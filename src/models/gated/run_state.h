@@ -27,6 +27,28 @@ struct GatedBlockActivations {
   T* update;   // [N, D] F_l = u_l + w_l
 };
 
+// Carves one block's activations from an arena (or ArenaMeasure) for `rows` rows of width D, with
+// attention probabilities of `attn` entries ([B, H, T', T']); dense_mlp adds fc_pre and fc_act
+// [rows, 4D] (the MoE's experts keep their own row buffers). Shared by every family built from
+// the gated block (gated, moe, mod), so that no buffer can be forgotten in one of them.
+template <typename T, typename A>
+void take_block_activations(A& a, GatedBlockActivations<T>& b, int64_t rows, int64_t attn, int64_t D, bool dense_mlp) {
+  b.ln1_out = a.template take<T>(rows * D);
+  b.ln1_mean = a.template take<T>(rows);
+  b.ln1_rstd = a.template take<T>(rows);
+  b.qkv = a.template take<T>(rows * 3 * D);
+  b.probs = a.template take<T>(attn);
+  b.attn_out = a.template take<T>(rows * D);
+  b.u = a.template take<T>(rows * D);
+  b.ln2_in = a.template take<T>(rows * D);
+  b.ln2_out = a.template take<T>(rows * D);
+  b.ln2_mean = a.template take<T>(rows);
+  b.ln2_rstd = a.template take<T>(rows);
+  b.fc_pre = a.template take<T>(dense_mlp ? rows * 4 * D : 0);
+  b.fc_act = a.template take<T>(dense_mlp ? rows * 4 * D : 0);
+  b.update = a.template take<T>(rows * D);
+}
+
 template <typename T>
 struct GatedRunState {
   // keep_all_layers: keep every block's activations (training, traces); otherwise one set is reused

@@ -24,27 +24,11 @@ void ModRunState<T>::layout(A& a) {
   const int kept = keep_all_layers ? int(L) : 1;
   blocks.assign(size_t(L), {});
   routed.assign(size_t(L), {});
-  auto take_block = [&](GatedBlockActivations<T>& b, int64_t rows, int64_t seq) {
-    const int64_t attn = int64_t(max_batch) * config.n_head * seq * seq;
-    b.ln1_out = a.template take<T>(rows * D);
-    b.ln1_mean = a.template take<T>(rows);
-    b.ln1_rstd = a.template take<T>(rows);
-    b.qkv = a.template take<T>(rows * 3 * D);
-    b.probs = a.template take<T>(attn);
-    b.attn_out = a.template take<T>(rows * D);
-    b.u = a.template take<T>(rows * D);
-    b.ln2_in = a.template take<T>(rows * D);
-    b.ln2_out = a.template take<T>(rows * D);
-    b.ln2_mean = a.template take<T>(rows);
-    b.ln2_rstd = a.template take<T>(rows);
-    b.fc_pre = a.template take<T>(rows * 4 * D);
-    b.fc_act = a.template take<T>(rows * 4 * D);
-    b.update = a.template take<T>(rows * D);
-  };
   for (int l = 0; l < kept; ++l) {
     // Inference reuses one full-size set for every block (a routed block needs fewer rows).
     const bool sub = keep_all_layers && config.routed(l);
-    take_block(blocks[size_t(l)], sub ? Ns : N, sub ? K : max_tokens);
+    const int64_t seq = sub ? K : max_tokens;
+    take_block_activations(a, blocks[size_t(l)], sub ? Ns : N, int64_t(max_batch) * config.n_head * seq * seq, D, true);
   }
   for (int l = kept; l < L; ++l) blocks[size_t(l)] = blocks[0];
   for (int l = 0; l < L; ++l) {

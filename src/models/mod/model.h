@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "models/flat_model.h"
 #include "models/parameters.h"
 
 namespace fca {
@@ -46,34 +47,19 @@ struct ModWeights {
   T *ln_f_weight, *ln_f_bias;
 };
 
-template <typename T>
-class ModModel {
- public:
-  ModModel() = default;
-  explicit ModModel(const ModConfig& config);
-  ModModel(const ModModel& other) : config_(other.config_), params_(other.params_) { bind(); }
-  ModModel& operator=(const ModModel& other);
-  template <typename U>
-  static ModModel converted_from(const ModModel<U>& other);
-
-  static ModModel initialized(const ModConfig& config, uint64_t seed);
-  static ModModel load(const std::string& path);
-  void save(const std::string& path, const std::map<std::string, std::string>& extra = {}) const;
-
-  const ModConfig& config() const { return config_; }
-  const std::vector<TensorSlot>& layout() const { return params_.layout(); }
-  T* data() { return params_.data(); }
-  const T* data() const { return params_.data(); }
-  size_t buffer_size() const { return params_.size(); }
-  const ModWeights<T>& weights() const { return weights_; }
-  ModWeights<T>& weights() { return weights_; }
-  const ParameterBuffer<T>& parameters() const { return params_; }
-
- private:
-  void bind();
-  ModConfig config_;
-  ParameterBuffer<T> params_;
-  ModWeights<T> weights_{};
+// The family's part of FlatModel (models/flat_model.h).
+struct ModSpec {
+  using Config = ModConfig;
+  template <typename T>
+  using Weights = ModWeights<T>;
+  static constexpr const char* kFormat = kModFormat;
+  static std::vector<TensorSlot> layout(const ModConfig& c) { return mod_tensor_layout(c); }
+  template <typename T>
+  static ModWeights<T> bind(ParameterBuffer<T>& params, const ModConfig& c);
+  static std::string describe(const ModConfig& c);
 };
+
+template <typename T>
+using ModModel = FlatModel<T, ModSpec>;
 
 }  // namespace fca

@@ -18,27 +18,13 @@ struct MoeAuditTraits {
     moe_forward(m, rs, x, B, T, s, first);
   }
   static void loss(RunState& rs, const int32_t* y, double* nll) { moe_loss(rs, y, nll); }
+  static constexpr const char* kFamily = "moe";
+  static constexpr const char* kStaticProfile = "LayerTopExperts";
+  static constexpr const char* kStructureRemoved = "RandomExperts";
+  static CoefficientShape record_shape(const MoeConfig& c, int tokens) { return moe_record_shape(c, tokens); }
+  static std::string describe(const MoeConfig& c);
 };
 
-class MoeAuditable : public FamilyAuditable<MoeAuditTraits> {
- public:
-  MoeAuditable(const std::string& path, int max_batch, int max_tokens);
-  std::string family() const override { return "moe"; }
-  std::string description() const override;
-  std::string content_hash() const override { return hash_; }
-  std::string config_json() const override { return model_.config().to_json(); }
-  size_t parameter_count() const override { return layout_parameter_count(model_.layout()); }
-  int max_tokens() const override { return model_.config().seq_len; }
-  int vocab() const override { return 256; }
-  std::vector<int32_t> tokenize(const TextSplit& split) const override { return split.byte_tokens(); }
-  CoefficientTensor make_coefficients(int windows, int tokens) const override {
-    return CoefficientTensor(windows, moe_record_shape(model_.config(), tokens));
-  }
-  std::string static_profile_name() const override { return "LayerTopExperts"; }
-  std::string structure_removed_name() const override { return "RandomExperts"; }
-
- private:
-  std::string hash_;
-};
+using MoeAuditable = RoutedAuditable<MoeAuditTraits>;
 
 }  // namespace fca

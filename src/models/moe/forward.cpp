@@ -32,19 +32,7 @@ void MoeRunState<T>::layout(A& a) {
   blocks.assign(size_t(L), {});
   layers.assign(size_t(L), {});
   for (int l = 0; l < kept; ++l) {
-    auto& b = blocks[size_t(l)];
-    b.ln1_out = a.template take<T>(N * D);
-    b.ln1_mean = a.template take<T>(N);
-    b.ln1_rstd = a.template take<T>(N);
-    b.qkv = a.template take<T>(N * 3 * D);
-    b.probs = a.template take<T>(attn);
-    b.attn_out = a.template take<T>(N * D);
-    b.u = a.template take<T>(N * D);
-    b.ln2_in = a.template take<T>(N * D);
-    b.ln2_out = a.template take<T>(N * D);
-    b.ln2_mean = a.template take<T>(N);
-    b.ln2_rstd = a.template take<T>(N);
-    b.update = a.template take<T>(N * D);
+    take_block_activations(a, blocks[size_t(l)], N, attn, D, false);
     auto& s = layers[size_t(l)];
     s.x = a.template take<T>(R * D);
     s.pre = a.template take<T>(R * F);

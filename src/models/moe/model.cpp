@@ -8,9 +8,7 @@
 namespace fca {
 
 void MoeConfig::validate(const std::string& where) const {
-  auto positive = [&](int v, const char* field) {
-    if (v <= 0) throw Error(where + ": " + field + " must be positive, found " + std::to_string(v));
-  };
+  auto positive = [&](int v, const char* field) { require_positive(v, field, where); };
   positive(n_layer, "n_layer");
   positive(d_model, "d_model");
   positive(n_head, "n_head");
@@ -41,36 +39,17 @@ std::string MoeConfig::to_json() const {
 }
 
 MoeConfig MoeConfig::from_json(const std::string& text, const std::string& where) {
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(where + ": config is not valid JSON (" + e.what() + ")");
-  }
-  if (!j.is_object()) throw Error(where + ": config is not a JSON object");
-  static const char* known[] = {"n_layer", "d_model", "n_head", "seq_len", "n_expert", "top_k", "expert_hidden", "aux_loss"};
-  for (const auto& [key, value] : j.items()) {
-    bool ok = false;
-    for (const char* k : known) ok = ok || key == k;
-    if (!ok) throw Error(where + ": unknown config key '" + key + "' for " + kMoeFormat);
-  }
-  auto get_int = [&](const char* field) {
-    if (!j.contains(field) || !j[field].is_number_integer())
-      throw Error(where + ": config field '" + field + "' is missing or not an integer");
-    const int64_t v = j[field].get<int64_t>();
-    if (v < 0 || v > (int64_t(1) << 24)) throw Error(where + ": config field '" + field + "' is out of range: " + std::to_string(v));
-    return int(v);
-  };
+  const StrictConfig j(text, where, {"n_layer", "d_model", "n_head", "seq_len", "n_expert", "top_k", "expert_hidden", "aux_loss"},
+                       kMoeFormat);
   MoeConfig c;
-  c.n_layer = get_int("n_layer");
-  c.d_model = get_int("d_model");
-  c.n_head = get_int("n_head");
-  c.seq_len = get_int("seq_len");
-  c.n_expert = get_int("n_expert");
-  c.top_k = get_int("top_k");
-  c.expert_hidden = get_int("expert_hidden");
-  if (!j.contains("aux_loss") || !j["aux_loss"].is_number()) throw Error(where + ": config field 'aux_loss' is missing or not a number");
-  c.aux_loss = j["aux_loss"].get<double>();
+  c.n_layer = j.integer("n_layer");
+  c.d_model = j.integer("d_model");
+  c.n_head = j.integer("n_head");
+  c.seq_len = j.integer("seq_len");
+  c.n_expert = j.integer("n_expert");
+  c.top_k = j.integer("top_k");
+  c.expert_hidden = j.integer("expert_hidden");
+  c.aux_loss = j.number("aux_loss");
   c.validate(where);
   return c;
 }
@@ -96,72 +75,27 @@ std::vector<TensorSlot> moe_tensor_layout(const MoeConfig& c) {
 }
 
 template <typename T>
-MoeModel<T>::MoeModel(const MoeConfig& config) : config_(config), params_(moe_tensor_layout(config)) {
-  bind();
-}
-
-template <typename T>
-MoeModel<T>& MoeModel<T>::operator=(const MoeModel& other) {
-  if (this != &other) {
-    config_ = other.config_;
-    params_ = other.params_;
-    bind();
-  }
-  return *this;
-}
-
-template <typename T>
-void MoeModel<T>::bind() {
-  weights_.wte = params_.find("wte");
-  weights_.wpe = params_.find("wpe");
-  weights_.blocks.clear();
-  for (int l = 0; l < config_.n_layer; ++l) {
+MoeWeights<T> MoeSpec::bind(ParameterBuffer<T>& params, const MoeConfig& c) {
+  MoeWeights<T> w;
+  w.wte = params.find("wte");
+  w.wpe = params.find("wpe");
+  for (int l = 0; l < c.n_layer; ++l) {
     const std::string p = "blocks." + std::to_string(l) + ".";
-    weights_.blocks.push_back({params_.block(p), params_.find(p + "router.weight"), params_.find(p + "experts.fc.weight"),
-                               params_.find(p + "experts.fc.bias"), params_.find(p + "experts.proj.weight"),
-                               params_.find(p + "experts.proj.bias")});
+    w.blocks.push_back({params.block(p), params.find(p + "router.weight"), params.find(p + "experts.fc.weight"),
+                        params.find(p + "experts.fc.bias"), params.find(p + "experts.proj.weight"),
+                        params.find(p + "experts.proj.bias")});
   }
-  weights_.ln_f_weight = params_.find("ln_f.weight");
-  weights_.ln_f_bias = params_.find("ln_f.bias");
+  w.ln_f_weight = params.find("ln_f.weight");
+  w.ln_f_bias = params.find("ln_f.bias");
+  return w;
 }
 
-template <typename T>
-template <typename U>
-MoeModel<T> MoeModel<T>::converted_from(const MoeModel<U>& other) {
-  MoeModel<T> m(other.config());
-  m.params_.copy_from(other.parameters());
-  m.bind();
-  return m;
+std::string MoeSpec::describe(const MoeConfig& c) {
+  return "moe model with " + std::to_string(c.n_layer) + " layers, " + std::to_string(c.n_expert) + " experts of width " +
+         std::to_string(c.hidden());
 }
 
-template <typename T>
-MoeModel<T> MoeModel<T>::initialized(const MoeConfig& config, uint64_t seed) {
-  config.validate("initialisation");
-  MoeModel<T> m(config);
-  m.params_.initialize(config.n_layer, seed);
-  return m;
-}
-
-template <typename T>
-MoeModel<T> MoeModel<T>::load(const std::string& path) {
-  const MoeConfig config = MoeConfig::from_json(read_checkpoint_config(path, kMoeFormat), path);
-  SafetensorsReader reader(path);
-  MoeModel<T> m(config);
-  m.params_.load(reader, "moe model with " + std::to_string(config.n_layer) + " layers, " +
-                             std::to_string(config.n_expert) + " experts of width " + std::to_string(config.hidden()));
-  return m;
-}
-
-template <typename T>
-void MoeModel<T>::save(const std::string& path, const std::map<std::string, std::string>& extra) const {
-  std::map<std::string, std::string> metadata = extra;
-  metadata["format"] = kMoeFormat;
-  metadata["config"] = config_.to_json();
-  params_.save(path, metadata);
-}
-
-template class MoeModel<float>;
-template class MoeModel<double>;
-template MoeModel<double> MoeModel<double>::converted_from<float>(const MoeModel<float>&);
+template MoeWeights<float> MoeSpec::bind<float>(ParameterBuffer<float>&, const MoeConfig&);
+template MoeWeights<double> MoeSpec::bind<double>(ParameterBuffer<double>&, const MoeConfig&);
 
 }  // namespace fca

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "models/flat_model.h"
 #include "models/parameters.h"
 
 namespace fca {
@@ -50,35 +51,19 @@ struct MoeWeights {
   T *ln_f_weight, *ln_f_bias;
 };
 
-template <typename T>
-class MoeModel {
- public:
-  MoeModel() = default;
-  explicit MoeModel(const MoeConfig& config);  // all parameters zero
-  MoeModel(const MoeModel& other) : config_(other.config_), params_(other.params_) { bind(); }
-  MoeModel& operator=(const MoeModel& other);
-  template <typename U>
-  static MoeModel converted_from(const MoeModel<U>& other);
-
-  static MoeModel initialized(const MoeConfig& config, uint64_t seed);
-  // Loads an fca-moe-v1 file: format, config and every tensor checked; extra tensors are errors.
-  static MoeModel load(const std::string& path);
-  void save(const std::string& path, const std::map<std::string, std::string>& extra = {}) const;
-
-  const MoeConfig& config() const { return config_; }
-  const std::vector<TensorSlot>& layout() const { return params_.layout(); }
-  T* data() { return params_.data(); }
-  const T* data() const { return params_.data(); }
-  size_t buffer_size() const { return params_.size(); }
-  const MoeWeights<T>& weights() const { return weights_; }
-  MoeWeights<T>& weights() { return weights_; }
-  const ParameterBuffer<T>& parameters() const { return params_; }
-
- private:
-  void bind();
-  MoeConfig config_;
-  ParameterBuffer<T> params_;
-  MoeWeights<T> weights_{};
+// The family's part of FlatModel (models/flat_model.h).
+struct MoeSpec {
+  using Config = MoeConfig;
+  template <typename T>
+  using Weights = MoeWeights<T>;
+  static constexpr const char* kFormat = kMoeFormat;
+  static std::vector<TensorSlot> layout(const MoeConfig& c) { return moe_tensor_layout(c); }
+  template <typename T>
+  static MoeWeights<T> bind(ParameterBuffer<T>& params, const MoeConfig& c);
+  static std::string describe(const MoeConfig& c);
 };
+
+template <typename T>
+using MoeModel = FlatModel<T, MoeSpec>;
 
 }  // namespace fca

@@ -1,0 +1,74 @@
+// The body every single-file model family shares: a config, one named parameter buffer laid out by
+// the family, and the named weight pointers bound to it. A family supplies a Spec:
+//   Config (validate / to_json / from_json, n_layer), kFormat, layout(config) -> slots,
+//   template <T> Weights<T>, template <T> bind(ParameterBuffer<T>&, config) -> Weights<T>,
+//   describe(config) (how messages name a model: "moe model with 4 layers, ...").
+// Read-only during inference; one model serves many run states.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "core/safetensors.h"
+#include "models/parameters.h"
+
+namespace fca {
+
+template <typename T, typename Spec>
+class FlatModel {
+ public:
+  using Config = typename Spec::Config;
+  using Weights = typename Spec::template Weights<T>;
+
+  FlatModel() = default;
+  explicit FlatModel(const Config& config) : config_(config), params_(Spec::layout(config)) { bind(); }  // all zero
+  FlatModel(const FlatModel& other) : config_(other.config_), params_(other.params_) { bind(); }
+  FlatModel& operator=(const FlatModel& other) {
+    if (this != &other) {
+      config_ = other.config_;
+      params_ = other.params_;
+      bind();
+    }
+    return *this;
+  }
+
+  // The gated-transformer spec's initialisation (ParameterBuffer::initialize) from one seed.
+  static FlatModel initialized(const Config& config, uint64_t seed) {
+    config.validate("initialisation");
+    FlatModel m(config);
+    m.params_.initialize(config.n_layer, seed);
+    return m;
+  }
+  // Loads a file of the family's format: format, config and every tensor checked; extra tensors
+  // are errors.
+  static FlatModel load(const std::string& path) {
+    const Config config = Config::from_json(read_checkpoint_config(path, Spec::kFormat), path);
+    SafetensorsReader reader(path);
+    FlatModel m(config);
+    m.params_.load(reader, Spec::describe(config));
+    return m;
+  }
+  // Writes F32 parameters with metadata format, config and `extra`, atomically.
+  void save(const std::string& path, const std::map<std::string, std::string>& extra = {}) const {
+    std::map<std::string, std::string> metadata = extra;
+    metadata["format"] = Spec::kFormat;
+    metadata["config"] = config_.to_json();
+    params_.save(path, metadata);
+  }
+
+  const Config& config() const { return config_; }
+  const std::vector<TensorSlot>& layout() const { return params_.layout(); }
+  T* data() { return params_.data(); }
+  const T* data() const { return params_.data(); }
+  size_t buffer_size() const { return params_.size(); }
+  const Weights& weights() const { return weights_; }
+  Weights& weights() { return weights_; }
+
+ private:
+  void bind() { weights_ = Spec::bind(params_, config_); }
+  Config config_;
+  ParameterBuffer<T> params_;
+  Weights weights_{};
+};
+
+}  // namespace fca
