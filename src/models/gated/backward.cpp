@@ -52,14 +52,7 @@ void gated_backward(const GatedModel<T>& model, GatedRunState<T>& rs, GatedModel
   const auto& w = model.weights();
   auto& dw = grads.weights();
 
-  // Head: logits = ln_f_out wte^T. dlogits overwrites the logits buffer.
-  T* dlogits = rs.logits;
-  cross_entropy_backward(dlogits, rs.logits, rs.targets, loss_scale, N, kByteVocab);
-  gemm<T>(true, false, kByteVocab, D, N, T(1), dlogits, kByteVocab, rs.ln_f_out, D, T(1), dw.wte, D);
-  gemm<T>(false, false, N, D, kByteVocab, T(1), dlogits, kByteVocab, w.wte, D, T(0), rs.d_small, D);
-  std::fill(rs.d_hidden, rs.d_hidden + int64_t(N) * D, T(0));
-  layernorm_backward(rs.d_hidden, dw.ln_f_weight, dw.ln_f_bias, rs.d_small, rs.hidden[L], rs.ln_f_mean, rs.ln_f_rstd,
-                     w.ln_f_weight, N, D);
+  stream_head_backward(rs, dw.wte, dw.ln_f_weight, dw.ln_f_bias, w.ln_f_weight, w.wte, loss_scale, L, N, D);
 
   for (int l = L - 1; l >= 0; --l) {
     const auto& p = w.blocks[l];

@@ -1,8 +1,12 @@
 #include "models/gated/block.h"
 
 #include <algorithm>
+#include <string>
+
+#include "core/error.h"
 
 #include "ops/elementwise.h"
+#include "ops/embedding.h"
 #include "ops/gemm.h"
 #include "ops/layernorm.h"
 
@@ -60,6 +64,33 @@ void attention_half_backward(T* d_h, GatedBlockWeights<T>& dp, const BlockGradSc
   layernorm_backward(d_h, dp.ln1_weight, dp.ln1_bias, s.d_small, h, a.ln1_mean, a.ln1_rstd, p.ln1_weight, N, D);
 }
 
+template <typename T>
+void stream_embed(StreamState<T>& s, const int32_t* tokens, const T* wte, const T* wpe, int B, int Tn, int D) {
+  for (int64_t i = 0; i < int64_t(B) * Tn; ++i) {
+    if (tokens[i] < 0 || tokens[i] >= kByteVocab) throw Error("token id " + std::to_string(tokens[i]) + " is outside [0, 256)");
+    s.tokens_in[i] = tokens[i];
+  }
+  embedding_forward(s.hidden[0], tokens, wte, wpe, B, Tn, D);
+}
+
+template <typename T>
+void stream_head_forward(StreamState<T>& s, const T* ln_f_weight, const T* ln_f_bias, const T* wte, int L, int64_t N, int D) {
+  layernorm_forward(s.ln_f_out, s.ln_f_mean, s.ln_f_rstd, s.hidden[size_t(L)], ln_f_weight, ln_f_bias, N, D);
+  gemm<T>(false, true, int(N), kByteVocab, D, T(1), s.ln_f_out, D, wte, D, T(0), s.logits, kByteVocab);
+}
+
+template <typename T>
+void stream_head_backward(StreamState<T>& s, T* dwte, T* dln_f_weight, T* dln_f_bias, const T* ln_f_weight, const T* wte,
+                          T loss_scale, int L, int64_t N, int D) {
+  T* dlogits = s.logits;  // dlogits overwrites the logits buffer
+  cross_entropy_backward(dlogits, s.logits, s.targets, loss_scale, N, kByteVocab);
+  gemm<T>(true, false, kByteVocab, D, int(N), T(1), dlogits, kByteVocab, s.ln_f_out, D, T(1), dwte, D);
+  gemm<T>(false, false, int(N), D, kByteVocab, T(1), dlogits, kByteVocab, wte, D, T(0), s.d_small, D);
+  std::fill(s.d_hidden, s.d_hidden + N * D, T(0));
+  layernorm_backward(s.d_hidden, dln_f_weight, dln_f_bias, s.d_small, s.hidden[size_t(L)], s.ln_f_mean, s.ln_f_rstd, ln_f_weight,
+                     N, D);
+}
+
 #define FCA_INSTANTIATE(T)                                                                                           \
   template void attention_half_forward<T>(GatedBlockActivations<T>&, const GatedBlockWeights<T>&, const T*, int, int, \
                                           int, int, const AttentionStats<T>*);                                       \
@@ -70,6 +101,13 @@ void attention_half_backward(T* d_h, GatedBlockWeights<T>& dp, const BlockGradSc
                                            const GatedBlockActivations<T>&, const GatedBlockWeights<T>&, const T*,   \
                                            const T*, int, int, int, int);
 FCA_INSTANTIATE(float)
+#define FCA_INSTANTIATE_STREAM(T)                                                                                     \
+  template void stream_embed<T>(StreamState<T>&, const int32_t*, const T*, const T*, int, int, int);                   \
+  template void stream_head_forward<T>(StreamState<T>&, const T*, const T*, const T*, int, int64_t, int);              \
+  template void stream_head_backward<T>(StreamState<T>&, T*, T*, T*, const T*, const T*, T, int, int64_t, int);
+FCA_INSTANTIATE_STREAM(float)
+FCA_INSTANTIATE_STREAM(double)
+#undef FCA_INSTANTIATE_STREAM
 FCA_INSTANTIATE(double)
 #undef FCA_INSTANTIATE
 

@@ -41,4 +41,17 @@ void attention_half_backward(T* d_h, GatedBlockWeights<T>& dp, const BlockGradSc
                              const GatedBlockActivations<T>& a, const GatedBlockWeights<T>& p, const T* h,
                              const T* du_direct, int B, int Tn, int D, int H);
 
+// The stream's ends, shared by every family built from the gated block (N = B*T' rows, width D).
+// Checks that every token is a byte, saves them, and writes h_0 = wte[token] + wpe[position].
+template <typename T>
+void stream_embed(StreamState<T>& s, const int32_t* tokens, const T* wte, const T* wpe, int B, int Tn, int D);
+// logits = LayerNorm_f(h_L) wte^T (the tied head).
+template <typename T>
+void stream_head_forward(StreamState<T>& s, const T* ln_f_weight, const T* ln_f_bias, const T* wte, int L, int64_t N, int D);
+// From the saved targets: dlogits (over the logits buffer), dwte and the ln_f gradients
+// (accumulated), and d_hidden = d h_L (overwritten), the start of the blocks' backward.
+template <typename T>
+void stream_head_backward(StreamState<T>& s, T* dwte, T* dln_f_weight, T* dln_f_bias, const T* ln_f_weight, const T* wte,
+                          T loss_scale, int L, int64_t N, int D);
+
 }  // namespace fca

@@ -55,10 +55,6 @@ void gated_forward(const GatedModel<T>& model, GatedRunState<T>& rs, const int32
   const auto& w = model.weights();
   rs.batch = B;
   rs.tokens = Tn;
-  for (int i = 0; i < N; ++i) {
-    if (tokens[i] < 0 || tokens[i] >= kByteVocab) throw Error("token id " + std::to_string(tokens[i]) + " is outside [0, 256)");
-    rs.tokens_in[i] = tokens[i];
-  }
   const bool controller_inputs = source.needs_controller_inputs();
   if (executed_blocks != nullptr) {
     if (int(executed_blocks->size()) != c.n_layer)
@@ -71,7 +67,7 @@ void gated_forward(const GatedModel<T>& model, GatedRunState<T>& rs, const int32
   ExecCounters* counters = exec_counters();
   const BatchPosition position{first_window, B, Tn};
 
-  embedding_forward(rs.hidden[0], tokens, w.wte, w.wpe, B, Tn, D);
+  stream_embed(rs, tokens, w.wte, w.wpe, B, Tn, D);
   for (int l = 0; l < L; ++l) {
     const auto& p = w.blocks[l];
     auto& a = rs.blocks[l];
@@ -91,8 +87,7 @@ void gated_forward(const GatedModel<T>& model, GatedRunState<T>& rs, const int32
     source.coefficients(l, position, phi, g);
     gated_residual_forward(rs.hidden[l + 1], h, g, a.update, N, D);
   }
-  layernorm_forward(rs.ln_f_out, rs.ln_f_mean, rs.ln_f_rstd, rs.hidden[L], w.ln_f_weight, w.ln_f_bias, N, D);
-  gemm<T>(false, true, N, kByteVocab, D, T(1), rs.ln_f_out, D, w.wte, D, T(0), rs.logits, kByteVocab);
+  stream_head_forward(rs, w.ln_f_weight, w.ln_f_bias, w.wte, L, N, D);
 }
 
 template <typename T>

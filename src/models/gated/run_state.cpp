@@ -14,32 +14,15 @@ void GatedRunState<T>::layout(A& a) {
   blocks.assign(L, {});
   for (int l = 0; l < kept; ++l) take_block_activations(a, blocks[l], N, attn, D, true);
   for (int l = kept; l < L; ++l) blocks[l] = blocks[0];
-  hidden.assign(L + 1, nullptr);
-  for (auto& h : hidden) h = a.template take<T>(N * D);
+  this->take_stream(a, int(L), N, D, max_tokens, keep_all_layers);  // backward buffers only where backward can run
   gates = a.template take<T>(L * N);
   features = a.template take<T>(featuregate ? L * N * 4 : 0);
   logp[0] = a.template take<T>(featuregate ? attn : 0);
   logp[1] = a.template take<T>(featuregate ? attn : 0);
   head_features = a.template take<T>(featuregate ? int64_t(max_batch) * config.n_head * max_tokens * 3 : 0);
-  ln_f_out = a.template take<T>(N * D);
-  ln_f_mean = a.template take<T>(N);
-  ln_f_rstd = a.template take<T>(N);
-  logits = a.template take<T>(N * kByteVocab);
-  losses = a.template take<T>(N);
-  tokens_in = a.template take<int32_t>(N);
-  targets = a.template take<int32_t>(N);
-  // Backward buffers exist only where backward can run (all layers kept).
   const int64_t nb = keep_all_layers ? N : 0;
-  d_hidden = a.template take<T>(nb * D);
-  d_update = a.template take<T>(nb * D);
-  d_u = a.template take<T>(nb * D);
-  d_ln2_in = a.template take<T>(nb * D);
-  d_small = a.template take<T>(nb * D);
   d_wide = a.template take<T>(nb * 4 * D);
-  d_qkv = a.template take<T>(nb * 3 * D);
   d_gate = a.template take<T>(nb);
-  scratch_threads = keep_all_layers ? omp_get_max_threads() : 0;
-  attn_scratch = a.template take<T>(int64_t(scratch_threads) * max_tokens * max_tokens);
 }
 
 template <typename T>

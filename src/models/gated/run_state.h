@@ -2,6 +2,8 @@
 // carved from one arena sized once for the largest batch. Stable names (docs/model.md) address them:
 // hidden.{l} = h_l, blocks.{l}.gate = g_l, blocks.{l}.features = phi_l, logits.
 #pragma once
+#include <omp.h>
+
 #include <cstdint>
 #include <vector>
 
@@ -49,8 +51,48 @@ void take_block_activations(A& a, GatedBlockActivations<T>& b, int64_t rows, int
   b.update = a.template take<T>(rows * D);
 }
 
+// The residual stream, the tied byte head and the backward scratch that every family built from
+// the gated block shares (gated, moe, mod): run states derive from it and carve it with
+// take_stream(). N = B*T' rows of width D.
 template <typename T>
-struct GatedRunState {
+struct StreamState {
+  std::vector<T*> hidden;  // L+1 entries, [N, D]: h_0 .. h_L
+  T* ln_f_out; T* ln_f_mean; T* ln_f_rstd;  // [N, D], [N], [N]
+  T* logits;               // [N, 256]; overwritten by dlogits in backward
+  T* losses;               // [N] per-position cross-entropy
+  int32_t* tokens_in;      // [N] inputs of the last pass
+  int32_t* targets;        // [N]
+  // Backward scratch (empty unless `backward`): [N, D] except d_qkv [N, 3D]; attn_scratch one
+  // [T', T'] per OpenMP thread.
+  T *d_hidden, *d_update, *d_u, *d_ln2_in, *d_small, *d_qkv;
+  T* attn_scratch;
+  int scratch_threads = 0;
+
+  template <typename A>
+  void take_stream(A& a, int L, int64_t N, int64_t D, int64_t max_tokens, bool backward) {
+    hidden.assign(size_t(L + 1), nullptr);
+    for (auto& h : hidden) h = a.template take<T>(N * D);
+    ln_f_out = a.template take<T>(N * D);
+    ln_f_mean = a.template take<T>(N);
+    ln_f_rstd = a.template take<T>(N);
+    logits = a.template take<T>(N * 256);
+    losses = a.template take<T>(N);
+    tokens_in = a.template take<int32_t>(N);
+    targets = a.template take<int32_t>(N);
+    const int64_t nb = backward ? N : 0;
+    d_hidden = a.template take<T>(nb * D);
+    d_update = a.template take<T>(nb * D);
+    d_u = a.template take<T>(nb * D);
+    d_ln2_in = a.template take<T>(nb * D);
+    d_small = a.template take<T>(nb * D);
+    d_qkv = a.template take<T>(nb * 3 * D);
+    scratch_threads = backward ? omp_get_max_threads() : 0;
+    attn_scratch = a.template take<T>(int64_t(scratch_threads) * max_tokens * max_tokens);
+  }
+};
+
+template <typename T>
+struct GatedRunState : StreamState<T> {
   // keep_all_layers: keep every block's activations (training, traces); otherwise one set is reused
   // by all layers (inference), which is all a forward pass needs.
   GatedRunState(const GatedConfig& config, int max_batch, int max_tokens, bool keep_all_layers);
@@ -61,24 +103,13 @@ struct GatedRunState {
   int batch = 0, tokens = 0;  // of the last forward pass
 
   std::vector<GatedBlockActivations<T>> blocks;  // L entries (aliases of one set when not keeping all)
-  std::vector<T*> hidden;  // L+1 entries, [N, D]: h_0 .. h_L
   T* gates;                // [L, N]   g_l
   T* features;             // [L, N, 4] phi_l (featuregate, live only)
   T* logp[2];              // [B, H, T', T'] log-softmax of the previous and current layer (featuregate)
   T* head_features;        // [B, H, T', 3]
-  T* ln_f_out; T* ln_f_mean; T* ln_f_rstd;  // [N, D], [N], [N]
-  T* logits;               // [N, 256]; overwritten by dlogits in backward
-  T* losses;               // [N] per-position cross-entropy
-  int32_t* tokens_in;      // [N] inputs of the last pass
-  int32_t* targets;        // [N]
-
-  // Backward scratch.
-  T *d_hidden, *d_update, *d_u, *d_ln2_in, *d_small;  // [N, D]
+  // Backward scratch beyond the stream's.
   T* d_wide;     // [N, 4D]
-  T* d_qkv;      // [N, 3D]
   T* d_gate;     // [N]
-  T* attn_scratch;  // [scratch_threads, T', T']
-  int scratch_threads = 0;
 
   size_t bytes() const { return arena.capacity(); }
 

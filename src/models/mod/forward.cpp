@@ -39,28 +39,12 @@ void ModRunState<T>::layout(A& a) {
     r.weights = a.template take<T>(Ns);
     r.h_sub = a.template take<T>(Ns * D);
   }
-  hidden.assign(size_t(L + 1), nullptr);
-  for (auto& h : hidden) h = a.template take<T>(N * D);
-  ln_f_out = a.template take<T>(N * D);
-  ln_f_mean = a.template take<T>(N);
-  ln_f_rstd = a.template take<T>(N);
-  logits = a.template take<T>(N * 256);
-  losses = a.template take<T>(N);
-  tokens_in = a.template take<int32_t>(N);
-  targets = a.template take<int32_t>(N);
+  this->take_stream(a, int(L), N, D, max_tokens, keep_all_layers);
   const int64_t nb = keep_all_layers ? N : 0, sb = keep_all_layers ? Ns : 0;
-  d_hidden = a.template take<T>(nb * D);
-  d_update = a.template take<T>(nb * D);
-  d_u = a.template take<T>(nb * D);
-  d_ln2_in = a.template take<T>(nb * D);
-  d_small = a.template take<T>(nb * D);
   d_wide = a.template take<T>(nb * 4 * D);
-  d_qkv = a.template take<T>(nb * 3 * D);
   d_sub = a.template take<T>(sb * D);
   d_sel = a.template take<T>(sb * D);
   d_sig = a.template take<T>(sb);
-  scratch_threads = keep_all_layers ? omp_get_max_threads() : 0;
-  attn_scratch = a.template take<T>(int64_t(scratch_threads) * max_tokens * max_tokens);
 }
 
 template <typename T>
@@ -89,13 +73,9 @@ void mod_forward(const ModModel<T>& model, ModRunState<T>& rs, const int32_t* to
   rs.tokens = Tn;
   rs.selected = K;
   rs.live_router = routing.evaluates_router();
-  for (int64_t i = 0; i < N; ++i) {
-    if (tokens[i] < 0 || tokens[i] >= 256) throw Error("token id " + std::to_string(tokens[i]) + " is outside [0, 256)");
-    rs.tokens_in[i] = tokens[i];
-  }
   ExecCounters* counters = exec_counters();
   const BatchPosition position{first_window, B, Tn};
-  embedding_forward(rs.hidden[0], tokens, w.wte, w.wpe, B, Tn, D);
+  stream_embed(rs, tokens, w.wte, w.wpe, B, Tn, D);
   for (int l = 0; l < L; ++l) {
     const auto& p = w.blocks[size_t(l)];
     auto& a = rs.blocks[size_t(l)];
@@ -118,8 +98,7 @@ void mod_forward(const ModModel<T>& model, ModRunState<T>& rs, const int32_t* to
     std::copy(h, h + N * D, next);
     scatter_add_rows(next, a.update, r.rows, r.weights, Ns, D);
   }
-  layernorm_forward(rs.ln_f_out, rs.ln_f_mean, rs.ln_f_rstd, rs.hidden[size_t(L)], w.ln_f_weight, w.ln_f_bias, N, D);
-  gemm<T>(false, true, int(N), 256, D, T(1), rs.ln_f_out, D, w.wte, D, T(0), rs.logits, 256);
+  stream_head_forward(rs, w.ln_f_weight, w.ln_f_bias, w.wte, L, N, D);
 }
 
 template <typename T>
@@ -140,13 +119,7 @@ void mod_backward(const ModModel<T>& model, ModRunState<T>& rs, ModModel<T>& gra
   const auto& w = model.weights();
   auto& dw = grads.weights();
 
-  T* dlogits = rs.logits;
-  cross_entropy_backward(dlogits, rs.logits, rs.targets, loss_scale, N, 256);
-  gemm<T>(true, false, 256, D, int(N), T(1), dlogits, 256, rs.ln_f_out, D, T(1), dw.wte, D);
-  gemm<T>(false, false, int(N), D, 256, T(1), dlogits, 256, w.wte, D, T(0), rs.d_small, D);
-  std::fill(rs.d_hidden, rs.d_hidden + N * D, T(0));
-  layernorm_backward(rs.d_hidden, dw.ln_f_weight, dw.ln_f_bias, rs.d_small, rs.hidden[size_t(L)], rs.ln_f_mean, rs.ln_f_rstd,
-                     w.ln_f_weight, N, D);
+  stream_head_backward(rs, dw.wte, dw.ln_f_weight, dw.ln_f_bias, w.ln_f_weight, w.wte, loss_scale, L, N, D);
   const BlockGradScratch<T> scratch{rs.d_u, rs.d_ln2_in, rs.d_small, rs.d_wide, rs.d_qkv, rs.attn_scratch};
   for (int l = L - 1; l >= 0; --l) {
     const auto& p = w.blocks[size_t(l)];

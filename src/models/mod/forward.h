@@ -24,7 +24,7 @@ struct ModRoutedState {
 };
 
 template <typename T>
-struct ModRunState {
+struct ModRunState : StreamState<T> {
   ModRunState(const ModConfig& config, int max_batch, int max_tokens, bool keep_all_layers);
 
   ModConfig config;
@@ -35,13 +35,9 @@ struct ModRunState {
 
   std::vector<GatedBlockActivations<T>> blocks;  // [N] rows, or [B*K] rows for routed blocks
   std::vector<ModRoutedState<T>> routed;         // per block (unused entries for blocks not routed)
-  std::vector<T*> hidden;                        // L+1, [N, D]
-  T *ln_f_out, *ln_f_mean, *ln_f_rstd;
-  T *logits, *losses;
-  int32_t *tokens_in, *targets;
-  T *d_hidden, *d_update, *d_u, *d_ln2_in, *d_small, *d_wide, *d_qkv, *attn_scratch;
+  // Backward scratch beyond the stream's.
+  T* d_wide;                 // [N, 4D]
   T *d_sub, *d_sel, *d_sig;  // [B*K, D], [B*K, D], [B*K]
-  int scratch_threads = 0;
   size_t bytes() const { return arena.capacity(); }
 
  private:

@@ -52,29 +52,13 @@ void MoeRunState<T>::layout(A& a) {
     s.row_tokens = a.template take<int32_t>(R);
   }
   for (int l = kept; l < L; ++l) blocks[size_t(l)] = blocks[0];
-  hidden.assign(size_t(L + 1), nullptr);
-  for (auto& h : hidden) h = a.template take<T>(N * D);
-  ln_f_out = a.template take<T>(N * D);
-  ln_f_mean = a.template take<T>(N);
-  ln_f_rstd = a.template take<T>(N);
-  logits = a.template take<T>(N * 256);
-  losses = a.template take<T>(N);
-  tokens_in = a.template take<int32_t>(N);
-  targets = a.template take<int32_t>(N);
+  this->take_stream(a, int(L), N, D, max_tokens, keep_all_layers);
   const int64_t nb = keep_all_layers ? N : 0, rb = keep_all_layers ? R : 0;
-  d_hidden = a.template take<T>(nb * D);
-  d_update = a.template take<T>(nb * D);
-  d_u = a.template take<T>(nb * D);
-  d_ln2_in = a.template take<T>(nb * D);
-  d_small = a.template take<T>(nb * D);
-  d_qkv = a.template take<T>(nb * 3 * D);
   d_x = a.template take<T>(rb * D);
   d_act = a.template take<T>(rb * F);
   d_y = a.template take<T>(rb * D);
   d_weights = a.template take<T>(nb * k);
   d_probs = a.template take<T>(nb * E);
-  scratch_threads = keep_all_layers ? omp_get_max_threads() : 0;
-  attn_scratch = a.template take<T>(int64_t(scratch_threads) * max_tokens * max_tokens);
 }
 
 template <typename T>
@@ -137,14 +121,10 @@ void moe_forward(const MoeModel<T>& model, MoeRunState<T>& rs, const int32_t* to
   rs.batch = B;
   rs.tokens = Tn;
   rs.live_router = routing.evaluates_router();
-  for (int64_t i = 0; i < N; ++i) {
-    if (tokens[i] < 0 || tokens[i] >= 256) throw Error("token id " + std::to_string(tokens[i]) + " is outside [0, 256)");
-    rs.tokens_in[i] = tokens[i];
-  }
   ExecCounters* counters = exec_counters();
   const BatchPosition position{first_window, B, Tn};
   const int64_t S = rs.dense_experts ? E : k, R = N * S;
-  embedding_forward(rs.hidden[0], tokens, w.wte, w.wpe, B, Tn, D);
+  stream_embed(rs, tokens, w.wte, w.wpe, B, Tn, D);
   for (int l = 0; l < L; ++l) {
     const auto& p = w.blocks[size_t(l)];
     auto& a = rs.blocks[size_t(l)];
@@ -176,8 +156,7 @@ void moe_forward(const MoeModel<T>& model, MoeRunState<T>& rs, const int32_t* to
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < N * D; ++i) next[i] = h[i] + a.update[i];
   }
-  layernorm_forward(rs.ln_f_out, rs.ln_f_mean, rs.ln_f_rstd, rs.hidden[size_t(L)], w.ln_f_weight, w.ln_f_bias, N, D);
-  gemm<T>(false, true, int(N), 256, D, T(1), rs.ln_f_out, D, w.wte, D, T(0), rs.logits, 256);
+  stream_head_forward(rs, w.ln_f_weight, w.ln_f_bias, w.wte, L, N, D);
 }
 
 template <typename T>
@@ -207,13 +186,7 @@ void moe_backward(const MoeModel<T>& model, MoeRunState<T>& rs, MoeModel<T>& gra
   const auto& w = model.weights();
   auto& dw = grads.weights();
 
-  T* dlogits = rs.logits;
-  cross_entropy_backward(dlogits, rs.logits, rs.targets, loss_scale, N, 256);
-  gemm<T>(true, false, 256, D, int(N), T(1), dlogits, 256, rs.ln_f_out, D, T(1), dw.wte, D);
-  gemm<T>(false, false, int(N), D, 256, T(1), dlogits, 256, w.wte, D, T(0), rs.d_small, D);
-  std::fill(rs.d_hidden, rs.d_hidden + N * D, T(0));
-  layernorm_backward(rs.d_hidden, dw.ln_f_weight, dw.ln_f_bias, rs.d_small, rs.hidden[size_t(L)], rs.ln_f_mean, rs.ln_f_rstd,
-                     w.ln_f_weight, N, D);
+  stream_head_backward(rs, dw.wte, dw.ln_f_weight, dw.ln_f_bias, w.ln_f_weight, w.wte, loss_scale, L, N, D);
   // d aux_l / d p[n, e] = E f_e / N; the objective weighs mean_l aux_l by alpha and the caller's
   // loss_scale sums positions, so each token's share is loss_scale * alpha / L * E * f_e.
   const T aux_scale = loss_scale * T(c.aux_loss / double(L) * E);

@@ -32,7 +32,7 @@ struct MoeLayerState {
 };
 
 template <typename T>
-struct MoeRunState {
+struct MoeRunState : StreamState<T> {
   MoeRunState(const MoeConfig& config, int max_batch, int max_tokens, bool keep_all_layers, bool dense_experts = false);
 
   MoeConfig config;
@@ -43,16 +43,9 @@ struct MoeRunState {
 
   std::vector<GatedBlockActivations<T>> blocks;  // attention half + update F (fc fields unused)
   std::vector<MoeLayerState<T>> layers;
-  std::vector<T*> hidden;  // L+1, [N, D]
-  T *ln_f_out, *ln_f_mean, *ln_f_rstd;
-  T* logits;  // [N, 256]
-  T* losses;  // [N]
-  int32_t *tokens_in, *targets;
-  // Backward scratch.
-  T *d_hidden, *d_update, *d_u, *d_ln2_in, *d_small, *d_qkv, *attn_scratch;
+  // Backward scratch beyond the stream's.
   T *d_x, *d_act, *d_y;  // [R, D], [R, F], [R, D]
   T *d_weights, *d_probs;  // [N, k], [N, E]
-  int scratch_threads = 0;
   int rows_per_layer() const;  // R for the current batch
   size_t bytes() const { return arena.capacity(); }
 
