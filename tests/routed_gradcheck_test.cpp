@@ -42,6 +42,22 @@ void expect_gradient(double analytic, double numeric, const std::string& what) {
   ASSERT_LE(std::abs(numeric - analytic), 1e-7 + 1e-5 * std::abs(numeric)) << what << ": analytic " << analytic << " numeric " << numeric;
 }
 
+// Every parameter's analytic gradient against the central difference of loss_at(model).
+template <typename Model, typename Loss>
+void expect_all_gradients(Model& model, const Model& grads, Loss loss_at) {
+  for (const auto& slot : model.layout())
+    for (size_t i = 0; i < slot.numel; ++i) {
+      double& p = model.data()[slot.offset + i];
+      const double saved = p;
+      p = saved + kStep;
+      const double up = loss_at(model);
+      p = saved - kStep;
+      const double down = loss_at(model);
+      p = saved;
+      expect_gradient(grads.data()[slot.offset + i], (up - down) / (2 * kStep), slot.name + "[" + std::to_string(i) + "]");
+    }
+}
+
 void check_moe(int k) {
   MoeConfig c;
   c.n_layer = 2;
@@ -75,17 +91,7 @@ void check_moe(int k) {
     EXPECT_EQ(now, routing) << "a perturbation of " << kStep << " changed the routing: the check sits on a tie";
     return moe_objective(probe, ce);
   };
-  for (const auto& slot : model.layout())
-    for (size_t i = 0; i < slot.numel; ++i) {
-      double& p = model.data()[slot.offset + i];
-      const double saved = p;
-      p = saved + kStep;
-      const double up = objective_at(model);
-      p = saved - kStep;
-      const double down = objective_at(model);
-      p = saved;
-      expect_gradient(grads.data()[slot.offset + i], (up - down) / (2 * kStep), slot.name + "[" + std::to_string(i) + "]");
-    }
+  expect_all_gradients(model, grads, objective_at);
 }
 
 TEST(RoutedGradCheck, MoeTop2) { check_moe(2); }
@@ -118,17 +124,7 @@ TEST(RoutedGradCheck, MixtureOfDepths) {
         << "a perturbation changed the selection: the check sits on a tie";
     return mod_loss(probe, batch.targets.data(), nullptr);
   };
-  for (const auto& slot : model.layout())
-    for (size_t i = 0; i < slot.numel; ++i) {
-      double& p = model.data()[slot.offset + i];
-      const double saved = p;
-      p = saved + kStep;
-      const double up = loss_at(model);
-      p = saved - kStep;
-      const double down = loss_at(model);
-      p = saved;
-      expect_gradient(grads.data()[slot.offset + i], (up - down) / (2 * kStep), slot.name + "[" + std::to_string(i) + "]");
-    }
+  expect_all_gradients(model, grads, loss_at);
 }
 
 }  // namespace

@@ -64,6 +64,15 @@ void attention_half_backward(T* d_h, GatedBlockWeights<T>& dp, const BlockGradSc
   layernorm_backward(d_h, dp.ln1_weight, dp.ln1_bias, s.d_small, h, a.ln1_mean, a.ln1_rstd, p.ln1_weight, N, D);
 }
 
+void check_batch_fits(int B, int Tn, int model_positions, int max_batch, int max_tokens) {
+  if (Tn > model_positions)
+    throw Error("sequence of " + std::to_string(Tn) + " tokens is longer than the model's " + std::to_string(model_positions) +
+                " positions");
+  if (B > max_batch || Tn > max_tokens || B <= 0 || Tn <= 0)
+    throw Error("batch [" + std::to_string(B) + ", " + std::to_string(Tn) + "] does not fit the run state [" +
+                std::to_string(max_batch) + ", " + std::to_string(max_tokens) + "]");
+}
+
 template <typename T>
 void stream_embed(StreamState<T>& s, const int32_t* tokens, const T* wte, const T* wpe, int B, int Tn, int D) {
   for (int64_t i = 0; i < int64_t(B) * Tn; ++i) {

@@ -41,6 +41,9 @@ void attention_half_backward(T* d_h, GatedBlockWeights<T>& dp, const BlockGradSc
                              const GatedBlockActivations<T>& a, const GatedBlockWeights<T>& p, const T* h,
                              const T* du_direct, int B, int Tn, int D, int H);
 
+// Throws Error unless a batch of B windows of Tn tokens fits the model (positions) and the run state.
+void check_batch_fits(int B, int Tn, int model_positions, int max_batch, int max_tokens);
+
 // The stream's ends, shared by every family built from the gated block (N = B*T' rows, width D).
 // Checks that every token is a byte, saves them, and writes h_0 = wte[token] + wpe[position].
 template <typename T>

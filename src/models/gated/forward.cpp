@@ -44,12 +44,7 @@ template <typename T>
 void gated_forward(const GatedModel<T>& model, GatedRunState<T>& rs, const int32_t* tokens, int B, int Tn,
                    CoefficientSource<T>& source, int first_window, const std::vector<uint8_t>* executed_blocks) {
   const GatedConfig& c = model.config();
-  if (Tn > c.seq_len)
-    throw Error("sequence of " + std::to_string(Tn) + " tokens is longer than the model's " +
-                std::to_string(c.seq_len) + " positions");
-  if (B > rs.max_batch || Tn > rs.max_tokens || B <= 0 || Tn <= 0)
-    throw Error("batch [" + std::to_string(B) + ", " + std::to_string(Tn) + "] does not fit the run state [" +
-                std::to_string(rs.max_batch) + ", " + std::to_string(rs.max_tokens) + "]");
+  check_batch_fits(B, Tn, c.seq_len, rs.max_batch, rs.max_tokens);
   const int D = c.d_model, H = c.n_head, L = c.n_layer;
   const int N = B * Tn;
   const auto& w = model.weights();

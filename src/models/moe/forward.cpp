@@ -109,12 +109,7 @@ template <typename T>
 void moe_forward(const MoeModel<T>& model, MoeRunState<T>& rs, const int32_t* tokens, int B, int Tn,
                  MoeRoutingSource<T>& routing, int first_window) {
   const MoeConfig& c = model.config();
-  if (Tn > c.seq_len)
-    throw Error("sequence of " + std::to_string(Tn) + " tokens is longer than the model's " + std::to_string(c.seq_len) +
-                " positions");
-  if (B > rs.max_batch || Tn > rs.max_tokens || B <= 0 || Tn <= 0)
-    throw Error("batch [" + std::to_string(B) + ", " + std::to_string(Tn) + "] does not fit the run state [" +
-                std::to_string(rs.max_batch) + ", " + std::to_string(rs.max_tokens) + "]");
+  check_batch_fits(B, Tn, c.seq_len, rs.max_batch, rs.max_tokens);
   const int D = c.d_model, H = c.n_head, L = c.n_layer, E = c.n_expert, k = c.top_k, F = c.hidden();
   const int64_t N = int64_t(B) * Tn;
   const auto& w = model.weights();
