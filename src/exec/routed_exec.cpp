@@ -92,6 +92,9 @@ double mean_nll(const TokenWindows& eval, int B, Pass pass_and_loss) {
 
 nlohmann::ordered_json measure_moe(const std::string& path, const Corpus& corpus, const ExecOptions& o) {
   const MoeModel<float> model = MoeModel<float>::load(path);
+  if (o.batch < 2)
+    throw Error(path + ": exec of a routed model needs --batch >= 2 (cross_input replays another window's routing), found " +
+                std::to_string(o.batch));
   const MoeConfig& c = model.config();
   const int T = c.seq_len, B = o.batch, L = c.n_layer, D = c.d_model, E = c.n_expert, F = c.hidden();
   const TokenWindows timing = load_token_windows(corpus.split("test"), T, B);
@@ -180,6 +183,9 @@ nlohmann::ordered_json measure_moe(const std::string& path, const Corpus& corpus
 
 nlohmann::ordered_json measure_mod(const std::string& path, const Corpus& corpus, const ExecOptions& o) {
   const ModModel<float> model = ModModel<float>::load(path);
+  if (o.batch < 2)
+    throw Error(path + ": exec of a routed model needs --batch >= 2 (cross_input replays another window's routing), found " +
+                std::to_string(o.batch));
   const ModConfig& c = model.config();
   const int T = c.seq_len, B = o.batch, L = c.n_layer, D = c.d_model, K = c.selected_tokens(T);
   const TokenWindows timing = load_token_windows(corpus.split("test"), T, B);
