@@ -18,8 +18,10 @@ build: deps
 data: deps
 	@bash scripts/fetch_corpus.sh
 
-# The test suite needs no corpus: tests make their own small data.
+# The test suite needs no corpus: tests make their own small data. The external-adapter tests run
+# the PyTorch examples, so it installs Debian's python3-torch.
 test: build
+	@FCA_WITH_TORCH=1 bash scripts/install_deps.sh
 	@cd $(BUILD) && ctest --output-on-failure -j 1
 
 demo: build data

@@ -1,6 +1,7 @@
 #include "audit/audit.h"
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -48,6 +49,10 @@ struct ConditionRun {
 struct ExactReplay {
   double max_abs_delta_logit = 0, max_abs_delta_nll = 0, max_abs_delta_nll_cache = 0;
   int64_t controller_evaluations = 0;
+  // Models whose logits stay in an adapter process are compared by the SHA-256 of the logits bytes:
+  // equal digests mean bitwise-equal logits (max |delta logit| 0); any other digest is a failure.
+  bool by_digest = false;
+  int digest_mismatches = 0, batches = 0;
 };
 
 // Live and replayed (cached coefficients, unchanged) passes side by side, batch by batch.
@@ -65,13 +70,20 @@ ExactReplay check_exact_replay(AuditableModel& model, const WindowSet& eval, con
     const int64_t off = int64_t(w0) * T;
     model.run_live(eval.inputs.data() + off, eval.targets.data() + off, B, T, nullptr, 0, live_nll.data() + w0);
     const size_t n_logits = size_t(B) * T * size_t(model.vocab());
-    live_logits.assign(model.last_logits(), model.last_logits() + n_logits);
+    r.by_digest = model.last_logits() == nullptr;
+    const std::string live_digest = r.by_digest ? model.last_logits_sha256() : std::string();
+    if (!r.by_digest) live_logits.assign(model.last_logits(), model.last_logits() + n_logits);
     CoefficientTensor coefficients = model.make_coefficients(B, T);
     for (int b = 0; b < B; ++b) coefficients.copy_window(b, A, w0 + b);
     model.run_replay(eval.inputs.data() + off, eval.targets.data() + off, B, T, coefficients, correct.nll[0].data() + w0);
-    const float* replay_logits = model.last_logits();
-    for (size_t i = 0; i < n_logits; ++i)
-      r.max_abs_delta_logit = std::max(r.max_abs_delta_logit, double(std::abs(replay_logits[i] - live_logits[i])));
+    ++r.batches;
+    if (r.by_digest) {
+      if (model.last_logits_sha256() != live_digest) ++r.digest_mismatches;
+    } else {
+      const float* replay_logits = model.last_logits();
+      for (size_t i = 0; i < n_logits; ++i)
+        r.max_abs_delta_logit = std::max(r.max_abs_delta_logit, double(std::abs(replay_logits[i] - live_logits[i])));
+    }
     for (int b = 0; b < B; ++b) {
       const double v = correct.nll[0][size_t(w0 + b)];
       r.max_abs_delta_nll = std::max(r.max_abs_delta_nll, std::abs(v - live_nll[size_t(w0 + b)]));
@@ -83,6 +95,12 @@ ExactReplay check_exact_replay(AuditableModel& model, const WindowSet& eval, con
   r.controller_evaluations = model.replay_controller_evaluations() - before;
   correct.controller_evaluations = r.controller_evaluations;
   return r;
+}
+
+std::string format_g(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3g", v);
+  return buf;
 }
 
 nlohmann::ordered_json interval_json(const Interval& i) { return nlohmann::ordered_json::array({i.low, i.high}); }
@@ -175,6 +193,14 @@ nlohmann::ordered_json run_audit(AuditableModel& model, const Corpus& corpus, co
   const ExactReplay exact =
       check_exact_replay(model, eval, A, cache.evaluation_nll(), o.batch, runs[0], bar, done, o.progress);
   const double worst = std::max(exact.max_abs_delta_logit, std::max(exact.max_abs_delta_nll, exact.max_abs_delta_nll_cache));
+  if (exact.digest_mismatches > 0)
+    throw Error("exact replay failed: replaying the cached coefficients gave other logits than the live run in " +
+                std::to_string(exact.digest_mismatches) + " of " + std::to_string(exact.batches) +
+                " batches (SHA-256 of the logits; max |delta NLL| " + format_g(exact.max_abs_delta_nll) +
+                "); no intervention counts until replay is exact");
+  if (exact.by_digest && o.replay_tolerance > 0)
+    throw Error("--replay-tolerance needs the logits' values, and this model gives only their SHA-256 (an external "
+                "adapter): its replay must be bitwise (tolerance 0)");
   if (worst > o.replay_tolerance)
     throw Error("exact replay failed: replaying the cached coefficients differs from the live run (max |delta logit| " +
                 std::to_string(exact.max_abs_delta_logit) + ", max |delta NLL| " + std::to_string(exact.max_abs_delta_nll) +
@@ -246,6 +272,8 @@ nlohmann::ordered_json run_audit(AuditableModel& model, const Corpus& corpus, co
                        {"max_abs_delta_nll", exact.max_abs_delta_nll},
                        {"max_abs_delta_nll_vs_cache", exact.max_abs_delta_nll_cache},
                        {"tolerance", o.replay_tolerance},
+                       {"logits_compared", exact.by_digest ? "sha256" : "values"},
+                       {"batches", exact.batches},
                        {"passed", true}};
   const double base_mean = mean(base);
   j["baseline"] = {{"nll", base_mean}, {"bits_per_byte", base_mean / std::log(2.0)}, {"byte_ppl", std::exp(base_mean)},

@@ -17,14 +17,21 @@ namespace fca::cli {
 void add_audit_command(CLI::App& app) {
   struct Flags {
     AuditOptions audit;
-    std::string data, conditions;
+    std::string data, conditions, external;
+    double external_timeout = 600;
     int threads = 0;
     bool no_progress = false;
   };
   auto f = std::make_shared<Flags>();
   AuditOptions& a = f->audit;
   CLI::App* cmd = app.add_subcommand("audit", "Frozen-Controller Audit: coefficient variation and functional dependence");
-  cmd->add_option("--model", a.model_path, "Checkpoint: a gated .safetensors file or a MUDD model folder")->required();
+  auto* model = cmd->add_option("--model", a.model_path, "Checkpoint: an fca .safetensors file or a MUDD model folder");
+  auto* external = cmd->add_option("--external", f->external,
+                                   "Audit a model fca does not implement: the command that starts its adapter "
+                                   "(docs/external-protocol.md), e.g. \"python3 examples/gated_adapter.py --model m.safetensors\"");
+  model->excludes(external);
+  cmd->add_option("--external-timeout", f->external_timeout, "Seconds to wait for each answer of the adapter")
+      ->check(CLI::PositiveNumber)->capture_default_str();
   cmd->add_option("--data", f->data, "Data folder (test = evaluation set, valid = calibration set); default: the nlp-corpus");
   cmd->add_option("--eval-windows", a.eval_windows, "Evaluation windows from the test split")->check(CLI::Range(2, 1 << 24))->capture_default_str();
   cmd->add_option("--calib-windows", a.calib_windows, "Calibration windows from the valid split")->check(CLI::PositiveNumber)->capture_default_str();
@@ -51,9 +58,16 @@ void add_audit_command(CLI::App& app) {
     std::stringstream list(f->conditions);
     for (std::string item; std::getline(list, item, ',');)
       if (!item.empty()) options.conditions.push_back(item);
+    if (options.model_path.empty() == f->external.empty()) throw Error("audit: give --model or --external (one of them)");
     Corpus corpus(resolve_data_dir(f->data));
     const int max_tokens = options.tokens > 0 ? options.tokens : 1 << 20;
-    std::unique_ptr<AuditableModel> model = open_model(options.model_path, options.batch, max_tokens);
+    std::unique_ptr<AuditableModel> model;
+    if (f->external.empty()) {
+      model = open_model(options.model_path, options.batch, max_tokens);
+    } else {
+      model = open_external_model(f->external, f->external_timeout);
+      options.model_path = "external: " + f->external;
+    }
     const auto j = run_audit(*model, corpus, options);
     std::printf("audit of %s: baseline NLL %.4f nats/byte\n", options.model_path.c_str(), j["baseline"]["nll"].get<double>());
     for (const auto& c : j["conditions"])

@@ -17,8 +17,9 @@ DType parse_dtype(const std::string& file, const std::string& tensor, const std:
   if (s == "F64") return DType::F64;
   if (s == "I64") return DType::I64;
   if (s == "I32") return DType::I32;
+  if (s == "U8") return DType::U8;
   throw Error(file + ": tensor '" + tensor + "' has unsupported dtype " + s +
-              " (expected F32, F16, BF16, F64, I64 or I32)");
+              " (expected F32, F16, BF16, F64, I64, I32 or U8)");
 }
 
 float bf16_to_f32(uint16_t v) {
@@ -65,6 +66,7 @@ double element(const TensorInfo& t, int64_t i) {
     case DType::F16: { uint16_t v; std::memcpy(&v, p, 2); return f16_to_f32(v); }
     case DType::I64: { int64_t v; std::memcpy(&v, p, 8); return double(v); }
     case DType::I32: { int32_t v; std::memcpy(&v, p, 4); return double(v); }
+    case DType::U8: return double(*p);
   }
   return 0;
 }
@@ -79,12 +81,14 @@ const char* dtype_name(DType d) {
     case DType::F64: return "F64";
     case DType::I64: return "I64";
     case DType::I32: return "I32";
+    case DType::U8: return "U8";
   }
   return "?";
 }
 
 size_t dtype_size(DType d) {
   switch (d) {
+    case DType::U8: return 1;
     case DType::F16:
     case DType::BF16: return 2;
     case DType::F32:
@@ -107,23 +111,26 @@ std::string shape_string(const std::vector<int64_t>& shape) {
   return s + "]";
 }
 
-SafetensorsReader::SafetensorsReader(const std::string& path)
-    : file_(std::make_unique<MappedFile>(path)) {
-  const size_t size = file_->size();
+namespace {
+// Parses a safetensors document of `size` bytes at `bytes` (which must outlive the tensors);
+// `where` names it in errors.
+void parse_document(const unsigned char* bytes, size_t size, const std::string& where,
+                    std::map<std::string, std::string>& metadata, std::map<std::string, TensorInfo>& tensors) {
+  const std::string& path = where;
   if (size < 8) throw Error(path + ": truncated safetensors file (" + std::to_string(size) + " bytes, no header)");
   uint64_t header_len = 0;
-  std::memcpy(&header_len, file_->data(), 8);
+  std::memcpy(&header_len, bytes, 8);
   if (header_len > size - 8)
     throw Error(path + ": header length " + std::to_string(header_len) + " exceeds the file (" +
                 std::to_string(size) + " bytes): truncated or not a safetensors file");
   nlohmann::json header;
   try {
-    header = nlohmann::json::parse(file_->data() + 8, file_->data() + 8 + header_len);
+    header = nlohmann::json::parse(bytes + 8, bytes + 8 + header_len);
   } catch (const nlohmann::json::exception& e) {
     throw Error(path + ": header is not valid JSON (" + e.what() + ")");
   }
   if (!header.is_object()) throw Error(path + ": header is not a JSON object");
-  const unsigned char* data_start = file_->data() + 8 + header_len;
+  const unsigned char* data_start = bytes + 8 + header_len;
   const size_t data_size = size - 8 - header_len;
   for (auto it = header.begin(); it != header.end(); ++it) {
     const std::string& name = it.key();
@@ -132,7 +139,7 @@ SafetensorsReader::SafetensorsReader(const std::string& path)
       if (!v.is_object()) throw Error(path + ": __metadata__ is not an object");
       for (auto m = v.begin(); m != v.end(); ++m) {
         if (!m.value().is_string()) throw Error(path + ": __metadata__." + m.key() + " is not a string");
-        metadata_[m.key()] = m.value().get<std::string>();
+        metadata[m.key()] = m.value().get<std::string>();
       }
       continue;
     }
@@ -144,9 +151,14 @@ SafetensorsReader::SafetensorsReader(const std::string& path)
     if (!v["dtype"].is_string()) throw Error(where + ": dtype is not a string");
     t.dtype = parse_dtype(path, name, v["dtype"].get<std::string>());
     if (!v["shape"].is_array()) throw Error(where + ": shape is not an array");
+    uint64_t elements = 1;  // checked against the data section as it grows, so it cannot overflow
     for (const auto& d : v["shape"]) {
       if (!d.is_number_integer() || d.get<int64_t>() < 0) throw Error(where + ": shape has a non-integer or negative entry");
       t.shape.push_back(d.get<int64_t>());
+      if (d.get<uint64_t>() != 0 && elements > data_size / d.get<uint64_t>())
+        throw Error(where + ": shape " + v["shape"].dump() + " holds more elements than the " + std::to_string(data_size) +
+                    "-byte data section");
+      elements *= d.get<uint64_t>();
     }
     const auto& off = v["data_offsets"];
     if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() || !off[1].is_number_unsigned())
@@ -161,8 +173,20 @@ SafetensorsReader::SafetensorsReader(const std::string& path)
       throw Error(where + ": " + std::to_string(t.nbytes) + " data bytes, but shape " + shape_string(t.shape) +
                   " of " + dtype_name(t.dtype) + " needs " + std::to_string(expected));
     t.data = data_start + begin;
-    tensors_.emplace(name, std::move(t));
+    tensors.emplace(name, std::move(t));
   }
+}
+
+}  // namespace
+
+SafetensorsReader::SafetensorsReader(const std::string& path)
+    : file_(std::make_unique<MappedFile>(path)), name_(path) {
+  parse_document(file_->data(), file_->size(), name_, metadata_, tensors_);
+}
+
+SafetensorsReader::SafetensorsReader(std::string bytes, const std::string& name)
+    : buffer_(std::move(bytes)), name_(name) {
+  parse_document(reinterpret_cast<const unsigned char*>(buffer_.data()), buffer_.size(), name_, metadata_, tensors_);
 }
 
 const TensorInfo& SafetensorsReader::get(const std::string& name) const {
@@ -211,9 +235,9 @@ std::string header_text(const std::vector<TensorToWrite>& tensors, const std::ma
   }
   uint64_t offset = 0;
   for (const auto& t : tensors) {
-    if (t.dtype != DType::F32 && t.dtype != DType::F64 && t.dtype != DType::I32)
+    if (t.dtype != DType::F32 && t.dtype != DType::F64 && t.dtype != DType::I32 && t.dtype != DType::U8)
       throw Error("safetensors writer: tensor '" + t.name + "' has dtype " + dtype_name(t.dtype) +
-                  "; only F32, F64 and I32 are written");
+                  "; only F32, F64, I32 and U8 are written");
     int64_t n = 1;
     for (int64_t d : t.shape) n *= d;
     const uint64_t bytes = uint64_t(n) * dtype_size(t.dtype);
@@ -232,6 +256,18 @@ uint64_t tensor_bytes(const TensorToWrite& t) {
   return uint64_t(n) * dtype_size(t.dtype);
 }
 }  // namespace
+
+std::string encode_safetensors(const std::vector<TensorToWrite>& tensors, const std::map<std::string, std::string>& metadata) {
+  uint64_t data_bytes = 0;
+  const std::string text = header_text(tensors, metadata, &data_bytes);
+  std::string out(8, '\0');
+  const uint64_t len = text.size();
+  std::memcpy(out.data(), &len, 8);
+  out.reserve(8 + text.size() + data_bytes);
+  out += text;
+  for (const auto& t : tensors) out.append(static_cast<const char*>(t.data), tensor_bytes(t));
+  return out;
+}
 
 void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
                        const std::map<std::string, std::string>& metadata) {

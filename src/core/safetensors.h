@@ -14,7 +14,7 @@
 
 namespace fca {
 
-enum class DType { F32, F16, BF16, F64, I64, I32 };
+enum class DType { F32, F16, BF16, F64, I64, I32, U8 };
 const char* dtype_name(DType d);
 size_t dtype_size(DType d);
 
@@ -32,8 +32,10 @@ std::string shape_string(const std::vector<int64_t>& shape);
 class SafetensorsReader {
  public:
   explicit SafetensorsReader(const std::string& path);
+  // A document held in memory (a protocol message); `name` stands for the path in errors.
+  SafetensorsReader(std::string bytes, const std::string& name);
 
-  const std::string& path() const { return file_->path(); }
+  const std::string& path() const { return name_; }
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   const std::map<std::string, TensorInfo>& tensors() const { return tensors_; }
   bool has(const std::string& name) const { return tensors_.count(name) != 0; }
@@ -47,12 +49,14 @@ class SafetensorsReader {
   std::vector<double> read_as_double(const std::string& name) const;
 
  private:
-  std::unique_ptr<MappedFile> file_;
+  std::unique_ptr<MappedFile> file_;  // null for a document in memory
+  std::string buffer_;                 // the document in memory
+  std::string name_;
   std::map<std::string, std::string> metadata_;
   std::map<std::string, TensorInfo> tensors_;
 };
 
-// One tensor to write: F32 (or F64, I32) data of the given shape; the pointer must stay valid during the
+// One tensor to write: F32 (or F64, I32, U8) data of the given shape; the pointer must stay valid during the
 // write (it may be null for SafetensorsStreamWriter, which takes the data later).
 struct TensorToWrite {
   std::string name;
@@ -60,6 +64,9 @@ struct TensorToWrite {
   const void* data;
   DType dtype = DType::F32;
 };
+
+// One safetensors document in memory (F32, F64, I32 or U8 tensors, in the order given).
+std::string encode_safetensors(const std::vector<TensorToWrite>& tensors, const std::map<std::string, std::string>& metadata);
 
 // Writes a safetensors file atomically; tensors are laid out in the order given.
 void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,

@@ -37,8 +37,12 @@ class AuditableModel {
   virtual void run_replay(const int32_t* inputs, const int32_t* targets, int B, int T,
                           const CoefficientTensor& coefficients, double* window_nll) = 0;
   virtual size_t run_state_bytes() const = 0;  // activations of one pass, sized for the largest batch
-  // Logits [B, T, vocab] of the last run.
+  // Logits [B, T, vocab] of the last run; null for a model whose logits stay in another process
+  // (external adapters), which gives last_logits_sha256() instead.
   virtual const float* last_logits() const = 0;
+  // SHA-256 (hex) of the last run's logits as little-endian float32 bytes [B, T, vocab]; only for
+  // models whose last_logits() is null.
+  virtual std::string last_logits_sha256() const { return {}; }
   // Controller evaluations made by run_replay since construction (must stay 0).
   virtual int64_t replay_controller_evaluations() const = 0;
 

@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "core/file_io.h"
+#include "models/external/auditable.h"
 #include "models/gated/auditable.h"
 #include "models/gated/config.h"
 #include "models/mod/auditable.h"
@@ -54,6 +55,10 @@ const ModelFamily& family_of(const std::string& path) {
 
 std::unique_ptr<AuditableModel> open_model(const std::string& path, int max_batch, int max_tokens) {
   return family_of(path).open(path, max_batch, max_tokens);
+}
+
+std::unique_ptr<AuditableModel> open_external_model(const std::string& command, double timeout_s) {
+  return std::make_unique<ExternalAuditable>(command, timeout_s);
 }
 
 }  // namespace fca

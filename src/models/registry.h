@@ -26,5 +26,8 @@ const ModelFamily& family_of(const std::string& path);
 // Opens any checkpoint behind the audit interface, sized for batches of max_batch windows of at
 // most max_tokens tokens.
 std::unique_ptr<AuditableModel> open_model(const std::string& path, int max_batch, int max_tokens);
+// A model fca does not implement, behind an adapter process started with `command` that speaks the
+// external protocol (models/external/protocol.h); timeout_s bounds the wait for each answer.
+std::unique_ptr<AuditableModel> open_external_model(const std::string& command, double timeout_s);
 
 }  // namespace fca

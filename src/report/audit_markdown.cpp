@@ -40,7 +40,9 @@ std::string audit_markdown(const nlohmann::ordered_json& a) {
      << " bits/byte, Byte-PPL " << num(a["baseline"]["byte_ppl"], "%.4f") << ").\n\n";
   const auto& e = a["exact_replay"];
   md << "**Exact replay:** max |delta logit| " << num(e["max_abs_delta_logit"], "%g") << ", max |delta NLL| "
-     << num(e["max_abs_delta_nll"], "%g") << " (tolerance " << num(e["tolerance"], "%g") << "): passed.\n\n";
+     << num(e["max_abs_delta_nll"], "%g") << " (tolerance " << num(e["tolerance"], "%g") << "): passed"
+     << (e.value("logits_compared", "values") == "sha256" ? "; the logits were compared by their SHA-256 (they stay in the adapter process)" : "")
+     << ".\n\n";
 
   md << "## Functional dependence\n\n";
   md << "| condition | DeltaNLL | 95% CI | MC SE | controller evaluations |\n|---|---:|---|---:|---:|\n";

@@ -23,6 +23,7 @@ namespace {
 
 struct Variant {
   std::string name, arch, gate;
+  std::string command;  // arch "external": the adapter command (a model fca does not implement)
   int experts = 8, top_k = 2;
   double capacity = 0.125;
   int layers = 4, dim = 128, heads = 4, seq = 128;
@@ -76,11 +77,16 @@ std::string run_study(const std::string& config_path, const std::string& out_arg
     x.layers = get<int>(v, "layers", 4, config_path);
     x.dim = get<int>(v, "dim", 128, config_path);
     x.heads = get<int>(v, "heads", 4, config_path);
-    x.seq = get<int>(v, "seq", 128, config_path);
+    x.seq = get<int>(v, "seq", x.arch == "external" ? 0 : 128, config_path);  // external: 0 = the model's
     x.experts = get<int>(v, "experts", 8, config_path);  // arch moe
     x.top_k = get<int>(v, "top_k", 2, config_path);
     x.capacity = get<double>(v, "capacity", 0.125, config_path);  // arch mod
+    x.command = get<std::string>(v, "command", "", config_path);  // arch external
     if (x.name.empty()) throw Error(config_path + ": a variant has no 'name'");
+    if ((x.arch == "external") != !x.command.empty())
+      throw Error(config_path + ": variant '" + x.name + "': " +
+                  (x.command.empty() ? "arch \"external\" needs a 'command' (the adapter to start)"
+                                     : "'command' belongs to arch \"external\" only"));
     variants.push_back(x);
   }
   const std::vector<uint64_t> seeds = get<std::vector<uint64_t>>(cfg, "seeds", {1}, config_path);
@@ -89,8 +95,8 @@ std::string run_study(const std::string& config_path, const std::string& out_arg
   const nlohmann::json exec_cfg = cfg.value("exec", nlohmann::json::object());
   std::filesystem::create_directories(out);
 
-  const int64_t steps_per_piece = int64_t(variants.size() * seeds.size());
-  const int64_t total = 3 * steps_per_piece + int64_t(variants.size()) + 2;
+  int64_t total = 2;  // execution and report
+  for (const auto& v : variants) total += v.arch == "external" ? 2 : 3 * int64_t(seeds.size()) + 1;
   int64_t done = 0;
   auto stage = [&](const std::string& what) {
     ++done;
@@ -99,7 +105,48 @@ std::string run_study(const std::string& config_path, const std::string& out_arg
   ReportInputs report;
   report.title = get<std::string>(cfg, "title", "Frozen-Controller Audit study", config_path);
   std::vector<std::string> exec_models;
+  const double adapter_timeout = get<double>(audit_cfg, "external_timeout", 600.0, config_path);
   for (const auto& v : variants) {
+    if (v.arch == "external") {
+      // A model fca does not implement: nothing to train and no seeds; it is evaluated and audited
+      // through its adapter, and its execution is not measured (exec times fca's own engine).
+      const std::string stem = out + "/" + v.name;
+      const std::string eval_path = stem + ".eval-test.json";
+      if (!file_exists(eval_path)) {
+        stage("evaluate " + v.name + " (external)");
+        const auto m = open_external_model(v.command, adapter_timeout);
+        const int T = v.seq > 0 ? v.seq : m->max_tokens();
+        const EvalResult r = evaluate_auditable(*m, corpus.split("test"), T, get<int64_t>(cfg, "eval_windows", 256, config_path), 8, false);
+        auto provenance = provenance_base();
+        provenance["model_sha256"] = m->content_hash();
+        write_json(eval_path, {{"schema", "fca-eval-v1"}, {"model", "external: " + v.command},
+                               {"config", nlohmann::json::parse(m->config_json())}, {"split", "test"}, {"seq_len", T},
+                               {"windows", r.windows.size()}, {"nll", r.nll}, {"bits_per_byte", r.bits_per_byte},
+                               {"byte_ppl", r.byte_ppl}, {"gate_mass", nullptr}, {"provenance", provenance}});
+      } else {
+        stage("evaluate " + v.name + " (external): done before, skipped");
+      }
+      report.evals.push_back(eval_path);
+      const std::string audit_dir = stem + "-audit";
+      if (!file_exists(audit_dir + "/audit.json")) {
+        stage("audit " + v.name + " (external)");
+        AuditOptions a;
+        a.model_path = "external: " + v.command;
+        a.tokens = v.seq;
+        a.eval_windows = get<int>(audit_cfg, "eval_windows", 128, config_path);
+        a.calib_windows = get<int>(audit_cfg, "calib_windows", 128, config_path);
+        a.reps = get<int>(audit_cfg, "reps", 5, config_path);
+        a.bootstrap_resamples = get<int>(audit_cfg, "bootstrap", 2000, config_path);
+        a.seed = get<uint64_t>(audit_cfg, "seed", 1, config_path);
+        a.out_dir = audit_dir;
+        a.progress = progress;
+        run_audit(*open_external_model(v.command, adapter_timeout), corpus, a);
+      } else {
+        stage("audit " + v.name + " (external): done before, skipped");
+      }
+      report.audits.push_back(audit_dir + "/audit.json");
+      continue;
+    }
     std::vector<std::string> variant_audits;
     for (uint64_t seed : seeds) {
       const std::string stem = out + "/" + v.name + "-s" + std::to_string(seed);

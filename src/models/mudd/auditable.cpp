@@ -15,9 +15,11 @@ MuddAuditable::MuddAuditable(const std::string& dir, int max_batch, int max_toke
     if (tokenizer_->vocab_size() > model_.config().vocab_size)
       throw Error(tokenizer_path + ": the tokenizer has " + std::to_string(tokenizer_->vocab_size()) +
                   " ids but the model only " + std::to_string(model_.config().vocab_size) + " embedding rows");
-  } else if (model_.config().vocab_size != 256) {
-    throw Error(dir + ": no tokenizer.json, and the model is not byte-level (vocab_size " +
-                std::to_string(model_.config().vocab_size) + ", expected 256 for bytes)");
+  } else if (model_.config().vocab_size < 256) {
+    // Without a tokenizer.json the text's bytes are the token ids (the description says "bytes"),
+    // which needs an embedding row for every byte.
+    throw Error(dir + ": no tokenizer.json, and bytes as token ids need vocab_size >= 256 (found " +
+                std::to_string(model_.config().vocab_size) + ")");
   }
 }
 

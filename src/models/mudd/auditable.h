@@ -26,8 +26,8 @@ struct MuddAuditTraits {
 
 class MuddAuditable : public FamilyAuditable<MuddAuditTraits> {
  public:
-  // Loads the folder; text is tokenized with its tokenizer.json, or as bytes for a byte-level
-  // model (vocab 256) without one.
+  // Loads the folder; text is tokenized with its tokenizer.json, or, when the folder has none,
+  // its bytes are the token ids (0..255; vocab_size must be at least 256).
   MuddAuditable(const std::string& dir, int max_batch, int max_tokens);
 
   std::string family() const override { return "mudd"; }

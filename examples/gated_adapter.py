@@ -1,0 +1,129 @@
+"""The gated byte-level transformer family (fca-gated-v1) in plain PyTorch, behind fca's adapter.
+
+Audit an fca checkpoint through PyTorch instead of fca's own engine:
+
+    fca audit --external "python3 examples/gated_adapter.py --model runs/featuregate.safetensors" \
+              --data data/nlp-corpus --out audits/featuregate-pytorch
+
+Written from ../shared/spec/gated-transformer.md: pre-LN blocks, h_{l+1} = h_l + g_l * F_l(h_l) with
+F_l = attention update u plus MLP update w, and g_l from the gate (dense 1, fixed c, uniform and
+layerstatic sigmoid(logit), featuregate sigmoid(b_l + phi . w_l) over four stop-gradient features
+of the block). The coefficient tensor is g per window, [L, T, 1, 1]. Shapes: B windows, T
+positions, L layers, D width, H heads, dh = D / H, V = 256 bytes.
+"""
+
+import json
+import math
+import os
+import sys
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+import fca_adapter  # noqa: E402
+
+LN_EPS = 1e-5
+NORM_EPS = 1e-6  # phi_3 = ||F|| / (||h|| + 1e-6)
+
+
+class GatedTransformer:
+    """Forward pass over an fca-gated-v1 checkpoint's tensors, float32, no autograd."""
+
+    def __init__(self, path: str):
+        self.P, meta = fca_adapter.read_safetensors_file(path)
+        if meta.get("format") != "fca-gated-v1":
+            raise fca_adapter.AdapterError(f"{path}: format {meta.get('format')!r}, expected 'fca-gated-v1'")
+        self.config = json.loads(meta["config"])
+        c = self.config
+        self.L, self.D, self.H, self.seq_len, self.gate = c["n_layer"], c["d_model"], c["n_head"], c["seq_len"], c["gate"]
+
+    def gate_of(self, l: int, B: int, T: int, phi: Optional[torch.Tensor]) -> torch.Tensor:
+        """The controller: g [B, T] for layer l (phi [B, T, 4] for featuregate)."""
+        P, c = self.P, self.config
+        if self.gate == "dense":
+            return torch.ones(B, T)
+        if self.gate == "fixed":
+            return torch.full((B, T), float(c["gate_value"]))
+        if self.gate == "uniform":
+            return torch.sigmoid(P["gate.logit"][0]).expand(B, T)
+        if self.gate == "layerstatic":
+            return torch.sigmoid(P["gate.logit"][l]).expand(B, T)
+        return torch.sigmoid(P["gate.bias"][l] + phi @ P["gate.weight"][l])
+
+    def forward(self, x: torch.Tensor, gates: Optional[torch.Tensor], on_controller=lambda: None):
+        """x int64 [B, T]; gates None (live) or [B, L, T] to replay. Returns logits [B, T, V], g [B, L, T]."""
+        P, L, D, H = self.P, self.L, self.D, self.H
+        B, T = x.shape
+        dh = D // H
+        causal = torch.ones(T, T, dtype=torch.bool).tril()
+        h = P["wte"][x] + P["wpe"][:T]
+        used, prev_logp = [], None
+        for l in range(L):
+            p = f"blocks.{l}."
+            a = F.layer_norm(h, (D,), P[p + "ln1.weight"], P[p + "ln1.bias"], LN_EPS)
+            qkv = a @ P[p + "attn.qkv.weight"].T + P[p + "attn.qkv.bias"]
+            q, k, v = (t.view(B, T, H, dh).transpose(1, 2) for t in qkv.split(D, dim=-1))
+            s = ((q @ k.transpose(-1, -2)) / math.sqrt(dh)).masked_fill(~causal, float("-inf"))  # [B, H, T, T]
+            logp = torch.log_softmax(s, dim=-1)
+            u = (logp.exp() @ v).transpose(1, 2).reshape(B, T, D) @ P[p + "attn.proj.weight"].T + P[p + "attn.proj.bias"]
+            m = F.layer_norm(h + u, (D,), P[p + "ln2.weight"], P[p + "ln2.bias"], LN_EPS)
+            w = F.gelu(m @ P[p + "mlp.fc.weight"].T + P[p + "mlp.fc.bias"], approximate="tanh")
+            upd = u + w @ P[p + "mlp.proj.weight"].T + P[p + "mlp.proj.bias"]                   # F_l [B, T, D]
+            if gates is None:        # live: run the controller
+                phi = features(s, logp, prev_logp, causal, upd, h) if self.gate == "featuregate" else None
+                g = self.gate_of(l, B, T, phi)
+                on_controller()
+            else:                    # replay: the handed coefficients, never the controller
+                g = gates[:, l, :]
+            prev_logp = logp
+            used.append(g)
+            h = h + g[..., None] * upd
+        logits = F.layer_norm(h, (D,), P["ln_f.weight"], P["ln_f.bias"], LN_EPS) @ P["wte"].T
+        return logits, torch.stack(used, dim=1)
+
+
+def features(s, logp, prev_logp, causal, upd, h) -> torch.Tensor:
+    """featuregate's phi [B, T, 4], each averaged over heads: normalised attention entropy, KL to the
+    previous layer's attention (0 at layer 0), logsumexp of the scores minus log(t+1), and the
+    update-to-state norm ratio."""
+    T = s.shape[-1]
+    zero = torch.zeros((), dtype=s.dtype)
+    logp_in = torch.where(causal, logp, zero)           # 0 * -inf must not make NaN above the diagonal
+    p = logp.exp()
+    log_n = torch.log(torch.arange(1, T + 1, dtype=s.dtype))
+    phi0 = -(p * logp_in).sum(-1).mean(1) / torch.cat([log_n.new_ones(1), log_n[1:]])
+    phi0[:, 0] = 0.0
+    phi1 = torch.zeros_like(phi0) if prev_logp is None else (p * torch.where(causal, logp - prev_logp, zero)).sum(-1).mean(1)
+    phi2 = (torch.logsumexp(s, dim=-1) - log_n).mean(1)
+    phi3 = upd.norm(dim=-1) / (h.norm(dim=-1) + NORM_EPS)
+    return torch.stack([phi0, phi1, phi2, phi3], dim=-1)
+
+
+class GatedAdapter(fca_adapter.Adapter):
+    def __init__(self, path: str):
+        super().__init__()
+        self.path = path
+        self.model = GatedTransformer(path)
+
+    def describe(self) -> fca_adapter.Description:
+        m = self.model
+        return fca_adapter.Description(
+            family="gated-pytorch",
+            description=f"{m.gate} L {m.L}, D {m.D}, H {m.H}, T {m.seq_len} (PyTorch)",
+            model_sha256=fca_adapter.sha256_files([self.path]),
+            vocab=256, max_tokens=m.seq_len, layers=m.L, streams=1, sources=1,
+            identity=torch.ones(m.L, 1, 1),               # g = 1: a plain residual stream
+            static_profile="LayerMean", structure_removed="GlobalMean",
+            config=m.config, parameter_count=sum(t.numel() for t in m.P.values()))
+
+    def forward(self, ids, coefficients=None):
+        B, T = ids.shape
+        gates = None if coefficients is None else coefficients[:, :, :, 0, 0]      # [B, L, T]
+        logits, used = self.model.forward(ids, gates, self.count_controller)
+        return logits, used.reshape(B, self.model.L, T, 1, 1)
+
+
+if __name__ == "__main__":
+    fca_adapter.main(lambda args: GatedAdapter(args.model))

@@ -1,0 +1,39 @@
+// A child process started through /bin/sh -c, with pipes on its stdin and stdout (its stderr is
+// fca's, so what it prints reaches the user). Reads and writes take a time limit, so a silent or
+// hung child is an Error rather than a hang; a child that exits is an Error naming its exit status.
+// The child runs in its own process group, and the destructor ends the whole group.
+#pragma once
+#include <sys/types.h>
+
+#include <cstddef>
+#include <string>
+
+namespace fca {
+
+class ChildProcess {
+ public:
+  // Starts `command`; throws Error naming it when it cannot be started.
+  explicit ChildProcess(const std::string& command);
+  // Closes the child's stdin (its signal to finish), waits up to 5 s, then kills the group.
+  ~ChildProcess();
+  ChildProcess(const ChildProcess&) = delete;
+  ChildProcess& operator=(const ChildProcess&) = delete;
+
+  // Writes all `n` bytes within timeout_s seconds; `what` names the message in errors.
+  void write_all(const void* data, size_t n, double timeout_s, const std::string& what);
+  // Reads exactly `n` bytes within timeout_s seconds (from the call).
+  void read_exact(void* data, size_t n, double timeout_s, const std::string& what);
+  const std::string& command() const { return command_; }
+
+ private:
+  // "exited with status 1", "was killed by signal 9", or "closed its output" when still running.
+  std::string exit_description();
+  std::string command_;
+  pid_t pid_ = -1;
+  int to_child_ = -1, from_child_ = -1;
+  bool reaped_ = false;
+  bool hung_ = false;  // a read or write timed out: no grace period at the end
+  int status_ = 0;
+};
+
+}  // namespace fca

@@ -1,0 +1,78 @@
+#include "models/external/protocol.h"
+
+#include <charconv>
+#include <chrono>
+
+#include "core/error.h"
+
+namespace fca {
+
+AdapterConnection::AdapterConnection(const std::string& command, double timeout_s)
+    : process_(command), timeout_s_(timeout_s) {}
+
+SafetensorsReader AdapterConnection::request(const std::string& type, const std::vector<TensorToWrite>& tensors,
+                                             const std::map<std::string, std::string>& metadata) {
+  const auto start = std::chrono::steady_clock::now();
+  std::map<std::string, std::string> meta = metadata;
+  meta["protocol"] = kExternalProtocol;
+  meta["type"] = type;
+  const std::string body = encode_safetensors(tensors, meta);
+  const uint64_t length = body.size();
+  process_.write_all(&length, 8, timeout_s_, "the " + type + " request");
+  process_.write_all(body.data(), body.size(), timeout_s_, "the " + type + " request");
+
+  uint64_t answer_length = 0;
+  process_.read_exact(&answer_length, 8, timeout_s_, "an answer to " + type);
+  if (answer_length < 8 || answer_length > kMaxExternalMessageBytes)
+    throw Error("`" + command() + "` answered " + type + " with a message of " + std::to_string(answer_length) +
+                " bytes (expected 8 .. " + std::to_string(kMaxExternalMessageBytes) +
+                "): not the protocol framing; does the adapter print to stdout?");
+  std::string answer(size_t(answer_length), '\0');
+  process_.read_exact(answer.data(), answer.size(), timeout_s_, "the answer to " + type);
+  SafetensorsReader reader(std::move(answer), "`" + command() + "` answer to " + type);
+  const auto& m = reader.metadata();
+  const auto protocol = m.find("protocol");
+  if (protocol == m.end() || protocol->second != kExternalProtocol)
+    throw Error(reader.path() + ": protocol \"" + (protocol == m.end() ? std::string() : protocol->second) +
+                "\", expected \"" + kExternalProtocol + "\"");
+  const auto answer_type = m.find("type");
+  if (answer_type != m.end() && answer_type->second == "error") {
+    const auto message = m.find("message");
+    throw Error("`" + command() + "` failed on " + type + ": " + (message == m.end() ? "(no message)" : message->second));
+  }
+  if (answer_type == m.end() || answer_type->second != type)
+    throw Error(reader.path() + ": type \"" + (answer_type == m.end() ? std::string() : answer_type->second) +
+                "\", expected \"" + type + "\"");
+  seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ++requests_;
+  return reader;
+}
+
+std::string answer_text(const SafetensorsReader& answer, const std::string& field) {
+  const auto it = answer.metadata().find(field);
+  if (it == answer.metadata().end()) throw Error(answer.path() + ": metadata field \"" + field + "\" is missing");
+  return it->second;
+}
+
+int64_t answer_integer(const SafetensorsReader& answer, const std::string& field, int64_t low, int64_t high) {
+  const std::string text = answer_text(answer, field);
+  int64_t v = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || end != text.data() + text.size())
+    throw Error(answer.path() + ": field \"" + field + "\" is \"" + text + "\", expected an integer");
+  if (v < low || v > high)
+    throw Error(answer.path() + ": field \"" + field + "\" is " + text + ", expected " + std::to_string(low) + " .. " +
+                std::to_string(high));
+  return v;
+}
+
+const TensorInfo& answer_tensor(const SafetensorsReader& answer, const std::string& name, DType dtype,
+                                const std::vector<int64_t>& shape) {
+  const TensorInfo& t = answer.get(name);
+  if (t.dtype != dtype || t.shape != shape)
+    throw Error(answer.path() + ": tensor '" + name + "' is " + dtype_name(t.dtype) + " " + shape_string(t.shape) +
+                ", expected " + dtype_name(dtype) + " " + shape_string(shape));
+  return t;
+}
+
+}  // namespace fca

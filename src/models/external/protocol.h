@@ -1,0 +1,50 @@
+// The external-model protocol, fca-external-v1 (docs/external-protocol.md): fca runs an adapter as a
+// child process and exchanges messages over its stdin and stdout. A message is an 8-byte
+// little-endian length n, then n bytes of one safetensors document whose __metadata__ holds
+// "protocol" (kExternalProtocol) and "type". Each request gets exactly one answer of the same type,
+// or an "error" answer whose "message" fca reports.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/child_process.h"
+#include "core/safetensors.h"
+
+namespace fca {
+
+inline constexpr const char* kExternalProtocol = "fca-external-v1";
+// The largest answer fca accepts; the length prefix is checked before anything is allocated.
+inline constexpr uint64_t kMaxExternalMessageBytes = uint64_t(1) << 32;
+
+class AdapterConnection {
+ public:
+  // Starts the adapter; `timeout_s` bounds the wait for every answer.
+  AdapterConnection(const std::string& command, double timeout_s);
+  // Sends a request of `type` and returns its answer, checked for the protocol and the type. An
+  // error answer, a malformed one, an exit or a time-out throws Error naming the adapter.
+  SafetensorsReader request(const std::string& type, const std::vector<TensorToWrite>& tensors,
+                            const std::map<std::string, std::string>& metadata = {});
+  const std::string& command() const { return process_.command(); }
+  // Seconds spent in request() (sending, the adapter's work, receiving) and the requests made.
+  double seconds_in_requests() const { return seconds_; }
+  int64_t requests() const { return requests_; }
+
+ private:
+  ChildProcess process_;
+  double timeout_s_;
+  double seconds_ = 0;
+  int64_t requests_ = 0;
+};
+
+// A metadata field of an answer, as text, or as a number range-checked against [low, high];
+// errors name the adapter, the message type and the field, expected vs found.
+std::string answer_text(const SafetensorsReader& answer, const std::string& field);
+int64_t answer_integer(const SafetensorsReader& answer, const std::string& field, int64_t low, int64_t high);
+// A tensor of an answer, checked for its dtype and shape.
+const TensorInfo& answer_tensor(const SafetensorsReader& answer, const std::string& name, DType dtype,
+                                const std::vector<int64_t>& shape);
+
+}  // namespace fca

@@ -1,0 +1,57 @@
+"""The gated example adapter with one fault injected, for fca's tests of what a broken adapter gets.
+
+    faulty_adapter.py --model m.safetensors --fault F
+
+Faults: wrong_shape (run_live records one token too few), inexact (replay perturbs one logit by one
+ulp), exit (the process exits with status 3 at the first replay), hang (the first replay never
+answers), stdout (describe prints to the real stdout, corrupting the framing), raise (run_live
+raises), controller (replay evaluates the controller).
+"""
+
+import os
+import sys
+import time
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "examples"))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
+import fca_adapter  # noqa: E402
+from gated_adapter import GatedAdapter  # noqa: E402
+
+FAULTS = ("wrong_shape", "inexact", "exit", "hang", "stdout", "raise", "controller")
+
+
+class FaultyAdapter(GatedAdapter):
+    def __init__(self, path: str, fault: str):
+        super().__init__(path)
+        self.fault = fault
+
+    def describe(self):
+        if self.fault == "stdout":
+            os.write(1, b"loading model...\n")   # what a careless print to the real stdout does
+        return super().describe()
+
+    def forward(self, ids, coefficients=None):
+        replay = coefficients is not None
+        if replay and self.fault == "exit":
+            os._exit(3)
+        if replay and self.fault == "hang":
+            time.sleep(3600)
+        if not replay and self.fault == "raise":
+            raise RuntimeError("injected failure in forward")
+        logits, used = super().forward(ids, coefficients)
+        if replay and self.fault == "controller":
+            self.count_controller()
+        if replay and self.fault == "inexact":
+            logits = logits.clone()
+            logits[0, 0, 0] = torch.nextafter(logits[0, 0, 0], torch.tensor(float("inf")))
+        if not replay and self.fault == "wrong_shape":
+            used = used[:, :, :-1]
+        return logits, used
+
+
+if __name__ == "__main__":
+    fca_adapter.main(lambda args: FaultyAdapter(args.model, args.fault),
+                     lambda p: p.add_argument("--fault", required=True, choices=FAULTS))

@@ -1,0 +1,249 @@
+// Audits of models fca does not implement, through the external protocol (docs/external-protocol.md)
+// and the PyTorch adapters in examples/: they agree with fca's native audit of the same checkpoint,
+// and a broken adapter gets a clear error and leaves no partial output.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "models/gated/model.h"
+#include "test_util.h"
+
+namespace fca {
+namespace {
+
+using testing::run_fca;
+
+// The Python with Debian's python3-torch (make test installs it; CMake's FCA_PYTHON).
+std::string python() { return FCA_PYTHON; }
+
+bool python_has_torch() {
+  static const bool ok = std::system((python() + " -c 'import torch, numpy' >/dev/null 2>&1").c_str()) == 0;
+  return ok;
+}
+
+std::string source(const std::string& relative) { return std::string(FCA_SOURCE_DIR) + "/" + relative; }
+
+nlohmann::json read_json(const std::string& path) {
+  std::ifstream in(path);
+  return nlohmann::json::parse(in);
+}
+
+// Every number of the native audit.json against the external one. Paths that name the run, not the
+// model's figures, are left out (provenance, the model's path, family and description, the cache
+// path, how the logits were compared). Tolerance: 1e-5 absolute, or relative for figures above 1
+// (byte perplexity ~ 10^2..10^3). The two engines round float32 differently (GEMM blocking,
+// summation order): per-window NLLs differ by ~1e-7, and the figures inherit that.
+void expect_same_figures(const nlohmann::json& native, const nlohmann::json& external, const std::string& path,
+                         double& worst, std::string& worst_path) {
+  static const std::vector<std::string> skipped{"/provenance", "/model/path", "/model/family", "/model/description",
+                                                "/settings/cache", "/exact_replay/logits_compared"};
+  for (const auto& s : skipped)
+    if (path == s) return;
+  ASSERT_EQ(native.type(), external.type()) << path;
+  if (native.is_object()) {
+    for (auto it = native.begin(); it != native.end(); ++it) {
+      ASSERT_TRUE(external.contains(it.key())) << path + "/" + it.key() << " missing from the external audit";
+      expect_same_figures(it.value(), external[it.key()], path + "/" + it.key(), worst, worst_path);
+    }
+  } else if (native.is_array()) {
+    ASSERT_EQ(native.size(), external.size()) << path;
+    for (size_t i = 0; i < native.size(); ++i)
+      expect_same_figures(native[i], external[i], path + "/" + std::to_string(i), worst, worst_path);
+  } else if (native.is_number()) {
+    const double a = native.get<double>(), b = external.get<double>();
+    const double err = std::abs(a - b) / std::max(1.0, std::abs(a));
+    if (err > worst) {
+      worst = err;
+      worst_path = path;
+    }
+    EXPECT_LE(err, 1e-5) << path << ": native " << a << ", external " << b;
+  } else {
+    EXPECT_EQ(native, external) << path;
+  }
+}
+
+class External : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(python_has_torch()) << python() << " cannot import torch and numpy: `make test` installs Debian's "
+                                    << "python3-torch (FCA_WITH_TORCH=1 scripts/install_deps.sh)";
+    testing::write_corpus(dir.path(), 200000, 12000, 12000);
+  }
+  std::string adapter(const std::string& script, const std::string& model, const std::string& extra = "") const {
+    return python() + " " + source(script) + " --model " + model + " --threads 2" + extra;
+  }
+  std::vector<std::string> audit_args(const std::string& out) const {
+    return {"audit", "--data", dir.path(), "--eval-windows", "32", "--calib-windows", "32", "--reps", "4",
+            "--bootstrap", "1000", "--no-progress", "--out", out};
+  }
+  void expect_agreement(const std::vector<std::string>& native_model, const std::string& command) {
+    auto native_args = audit_args(dir.file("native"));
+    native_args.insert(native_args.end(), native_model.begin(), native_model.end());
+    auto r = run_fca(native_args);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    auto external_args = audit_args(dir.file("external"));
+    external_args.insert(external_args.end(), {"--external", command});
+    r = run_fca(external_args);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const auto n = read_json(dir.file("native/audit.json")), e = read_json(dir.file("external/audit.json"));
+    EXPECT_EQ(e["model"]["family"], "external");
+    EXPECT_EQ(e["exact_replay"]["logits_compared"], "sha256");
+    EXPECT_EQ(n["exact_replay"]["logits_compared"], "values");
+    EXPECT_TRUE(e["exact_replay"]["passed"].get<bool>());
+    EXPECT_EQ(e["provenance"]["model_sha256"], n["provenance"]["model_sha256"]);  // the same weights file
+    for (const auto& c : e["conditions"]) EXPECT_EQ(c["controller_evaluations"], 0) << c["name"];
+    double worst = 0;
+    std::string worst_path;
+    expect_same_figures(n, e, "", worst, worst_path);
+    std::printf("largest native/external difference: %.3g at %s\n", worst, worst_path.c_str());
+  }
+  testing::TempDir dir;
+};
+
+TEST_F(External, FeatureGateThroughPyTorchAgreesWithNative) {
+  const std::string model = dir.file("fg.safetensors");
+  auto r = run_fca({"train", "--gate", "featuregate", "--layers", "3", "--dim", "48", "--heads", "2", "--seq", "64",
+                    "--steps", "400", "--lr", "3e-3", "--eval-every", "0", "--data", dir.path(), "--no-progress",
+                    "--out", model});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  // Retention is 1 - DeltaNLL(static) / DeltaNLL(structure_removed): with gates near 0.5 in every
+  // layer (a briefly trained model) the denominator is ~0 and the ratio amplifies the engines'
+  // 1e-7 rounding differences without bound. Distinct per-layer gate biases make structure_removed
+  // (one global gate) cost something, so that every figure is well conditioned.
+  GatedModel<float> m = GatedModel<float>::load(model);
+  const float biases[3] = {-2.0f, 0.0f, 2.0f};
+  for (int l = 0; l < 3; ++l) m.weights().gate_bias[l] = biases[l];
+  m.save(model);
+  expect_agreement({"--model", model}, adapter("examples/gated_adapter.py", model));
+}
+
+TEST_F(External, MuddThroughPyTorchAgreesWithNative) {
+  const std::string folder = std::string(FCA_SOURCE_DIR) + "/../shared/testdata/muddpythia-tiny";
+  ASSERT_TRUE(std::filesystem::exists(folder + "/config.json")) << folder;
+  expect_agreement({"--model", folder}, adapter("examples/mudd_adapter.py", folder));
+}
+
+TEST_F(External, MuddExampleMatchesTheReferenceFixture) {
+  // The example's PyTorch MUDD against the reference implementation's golden outputs, and its
+  // bitwise replay (tests/external/check_mudd_example.py says what it checks and why).
+  const std::string cmd = python() + " " + source("tests/external/check_mudd_example.py") + " --testdata " +
+                          std::string(FCA_SOURCE_DIR) + "/../shared/testdata 2>&1";
+  FILE* pipe = popen(cmd.c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  std::string output;
+  char buf[4096];
+  for (size_t n; (n = fread(buf, 1, sizeof buf, pipe)) > 0;) output.append(buf, n);
+  EXPECT_EQ(pclose(pipe), 0) << output;
+}
+
+TEST_F(External, StudyWithAnExternalVariant) {
+  // The study trains fg, then audits the same checkpoint natively and through the PyTorch adapter.
+  const std::string out = dir.file("study");
+  testing::write_text(dir.file("study.json"), R"({
+    "data": ")" + dir.path() + R"(",
+    "seeds": [1],
+    "variants": [
+      {"name": "fg", "arch": "gated", "gate": "featuregate", "layers": 2, "dim": 16, "heads": 2, "seq": 16},
+      {"name": "fg-pytorch", "arch": "external", "command": ")" + adapter("examples/gated_adapter.py", out + "/fg-s1.safetensors") + R"("}
+    ],
+    "train": {"batch": 4, "steps": 6, "warmup": 2, "eval_every": 6, "eval_windows": 4, "checkpoint_every": 3},
+    "eval_windows": 8,
+    "audit": {"eval_windows": 8, "calib_windows": 8, "reps": 2, "bootstrap": 100},
+    "exec": {"runs": 2, "warmup": 0, "eval_windows": 4, "calib_windows": 4}
+  })");
+  auto r = run_fca({"study", "--config", dir.file("study.json"), "--out", out});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* f : {"fg-pytorch.eval-test.json", "fg-pytorch-audit/audit.json", "report.html"})
+    EXPECT_TRUE(std::filesystem::exists(out + "/" + f)) << f;
+  const auto native = read_json(out + "/fg-s1-audit/audit.json"), external = read_json(out + "/fg-pytorch-audit/audit.json");
+  EXPECT_NEAR(native["baseline"]["nll"].get<double>(), external["baseline"]["nll"].get<double>(), 1e-5);
+  EXPECT_NE(testing::read_bytes(out + "/report.html").find("[external: gated-pytorch]"), std::string::npos);
+  r = run_fca({"study", "--config", dir.file("study.json"), "--out", out});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("audit fg-pytorch (external): done before, skipped"), std::string::npos) << r.output;
+}
+
+TEST_F(External, StudyRejectsAnExternalVariantWithoutCommand) {
+  testing::write_text(dir.file("study.json"), R"({"data": ")" + dir.path() + R"(", "variants": [{"name": "x", "arch": "external"}]})");
+  const auto r = run_fca({"study", "--config", dir.file("study.json"), "--out", dir.file("study")});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("arch \"external\" needs a 'command'"), std::string::npos) << r.output;
+}
+
+class BrokenAdapter : public External {
+ protected:
+  void SetUp() override {
+    External::SetUp();
+    GatedModel<float>::initialized(testing::tiny_config(GateKind::featuregate), 1).save(model);
+  }
+  // The audit fails with every part of `message_parts` in its output, and writes no audit.json,
+  // windows.csv, audit.md or temporary file.
+  void expect_failure(const std::string& fault, const std::vector<std::string>& message_parts,
+                      const std::vector<std::string>& extra = {}) {
+    auto args = audit_args(dir.file("out"));
+    args.insert(args.end(), {"--external", adapter("tests/external/faulty_adapter.py", model, " --fault " + fault)});
+    args.insert(args.end(), extra.begin(), extra.end());
+    const auto r = run_fca(args);
+    EXPECT_NE(r.exit_code, 0) << r.output;
+    for (const auto& part : message_parts) EXPECT_NE(r.output.find(part), std::string::npos) << "missing '" << part << "' in: " << r.output;
+    if (std::filesystem::exists(dir.file("out")))
+      for (const auto& entry : std::filesystem::directory_iterator(dir.file("out"))) {
+        const std::string name = entry.path().filename().string();
+        // A complete coefficient cache may stay (it is valid, and a rerun reuses it); nothing else.
+        EXPECT_EQ(name, "cache.safetensors") << "left behind after a failed audit: " << name;
+      }
+  }
+  std::string model = dir.file("m.safetensors");
+};
+
+TEST_F(BrokenAdapter, WrongShape) {
+  expect_failure("wrong_shape", {"answer to run_live", "tensor 'coefficients' is F32 [8, 2, 15, 1, 1]", "expected F32 [8, 2, 16, 1, 1]"});
+}
+
+TEST_F(BrokenAdapter, InexactReplay) {
+  expect_failure("inexact", {"exact replay failed", "SHA-256 of the logits"});
+}
+
+TEST_F(BrokenAdapter, ProcessExits) {
+  expect_failure("exit", {"exited with status 3", "run_replay"});
+}
+
+TEST_F(BrokenAdapter, ProcessHangs) {
+  expect_failure("hang", {"did not send an answer to run_replay within 3 s", "--external-timeout"}, {"--external-timeout", "3"});
+}
+
+TEST_F(BrokenAdapter, PrintsToStdout) {
+  expect_failure("stdout", {"answered describe with a message of", "print to stdout"});
+}
+
+TEST_F(BrokenAdapter, RaisesAnError) {
+  expect_failure("raise", {"failed on run_live", "RuntimeError: injected failure in forward"});
+}
+
+TEST_F(BrokenAdapter, EvaluatesTheControllerInReplay) {
+  expect_failure("controller", {"controller was evaluated"});
+}
+
+TEST_F(BrokenAdapter, CommandThatIsNoAdapter) {
+  auto args = audit_args(dir.file("out"));
+  args.insert(args.end(), {"--external", "true"});
+  const auto r = run_fca(args);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("`true` exited with status 0 before sending an answer to describe"), std::string::npos) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("out/audit.json")));
+}
+
+TEST_F(BrokenAdapter, ModelAndExternalTogether) {
+  auto args = audit_args(dir.file("out"));
+  args.insert(args.end(), {"--model", model, "--external", "true"});
+  const auto r = run_fca(args);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("excludes"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace fca
