@@ -27,48 +27,20 @@ Options: --model FOLDER, --threads N (torch CPU threads, default 2). The interpr
 import json
 import math
 import os
-import struct
 import sys
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
-try:
-    import fca_adapter
-except ImportError:  # the model class below needs only torch; the adapter needs fca_adapter
-    fca_adapter = None
+import fca_adapter  # noqa: E402  (python/fca_adapter.py: numpy and torch only)
 
 MASKED_SCORE = -65504.0  # fp16 minimum, the reference's causal-mask fill value
 
 
 # ------------------------------------------------------------------------------------------------
-# Checkpoint loading: safetensors (F32 / BF16 / F16), single file or sharded with an index.
-
-def read_safetensors(path):
-    """{name: tensor} from one safetensors file: F32/BF16/F16 as float32 (exact upcast), I64 as int64."""
-    with open(path, "rb") as f:
-        blob = f.read()
-    (n,) = struct.unpack("<Q", blob[:8])
-    header = json.loads(blob[8:8 + n])
-    header.pop("__metadata__", None)
-    data = memoryview(blob)[8 + n:]
-    out = {}
-    for name, e in header.items():
-        begin, end = e["data_offsets"]
-        raw = data[begin:end]
-        if e["dtype"] == "BF16":  # bf16 = top 16 bits of a float32
-            a = (np.frombuffer(raw, dtype="<u2").astype(np.uint32) << 16).view(np.float32)
-        elif e["dtype"] in ("F32", "F16"):
-            a = np.frombuffer(raw, dtype="<f4" if e["dtype"] == "F32" else "<f2").astype(np.float32)
-        elif e["dtype"] == "I64":
-            a = np.frombuffer(raw, dtype="<i8").astype(np.int64)
-        else:
-            raise ValueError(f"{path}: tensor {name} has unsupported dtype {e['dtype']}")
-        out[name] = torch.from_numpy(a.reshape(e["shape"]).copy())
-    return out
-
+# Checkpoint loading: safetensors (fca_adapter.read_safetensors_file: F32 / BF16 / F16 as float32),
+# a single file or shards named by an index.
 
 def weight_files(folder):
     """The weight files of a HF folder: the shards named by the index, else model.safetensors."""
@@ -118,7 +90,7 @@ class MuddPythia:
             config = json.load(f)
         weights = {}
         for path in weight_files(folder):
-            weights.update(read_safetensors(path))
+            weights.update(fca_adapter.read_safetensors_file(path)[0])
         model = cls(config, weights)
         model.files = weight_files(folder)
         return model
@@ -267,7 +239,7 @@ class MuddPythia:
 # ------------------------------------------------------------------------------------------------
 # The fca adapter.
 
-class MuddAdapter(fca_adapter.Adapter if fca_adapter is not None else object):
+class MuddAdapter(fca_adapter.Adapter):
     """Serves MuddPythia to `fca audit --external`: coefficients [B, L, T, 4, L+1]."""
 
     def __init__(self, folder):
@@ -299,6 +271,4 @@ class MuddAdapter(fca_adapter.Adapter if fca_adapter is not None else object):
 
 
 if __name__ == "__main__":
-    if fca_adapter is None:
-        sys.exit("mudd_adapter.py: python/fca_adapter.py not found next to examples/")
     fca_adapter.main(lambda args: MuddAdapter(args.model))

@@ -126,7 +126,8 @@ def read_safetensors_file(path: str) -> Tuple[Dict[str, torch.Tensor], Dict[str,
         if dtype is None or end - begin != math.prod(shape) * dtype.itemsize:
             raise ValueError(f"{path}: tensor {name}: dtype {entry['dtype']} or size does not match its shape {shape}")
         array = np.frombuffer(data[begin:end], dtype=dtype).reshape(shape)
-        out[name] = torch.from_numpy(array.astype(dtype.newbyteorder("="), copy=True))
+        native = np.float32 if entry["dtype"] == "F16" else dtype.newbyteorder("=")   # f16 -> f32 is exact
+        out[name] = torch.from_numpy(array.astype(native, copy=True))
     return out, metadata
 
 

@@ -183,6 +183,40 @@ TEST_F(AuditEndToEnd, UniformGateGivesExactlyZeroPenalties) {
   EXPECT_TRUE(std::filesystem::exists(dir.file("uniform/audit.md")));
 }
 
+TEST_F(AuditEndToEnd, AggregateAppliesCriteriaAndRefusesWhatDoesNotCombine) {
+  const std::string m1 = model_of(GateKind::featuregate, 20, 1), m2 = model_of(GateKind::featuregate, 20, 2);
+  audit(m1, "a1");
+  audit(m2, "a2");
+  const std::string a1 = dir.file("a1/audit.json"), a2 = dir.file("a2/audit.json");
+  const auto agg = aggregate_audits({a1, a2}, 200, 1);
+  // The criteria on the checkpoint-level CIs.
+  ASSERT_TRUE(agg["criteria"].contains("static_penalty_small"));
+  EXPECT_EQ(agg["criteria"]["static_penalty_small"]["value"], agg["figures"]["delta_nll.static_profile"]["ci95"][1]);
+  EXPECT_EQ(agg["criteria"]["static_penalty_small"]["holds"].get<bool>(),
+            agg["figures"]["delta_nll.static_profile"]["ci95"][1].get<double>() < 0.002);
+  ASSERT_TRUE(agg["criteria"].contains("retention_high"));
+  auto refused = [&](const std::vector<std::string>& paths, const std::string& message) {
+    try {
+      aggregate_audits(paths, 200, 1);
+      ADD_FAILURE() << "aggregate accepted what should not combine: " << message;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+    }
+  };
+  audit(m1, "a1-again");  // the same checkpoint, audited twice
+  refused({a1, a2, dir.file("a1-again/audit.json")}, "audit the same checkpoint");
+  audit(m2, "a2-seed9", 9);  // another audit seed
+  refused({a1, dir.file("a2-seed9/audit.json")}, "differ in /settings/seed");
+  nlohmann::json other = nlohmann::json::parse(testing::read_bytes(a2));
+  other["settings"]["eval_windows"] = 48;
+  testing::write_text(dir.file("a2-windows.json"), other.dump());
+  refused({a1, dir.file("a2-windows.json")}, "differ in /settings/eval_windows");
+  other = nlohmann::json::parse(testing::read_bytes(a2));
+  other["model"]["description"] = "featuregate L 3, D 16, H 2, T 16";
+  testing::write_text(dir.file("a2-config.json"), other.dump());
+  refused({a1, dir.file("a2-config.json")}, "differ in /model/description");
+}
+
 TEST_F(AuditEndToEnd, DenseIdentityEqualsCorrect) {
   const auto j = audit(model_of(GateKind::dense, 0), "dense");
   EXPECT_EQ(delta(j, "identity"), 0.0);
@@ -249,24 +283,137 @@ class InexactReplay : public GatedAuditable {
   }
 };
 
-TEST_F(AuditEndToEnd, InexactReplayStopsTheAudit) {
+// A replay whose NLL, or one of whose logits, is NaN: std::max(0, NaN) is 0, so a comparison of
+// differences would call it exact; the comparison of bit patterns must not.
+class NanNllReplay : public GatedAuditable {
+ public:
+  using GatedAuditable::GatedAuditable;
+  void run_replay(const int32_t* inputs, const int32_t* targets, int B, int T, const CoefficientTensor& c,
+                  double* window_nll) override {
+    GatedAuditable::run_replay(inputs, targets, B, T, c, window_nll);
+    window_nll[0] = std::nan("");
+  }
+};
+
+class NanLogitReplay : public GatedAuditable {
+ public:
+  using GatedAuditable::GatedAuditable;
+  void run_live(const int32_t* inputs, const int32_t* targets, int B, int T, CoefficientTensor* record, int first,
+                double* window_nll) override {
+    GatedAuditable::run_live(inputs, targets, B, T, record, first, window_nll);
+    poisoned_ = false;
+  }
+  void run_replay(const int32_t* inputs, const int32_t* targets, int B, int T, const CoefficientTensor& c,
+                  double* window_nll) override {
+    GatedAuditable::run_replay(inputs, targets, B, T, c, window_nll);
+    logits_.assign(GatedAuditable::last_logits(), GatedAuditable::last_logits() + size_t(B) * T * vocab());
+    logits_[5] = std::nanf("");
+    poisoned_ = true;
+  }
+  const float* last_logits() const override { return poisoned_ ? logits_.data() : GatedAuditable::last_logits(); }
+
+ private:
+  std::vector<float> logits_;
+  bool poisoned_ = false;
+};
+
+// A replayed source that reaches the controller: it hands back the cached gates, but evaluates the
+// gate function on the way (as a source that "just checks" the live value would). The count is
+// kept by the controller code in the run state, so the audit must see it and refuse.
+class ControllerReachingReplay : public CoefficientSource<float> {
+ public:
+  ControllerReachingReplay(const GatedModel<float>& model, const CoefficientTensor& c) : controller_(model.config(), model.weights()), replayed_(c) {}
+  bool needs_controller_inputs() const override { return false; }
+  void coefficients(int layer, const BatchPosition& batch, const float* phi, float* g) override {
+    if (controller_.needs_features()) {
+      std::vector<float> zeros(size_t(batch.batch) * batch.tokens * 4, 0.0f);
+      controller_.evaluate(layer, batch, zeros.data(), g);
+    } else {
+      controller_.evaluate(layer, batch, phi, g);
+    }
+    replayed_.coefficients(layer, batch, phi, g);
+  }
+
+ private:
+  GateController<float> controller_;
+  ReplayedCoefficients<float> replayed_;
+};
+
+struct LeakyTraits : GatedAuditTraits {
+  using Replayed = ControllerReachingReplay;
+  static Replayed replayed(const Model& m, const CoefficientTensor& c) { return Replayed(m, c); }
+};
+
+class LeakyAuditable : public FamilyAuditable<LeakyTraits> {
+ public:
+  LeakyAuditable(const std::string& path, int batch, int tokens)
+      : FamilyAuditable(GatedModel<float>::load(path), batch, tokens), reference_(path, batch, tokens) {}
+  std::string family() const override { return "gated"; }
+  std::string description() const override { return reference_.description(); }
+  std::string content_hash() const override { return reference_.content_hash(); }
+  std::string config_json() const override { return reference_.config_json(); }
+  size_t parameter_count() const override { return reference_.parameter_count(); }
+  int max_tokens() const override { return reference_.max_tokens(); }
+  int vocab() const override { return reference_.vocab(); }
+  std::vector<int32_t> tokenize(const TextSplit& split) const override { return reference_.tokenize(split); }
+  CoefficientTensor make_coefficients(int w, int t) const override { return reference_.make_coefficients(w, t); }
+  void identity_profile(CoefficientTensor& out) const override { reference_.identity_profile(out); }
+  void structure_removed_profile(const CoefficientTensor& s, CoefficientTensor& out) const override {
+    reference_.structure_removed_profile(s, out);
+  }
+  std::string static_profile_name() const override { return reference_.static_profile_name(); }
+  std::string structure_removed_name() const override { return reference_.structure_removed_name(); }
+
+ private:
+  GatedAuditable reference_;  // the names and profiles of the same checkpoint
+};
+
+TEST_F(AuditEndToEnd, ReplayThatReachesTheControllerIsRefused) {
   const std::string m = model_of(GateKind::featuregate, 0);
   AuditOptions o;
   o.model_path = m;
   o.eval_windows = 8;
   o.calib_windows = 8;
   o.reps = 2;
-  o.out_dir = dir.file("inexact");
+  o.out_dir = dir.file("leaky");
   o.progress = false;
-  InexactReplay model(m, o.batch, 1 << 20);
+  LeakyAuditable model(m, o.batch, 1 << 20);
   try {
     run_audit(model, Corpus(dir.path()), o);
-    ADD_FAILURE() << "inexact replay was accepted";
+    ADD_FAILURE() << "a replay that evaluates the controller was accepted";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("exact replay failed"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("the controller was evaluated"), std::string::npos) << e.what();
   }
-  EXPECT_FALSE(std::filesystem::exists(dir.file("inexact/audit.json")));
+  EXPECT_FALSE(std::filesystem::exists(dir.file("leaky/audit.json")));
 }
+
+class ReplayCheck : public AuditEndToEnd {
+ protected:
+  template <typename Model>
+  void expect_refused(const std::string& name, const std::string& message) {
+    const std::string m = model_of(GateKind::featuregate, 0);
+    AuditOptions o;
+    o.model_path = m;
+    o.eval_windows = 8;
+    o.calib_windows = 8;
+    o.reps = 2;
+    o.out_dir = dir.file(name);
+    o.progress = false;
+    Model model(m, o.batch, 1 << 20);
+    try {
+      run_audit(model, Corpus(dir.path()), o);
+      ADD_FAILURE() << name << " was accepted as exact replay";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("exact replay failed"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+    }
+    EXPECT_FALSE(std::filesystem::exists(dir.file(name + "/audit.json")));
+  }
+};
+
+TEST_F(ReplayCheck, InexactReplayStopsTheAudit) { expect_refused<InexactReplay>("inexact", "1 windows' NLL differ in bits"); }
+TEST_F(ReplayCheck, NanNllStopsTheAudit) { expect_refused<NanNllReplay>("nan-nll", "2 non-finite values"); }
+TEST_F(ReplayCheck, NanLogitStopsTheAudit) { expect_refused<NanLogitReplay>("nan-logit", "1 logits differ in bits"); }
 
 }  // namespace
 }  // namespace fca

@@ -69,7 +69,7 @@ TEST_F(Cli, TrainEvalInfoTraceRoundTrip) {
   SafetensorsReader live(dir.file("live.safetensors")), replay(dir.file("replay.safetensors"));
   EXPECT_EQ(live.read_as_double("logits"), replay.read_as_double("logits"));
   EXPECT_EQ(replay.metadata().at("controller_evaluations"), "0");
-  EXPECT_EQ(live.metadata().at("controller_evaluations"), "2");
+  EXPECT_EQ(live.metadata().at("controller_evaluations"), "4");  // L = 2: features and gate per layer
   EXPECT_TRUE(live.has("blocks.1.features"));
   EXPECT_TRUE(live.has("hidden.2"));
 }

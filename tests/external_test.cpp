@@ -9,6 +9,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "core/error.h"
+#include "models/external/protocol.h"
 #include "models/gated/model.h"
 #include "test_util.h"
 
@@ -64,6 +66,60 @@ void expect_same_figures(const nlohmann::json& native, const nlohmann::json& ext
   } else {
     EXPECT_EQ(native, external) << path;
   }
+}
+
+// The transport alone, with shell commands standing in for adapters (no Python needed).
+TEST(AdapterConnection, SafetensorsDocumentsRoundTripInMemory) {
+  const std::vector<int32_t> ids{1, -2, 3, 4, 5, 6};
+  const std::vector<uint8_t> text{'a', 'b', 'c'};
+  const std::string doc = encode_safetensors({{"ids", {2, 3}, ids.data(), DType::I32}, {"text", {3}, text.data(), DType::U8}},
+                                             {{"type", "tokenize"}});
+  const SafetensorsReader r(doc, "message");
+  EXPECT_EQ(r.metadata().at("type"), "tokenize");
+  EXPECT_EQ(r.read_as_double("ids"), (std::vector<double>{1, -2, 3, 4, 5, 6}));
+  EXPECT_EQ(r.get("text").dtype, DType::U8);
+}
+
+TEST(AdapterConnection, MalformedFieldsAreNamed) {
+  const SafetensorsReader r(encode_safetensors({}, {{"vocab", "12x"}, {"layers", "-1"}, {"big", "99999999999999999999"}}), "answer");
+  auto message = [&](auto f) {
+    try {
+      f();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message([&] { answer_integer(r, "vocab", 2, 100); }).find("field \"vocab\" is \"12x\", expected an integer"), std::string::npos);
+  EXPECT_NE(message([&] { answer_integer(r, "layers", 1, 100); }).find("field \"layers\" is -1, expected 1 .. 100"), std::string::npos);
+  EXPECT_NE(message([&] { answer_integer(r, "big", 1, 100); }).find("expected an integer"), std::string::npos);
+  EXPECT_NE(message([&] { answer_text(r, "family"); }).find("metadata field \"family\" is missing"), std::string::npos);
+}
+
+TEST(AdapterConnection, ExitAndSilenceAreErrors) {
+  auto message = [](const std::string& command, double timeout) {
+    try {
+      AdapterConnection c(command, timeout);
+      c.request("describe", {});
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  // It exits after reading the length prefix: fca is still sending or already waiting, either way
+  // the error names the exit status.
+  EXPECT_NE(message("head -c 8 >/dev/null; exit 7", 10).find("exited with status 7"), std::string::npos);
+  EXPECT_NE(message("exec sleep 30", 0.3).find("did not send an answer to describe within 0.3 s"), std::string::npos);
+}
+
+TEST(AdapterConnection, FramesBothWays) {
+  // `cat` echoes each request: a well-framed answer of the request's own type.
+  AdapterConnection echo("exec cat", 10);
+  const std::vector<double> nll{0.5, 1.5};
+  const SafetensorsReader a = echo.request("run_replay", {{"nll", {2}, nll.data(), DType::F64}});
+  EXPECT_EQ(answer_text(a, "protocol"), kExternalProtocol);
+  EXPECT_EQ(a.read_as_double("nll"), nll);
+  EXPECT_EQ(echo.requests(), 1);
 }
 
 class External : public ::testing::Test {
@@ -205,7 +261,7 @@ TEST_F(BrokenAdapter, WrongShape) {
 }
 
 TEST_F(BrokenAdapter, InexactReplay) {
-  expect_failure("inexact", {"exact replay failed", "SHA-256 of the logits"});
+  expect_failure("inexact", {"exact replay failed", "logits SHA-256 differs in 4 of 4 batches"});
 }
 
 TEST_F(BrokenAdapter, ProcessExits) {

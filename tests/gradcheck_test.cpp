@@ -16,17 +16,16 @@ namespace {
 // recorded from the unperturbed pass.
 class FrozenFeatureCoefficients : public CoefficientSource<double> {
  public:
-  FrozenFeatureCoefficients(const GatedModel<double>& model, const std::vector<double>& phi, int64_t N)
-      : controller_(model.config(), model.weights()), phi_(phi), N_(N) {}
+  FrozenFeatureCoefficients(const GatedModel<double>& model, const std::vector<double>& phi)
+      : controller_(model.config(), model.weights()), phi_(phi) {}
   bool needs_controller_inputs() const override { return false; }
-  void coefficients(int layer, const BatchPosition&, const double*, double* g) override {
-    controller_.evaluate(layer, phi_.data() + layer * N_ * 4, g, N_);
+  void coefficients(int layer, const BatchPosition& batch, const double*, double* g) override {
+    controller_.evaluate(layer, batch, phi_.data() + layer * int64_t(batch.batch) * batch.tokens * 4, g);
   }
 
  private:
   GateController<double> controller_;
   const std::vector<double>& phi_;
-  int64_t N_;
 };
 
 GatedModel<double> perturbed_model(const GatedConfig& config, uint64_t seed) {
@@ -65,7 +64,7 @@ void check_gradients(GateKind kind) {
 
   GatedRunState<double> probe(config, B, Tn, false);
   auto loss_at = [&](GatedModel<double>& m) {
-    FrozenFeatureCoefficients frozen(m, phi, N);
+    FrozenFeatureCoefficients frozen(m, phi);
     LiveCoefficients<double> plain(m);
     CoefficientSource<double>& source = kind == GateKind::featuregate ? static_cast<CoefficientSource<double>&>(frozen)
                                                                       : static_cast<CoefficientSource<double>&>(plain);

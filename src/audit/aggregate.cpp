@@ -43,12 +43,47 @@ double figure_at(const nlohmann::json& j, const std::string& pointer, const std:
   return j.at(p).get<double>();
 }
 
+// The field at `pointer`, as JSON, or null when absent (settings an older audit may lack).
+nlohmann::json field_or_null(const nlohmann::json& j, const std::string& pointer) {
+  const nlohmann::json::json_pointer p(pointer);
+  return j.contains(p) ? j.at(p) : nlohmann::json();
+}
+
+// Audits combine only when they are audits of different checkpoints of one configuration, made
+// with one protocol: the same windows of the same data, the same randomisation seed and
+// repetitions, the same thresholds. Throws naming both files and the field that differs.
+void check_combinable(const std::vector<nlohmann::json>& audits, const std::vector<std::string>& paths) {
+  static const std::vector<std::string> same{
+      "/model/family",           "/model/description",           "/model/coefficient_shape",     "/model/record_kind",
+      "/settings/eval_windows",  "/settings/calib_windows",      "/settings/seq_len",
+      "/settings/reps",          "/settings/batch",              "/settings/seed",
+      "/settings/bootstrap_resamples", "/settings/conditions",
+      "/provenance/data/eval_split_sha256", "/provenance/data/calib_split_sha256",
+      "/criteria/static_penalty_small/threshold", "/criteria/retention_high/threshold"};
+  for (size_t i = 1; i < audits.size(); ++i) {
+    for (const auto& f : same) {
+      const nlohmann::json a = field_or_null(audits[0], f), b = field_or_null(audits[i], f);
+      if (a != b)
+        throw Error("aggregate: " + paths[i] + " and " + paths[0] + " differ in " + f + " (" + b.dump() + " vs " + a.dump() +
+                    "): only audits of one configuration, made with the same protocol, combine");
+    }
+    for (size_t k = 0; k < i; ++k) {
+      const nlohmann::json hi = field_or_null(audits[i], "/provenance/model_sha256"), hk = field_or_null(audits[k], "/provenance/model_sha256");
+      if (hi.is_null()) throw Error("aggregate: " + paths[i] + ": field '/provenance/model_sha256' is missing");
+      if (hi == hk)
+        throw Error("aggregate: " + paths[i] + " and " + paths[k] + " audit the same checkpoint (model_sha256 " + hi.dump() +
+                    "): a checkpoint counts once");
+    }
+  }
+}
+
 }  // namespace
 
 nlohmann::ordered_json aggregate_audits(const std::vector<std::string>& paths, int resamples, uint64_t seed) {
   if (paths.size() < 2) throw Error("aggregate needs at least 2 audits, found " + std::to_string(paths.size()));
   std::vector<nlohmann::json> audits;
   for (const auto& p : paths) audits.push_back(read_audit(p));
+  check_combinable(audits, paths);
 
   // The figures, as JSON pointers into each audit.json; all of the first audit's conditions etc.
   std::vector<std::pair<std::string, std::string>> figures;  // name, pointer
@@ -110,6 +145,32 @@ nlohmann::ordered_json aggregate_audits(const std::vector<std::string>& paths, i
     for (const char* f : {"input", "token", "interaction"}) figs[std::string("factor_effect.") + f]["holm_p"] = holm[size_t(k++)];
   }
   out["figures"] = figs;
+
+  // The prespecified criteria on the checkpoint-level CIs: the paper's primary analysis (each
+  // audit's own criteria use window-level CIs within one checkpoint).
+  nlohmann::ordered_json criteria = nlohmann::ordered_json::object();
+  const nlohmann::json penalty_threshold = field_or_null(first, "/criteria/static_penalty_small/threshold");
+  if (!penalty_threshold.is_null() && figs.contains("delta_nll.static_profile") && !figs["delta_nll.static_profile"].contains("undefined")) {
+    const double upper = figs["delta_nll.static_profile"]["ci95"][1];
+    criteria["static_penalty_small"] = {{"rule", "upper 95% CI bound of the checkpoint-level mean static_profile DeltaNLL < threshold"},
+                                        {"threshold", penalty_threshold}, {"value", upper},
+                                        {"holds", upper < penalty_threshold.get<double>()}};
+  }
+  const nlohmann::json retention_threshold = field_or_null(first, "/criteria/retention_high/threshold");
+  if (!retention_threshold.is_null() && figs.contains("retention.static_profile")) {
+    const auto& f = figs["retention.static_profile"];
+    if (f.contains("undefined")) {
+      criteria["retention_high"] = {{"rule", "lower 95% CI bound of the checkpoint-level mean static_profile retention > threshold"},
+                                    {"threshold", retention_threshold}, {"value", nullptr}, {"holds", false},
+                                    {"note", "retention is undefined in at least one checkpoint"}};
+    } else {
+      const double lower = f["ci95"][0];
+      criteria["retention_high"] = {{"rule", "lower 95% CI bound of the checkpoint-level mean static_profile retention > threshold"},
+                                    {"threshold", retention_threshold}, {"value", lower},
+                                    {"holds", lower > retention_threshold.get<double>()}};
+    }
+  }
+  out["criteria"] = criteria;
   out["provenance"] = provenance_base();
   return out;
 }
@@ -130,6 +191,16 @@ std::string aggregate_markdown(const nlohmann::ordered_json& a) {
                   f["sd"].get<double>(), f["ci95"][0].get<double>(), f["ci95"][1].get<double>(), f["sign_flip_p"].get<double>(),
                   f.contains("holm_p") ? std::to_string(f["holm_p"].get<double>()).c_str() : "–");
     md << buf;
+  }
+  if (a.contains("criteria") && !a["criteria"].empty()) {
+    md << "\n## Prespecified criteria, checkpoint level\n\n| criterion | rule | value | verdict |\n|---|---|---:|---|\n";
+    for (auto it = a["criteria"].begin(); it != a["criteria"].end(); ++it) {
+      const auto& c = it.value();
+      std::snprintf(buf, sizeof buf, "%.5f", c["value"].is_null() ? std::nan("") : c["value"].get<double>());
+      md << "| " << it.key() << " | " << c["rule"].get<std::string>() << " (threshold " << c["threshold"].dump() << ") | "
+         << (c["value"].is_null() ? std::string("undefined") : std::string(buf)) << " | " << (c["holds"].get<bool>() ? "holds" : "does not hold")
+         << " |\n";
+    }
   }
   md << "\nThe sign-flip p-value enumerates all 2^n sign assignments of the n checkpoint values (two-sided); with n "
         "checkpoints the smallest attainable p is 2/2^n. Holm adjusts the three factor effects together.\n";

@@ -46,14 +46,37 @@ struct ConditionRun {
   int64_t controller_evaluations = 0;
 };
 
+bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; }
+bool same_bits(double a, double b) { return std::memcmp(&a, &b, sizeof a) == 0; }
+
+// What replaying the cached coefficients unchanged did to the live run. "Exact" means bit patterns:
+// a difference of NaN or of -0 against +0 is a difference, and a non-finite logit or NLL in either
+// pass fails the check whatever the tolerance.
 struct ExactReplay {
-  double max_abs_delta_logit = 0, max_abs_delta_nll = 0, max_abs_delta_nll_cache = 0;
+  double max_abs_delta_logit = 0, max_abs_delta_nll = 0, max_abs_delta_nll_cache = 0;  // over finite pairs
+  int64_t differing_logits = 0;       // elements whose bit pattern differs
+  int64_t differing_nll_windows = 0;  // windows whose replayed NLL differs in bits from the live or cached one
+  int64_t non_finite = 0;             // NaN or infinite logits and NLLs, either pass
   int64_t controller_evaluations = 0;
   // Models whose logits stay in an adapter process are compared by the SHA-256 of the logits bytes:
   // equal digests mean bitwise-equal logits (max |delta logit| 0); any other digest is a failure.
   bool by_digest = false;
   int digest_mismatches = 0, batches = 0;
+
+  bool passed(double tolerance) const {
+    if (non_finite > 0 || digest_mismatches > 0) return false;
+    if (tolerance == 0) return differing_logits == 0 && differing_nll_windows == 0;
+    return max_abs_delta_logit <= tolerance && max_abs_delta_nll <= tolerance && max_abs_delta_nll_cache <= tolerance;
+  }
 };
+
+void compare_values(double live, double replay, double& max_delta, int64_t& non_finite) {
+  if (!std::isfinite(live) || !std::isfinite(replay)) {
+    ++non_finite;
+    return;
+  }
+  max_delta = std::max(max_delta, std::abs(replay - live));
+}
 
 // Live and replayed (cached coefficients, unchanged) passes side by side, batch by batch.
 ExactReplay check_exact_replay(AuditableModel& model, const WindowSet& eval, const CoefficientView& A,
@@ -81,13 +104,17 @@ ExactReplay check_exact_replay(AuditableModel& model, const WindowSet& eval, con
       if (model.last_logits_sha256() != live_digest) ++r.digest_mismatches;
     } else {
       const float* replay_logits = model.last_logits();
-      for (size_t i = 0; i < n_logits; ++i)
-        r.max_abs_delta_logit = std::max(r.max_abs_delta_logit, double(std::abs(replay_logits[i] - live_logits[i])));
+      for (size_t i = 0; i < n_logits; ++i) {
+        if (!same_bits(replay_logits[i], live_logits[i])) ++r.differing_logits;
+        compare_values(live_logits[i], replay_logits[i], r.max_abs_delta_logit, r.non_finite);
+      }
     }
     for (int b = 0; b < B; ++b) {
-      const double v = correct.nll[0][size_t(w0 + b)];
-      r.max_abs_delta_nll = std::max(r.max_abs_delta_nll, std::abs(v - live_nll[size_t(w0 + b)]));
-      r.max_abs_delta_nll_cache = std::max(r.max_abs_delta_nll_cache, std::abs(v - cached_nll[size_t(w0 + b)]));
+      const size_t w = size_t(w0 + b);
+      const double v = correct.nll[0][w];
+      if (!same_bits(v, live_nll[w]) || !same_bits(v, cached_nll[w])) ++r.differing_nll_windows;
+      compare_values(live_nll[w], v, r.max_abs_delta_nll, r.non_finite);
+      compare_values(cached_nll[w], v, r.max_abs_delta_nll_cache, r.non_finite);
     }
     done += B;
     if (progress) bar.update(done, "exact replay");
@@ -192,19 +219,18 @@ nlohmann::ordered_json run_audit(AuditableModel& model, const Corpus& corpus, co
   runs[0].name = "correct";
   const ExactReplay exact =
       check_exact_replay(model, eval, A, cache.evaluation_nll(), o.batch, runs[0], bar, done, o.progress);
-  const double worst = std::max(exact.max_abs_delta_logit, std::max(exact.max_abs_delta_nll, exact.max_abs_delta_nll_cache));
-  if (exact.digest_mismatches > 0)
-    throw Error("exact replay failed: replaying the cached coefficients gave other logits than the live run in " +
-                std::to_string(exact.digest_mismatches) + " of " + std::to_string(exact.batches) +
-                " batches (SHA-256 of the logits; max |delta NLL| " + format_g(exact.max_abs_delta_nll) +
-                "); no intervention counts until replay is exact");
   if (exact.by_digest && o.replay_tolerance > 0)
     throw Error("--replay-tolerance needs the logits' values, and this model gives only their SHA-256 (an external "
                 "adapter): its replay must be bitwise (tolerance 0)");
-  if (worst > o.replay_tolerance)
-    throw Error("exact replay failed: replaying the cached coefficients differs from the live run (max |delta logit| " +
-                std::to_string(exact.max_abs_delta_logit) + ", max |delta NLL| " + std::to_string(exact.max_abs_delta_nll) +
-                ", max |delta NLL| against the cache " + std::to_string(exact.max_abs_delta_nll_cache) +
+  if (!exact.passed(o.replay_tolerance))
+    throw Error("exact replay failed: replaying the cached coefficients unchanged differs from the live run (" +
+                (exact.by_digest ? "logits SHA-256 differs in " + std::to_string(exact.digest_mismatches) + " of " +
+                                       std::to_string(exact.batches) + " batches"
+                                 : std::to_string(exact.differing_logits) + " logits differ in bits, max |delta logit| " +
+                                       format_g(exact.max_abs_delta_logit)) +
+                "; " + std::to_string(exact.differing_nll_windows) + " windows' NLL differ in bits, max |delta NLL| " +
+                format_g(exact.max_abs_delta_nll) + ", against the cache " + format_g(exact.max_abs_delta_nll_cache) + "; " +
+                std::to_string(exact.non_finite) + " non-finite values; tolerance " + format_g(o.replay_tolerance) +
                 "); no intervention counts until replay is exact");
   if (exact.controller_evaluations != 0)
     throw Error("the controller was evaluated " + std::to_string(exact.controller_evaluations) + " times during replay");
@@ -227,6 +253,9 @@ nlohmann::ordered_json run_audit(AuditableModel& model, const Corpus& corpus, co
         if (o.progress) bar.update(done, run.name);
       }
     run.controller_evaluations = model.replay_controller_evaluations() - before;
+    if (run.controller_evaluations != 0)
+      throw Error("the controller was evaluated " + std::to_string(run.controller_evaluations) + " times while replaying " +
+                  run.name + "; a frozen-controller condition must never reach it");
     runs.push_back(std::move(run));
   }
   if (o.progress) bar.finish();
@@ -273,6 +302,9 @@ nlohmann::ordered_json run_audit(AuditableModel& model, const Corpus& corpus, co
                        {"max_abs_delta_nll_vs_cache", exact.max_abs_delta_nll_cache},
                        {"tolerance", o.replay_tolerance},
                        {"logits_compared", exact.by_digest ? "sha256" : "values"},
+                       {"differing_logits", exact.differing_logits},
+                       {"differing_nll_windows", exact.differing_nll_windows},
+                       {"non_finite", exact.non_finite},
                        {"batches", exact.batches},
                        {"passed", true}};
   const double base_mean = mean(base);

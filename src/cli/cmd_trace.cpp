@@ -135,7 +135,7 @@ void trace_mudd(const TraceFlags& f) {
   std::vector<std::string> names;
   for (int j = 0; j <= L; ++j) names.push_back("hidden." + std::to_string(j));
   for (int j = 0; j <= L; ++j) tensors.push_back({names[size_t(j)], {B, n, D}, rs.hidden[size_t(j)]});
-  write_trace(f, tensors, model.content_hash(), source->controller_evaluations(), B, n);
+  write_trace(f, tensors, model.content_hash(), rs.controller_evaluations, B, n);
 }
 
 // Routed models (moe, mod), through the audit interface: logits, window_nll, coefficients (the
@@ -244,7 +244,7 @@ void trace_gated(const TraceFlags& f) {
     for (int l = 0; l < L; ++l)
       tensors.push_back({feature_names[size_t(l)], {B, n, 4}, rs.features + int64_t(l) * B * n * 4});
   }
-  write_trace(f, tensors, sha256_file(f.model), source->controller_evaluations(), B, n);
+  write_trace(f, tensors, sha256_file(f.model), rs.controller_evaluations, B, n);
 }
 
 }  // namespace

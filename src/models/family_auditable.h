@@ -34,8 +34,9 @@ class FamilyAuditable : public AuditableModel {
   void run_replay(const int32_t* inputs, const int32_t* targets, int B, int T, const CoefficientTensor& coefficients,
                   double* window_nll) override {
     typename Traits::Replayed source = Traits::replayed(model_, coefficients);
+    const int64_t before = rs_.controller_evaluations;  // counted by the controller code, not the source
     Traits::forward(model_, rs_, inputs, B, T, source, 0);
-    replay_evaluations_ += source.controller_evaluations();
+    replay_evaluations_ += rs_.controller_evaluations - before;
     Traits::loss(rs_, targets, window_nll);
   }
   const float* last_logits() const override { return rs_.logits; }

@@ -105,6 +105,19 @@ std::string run_study(const std::string& config_path, const std::string& out_arg
   ReportInputs report;
   report.title = get<std::string>(cfg, "title", "Frozen-Controller Audit study", config_path);
   std::vector<std::string> exec_models;
+  // The study's audit settings for one model.
+  auto audit_options = [&](const std::string& model_path, const std::string& out_dir) {
+    AuditOptions a;
+    a.model_path = model_path;
+    a.eval_windows = get<int>(audit_cfg, "eval_windows", 128, config_path);
+    a.calib_windows = get<int>(audit_cfg, "calib_windows", 128, config_path);
+    a.reps = get<int>(audit_cfg, "reps", 5, config_path);
+    a.bootstrap_resamples = get<int>(audit_cfg, "bootstrap", 2000, config_path);
+    a.seed = get<uint64_t>(audit_cfg, "seed", 1, config_path);
+    a.out_dir = out_dir;
+    a.progress = progress;
+    return a;
+  };
   const double adapter_timeout = get<double>(audit_cfg, "external_timeout", 600.0, config_path);
   for (const auto& v : variants) {
     if (v.arch == "external") {
@@ -130,16 +143,8 @@ std::string run_study(const std::string& config_path, const std::string& out_arg
       const std::string audit_dir = stem + "-audit";
       if (!file_exists(audit_dir + "/audit.json")) {
         stage("audit " + v.name + " (external)");
-        AuditOptions a;
-        a.model_path = "external: " + v.command;
+        AuditOptions a = audit_options("external: " + v.command, audit_dir);
         a.tokens = v.seq;
-        a.eval_windows = get<int>(audit_cfg, "eval_windows", 128, config_path);
-        a.calib_windows = get<int>(audit_cfg, "calib_windows", 128, config_path);
-        a.reps = get<int>(audit_cfg, "reps", 5, config_path);
-        a.bootstrap_resamples = get<int>(audit_cfg, "bootstrap", 2000, config_path);
-        a.seed = get<uint64_t>(audit_cfg, "seed", 1, config_path);
-        a.out_dir = audit_dir;
-        a.progress = progress;
         run_audit(*open_external_model(v.command, adapter_timeout), corpus, a);
       } else {
         stage("audit " + v.name + " (external): done before, skipped");
@@ -216,15 +221,7 @@ std::string run_study(const std::string& config_path, const std::string& out_arg
       const std::string audit_dir = stem + "-audit";
       if (!file_exists(audit_dir + "/audit.json")) {
         stage("audit " + v.name + " seed " + std::to_string(seed));
-        AuditOptions a;
-        a.model_path = o.out;
-        a.eval_windows = get<int>(audit_cfg, "eval_windows", 128, config_path);
-        a.calib_windows = get<int>(audit_cfg, "calib_windows", 128, config_path);
-        a.reps = get<int>(audit_cfg, "reps", 5, config_path);
-        a.bootstrap_resamples = get<int>(audit_cfg, "bootstrap", 2000, config_path);
-        a.seed = get<uint64_t>(audit_cfg, "seed", 1, config_path);
-        a.out_dir = audit_dir;
-        a.progress = progress;
+        const AuditOptions a = audit_options(o.out, audit_dir);
         run_audit(*open_model(o.out, a.batch, v.seq), corpus, a);
       } else {
         stage("audit " + v.name + " seed " + std::to_string(seed) + ": done before, skipped");

@@ -4,7 +4,7 @@ shared/testdata/muddpythia-tiny/fixture.safetensors, and its replay contract.
 
     python3 tests/external/check_mudd_example.py [--testdata DIR]
 
-Exits nonzero on any failure. Needs python3 with numpy and torch only (not fca_adapter).
+Exits nonzero on any failure. Needs python3 with numpy and torch only.
 """
 
 import argparse
@@ -104,7 +104,7 @@ def main():
             failures.append(name)
 
     model = ex.MuddPythia.from_pretrained(folder)
-    fx = ex.read_safetensors(os.path.join(folder, "fixture.safetensors"))
+    fx = ex.fca_adapter.read_safetensors_file(os.path.join(folder, "fixture.safetensors"))[0]
     fx["input_ids"] = fx["input_ids"].long()
     ids = fx["input_ids"]
     print(f"model: L {model.L}, D {model.D}, H {model.H}, V {model.V}, {model.parameter_count()} parameters; "
@@ -160,7 +160,7 @@ def main():
         model.generate_alpha = real_generator
 
     # ---- other checkpoint forms give bit-identical logits ------------------------------------------
-    bf16 = ex.MuddPythia(model.config, ex.read_safetensors(os.path.join(folder, "model-bf16.safetensors")))
+    bf16 = ex.MuddPythia(model.config, ex.fca_adapter.read_safetensors_file(os.path.join(folder, "model-bf16.safetensors"))[0])
     flag("BF16 checkpoint: bit-identical logits", torch.equal(bf16.forward(ids)[0], logits))
     sharded = os.path.join(args.testdata, "muddpythia-tiny-sharded")
     if os.path.isdir(sharded):

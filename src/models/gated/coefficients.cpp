@@ -14,7 +14,9 @@ T sigmoid(T z) {
 }  // namespace
 
 template <typename T>
-void GateController<T>::evaluate(int layer, const T* phi, T* g, int64_t N) const {
+void GateController<T>::evaluate(int layer, const BatchPosition& batch, const T* phi, T* g) const {
+  count_controller_evaluation(batch);
+  const int64_t N = int64_t(batch.batch) * batch.tokens;
   switch (config_.gate) {
     case GateKind::dense:
       for (int64_t n = 0; n < N; ++n) g[n] = T(1);
@@ -46,9 +48,7 @@ void GateController<T>::evaluate(int layer, const T* phi, T* g, int64_t N) const
 
 template <typename T>
 void LiveCoefficients<T>::coefficients(int layer, const BatchPosition& batch, const T* phi, T* g) {
-  controller_.evaluate(layer, phi, g, int64_t(batch.batch) * batch.tokens);
-  ++this->controller_evaluations_;
-  if (ExecCounters* c = exec_counters()) c->controller_evaluations.fetch_add(1, std::memory_order_relaxed);
+  controller_.evaluate(layer, batch, phi, g);
 }
 
 template <typename T>

@@ -7,12 +7,32 @@
 //   controller's code cannot be reached, and it asks the forward pass not to compute the
 //   controller's inputs (featuregate statistics).
 #pragma once
+#include <atomic>
 #include <cstdint>
 
+#include "core/exec_counters.h"
 #include "models/coefficient_tensor.h"
 #include "models/gated/model.h"
 
 namespace fca {
+
+// The rows of one forward pass: windows first_window .. first_window + batch - 1, tokens each,
+// and the run's count of controller evaluations (owned by its run state).
+struct BatchPosition {
+  int first_window = 0;
+  int batch = 1;
+  int tokens = 0;
+  int64_t* controller_evaluations = nullptr;
+};
+
+// Counts one evaluation of controller code: called from inside the controller functions
+// themselves (featuregate's features and gate, MUDD's coefficient generator, the MoE and MoD
+// routers), never by a coefficient source, so that a replay reaching the controller by any path
+// shows up in the run's count (and in the execution counters, when installed).
+inline void count_controller_evaluation(const BatchPosition& batch) {
+  if (batch.controller_evaluations != nullptr) ++*batch.controller_evaluations;
+  if (ExecCounters* c = exec_counters()) c->controller_evaluations.fetch_add(1, std::memory_order_relaxed);
+}
 
 // The controller: the gate function of the spec, reading the gate parameters of a model.
 template <typename T>
@@ -21,19 +41,12 @@ class GateController {
   GateController(const GatedConfig& config, const GatedWeights<T>& weights) : config_(config), weights_(weights) {}
   // Whether evaluate() reads the features phi (featuregate).
   bool needs_features() const { return config_.gate == GateKind::featuregate; }
-  // g[n] for layer `layer`, rows n < N; phi [N, 4] (read only by featuregate).
-  void evaluate(int layer, const T* phi, T* g, int64_t N) const;
+  // g[n] for layer `layer`, rows n < batch.batch * batch.tokens; phi [N, 4] (read only by featuregate).
+  void evaluate(int layer, const BatchPosition& batch, const T* phi, T* g) const;
 
  private:
   GatedConfig config_;
   GatedWeights<T> weights_;
-};
-
-// The rows of one forward pass: windows first_window .. first_window + batch - 1, tokens each.
-struct BatchPosition {
-  int first_window = 0;
-  int batch = 1;
-  int tokens = 0;
 };
 
 template <typename T>
@@ -44,11 +57,6 @@ class CoefficientSource {
   virtual bool needs_controller_inputs() const = 0;
   // Writes g [batch * tokens] for `layer`. phi [batch * tokens, 4] or null.
   virtual void coefficients(int layer, const BatchPosition& batch, const T* phi, T* g) = 0;
-  // How many times the controller was evaluated (one per layer per forward pass).
-  int64_t controller_evaluations() const { return controller_evaluations_; }
-
- protected:
-  int64_t controller_evaluations_ = 0;
 };
 
 template <typename T>

@@ -60,7 +60,7 @@ void gated_forward(const GatedModel<T>& model, GatedRunState<T>& rs, const int32
         throw Error("a live featuregate controller cannot run with removed blocks; supply its coefficients");
   }
   ExecCounters* counters = exec_counters();
-  const BatchPosition position{first_window, B, Tn};
+  const BatchPosition position{first_window, B, Tn, &rs.controller_evaluations};
 
   stream_embed(rs, tokens, w.wte, w.wpe, B, Tn, D);
   for (int l = 0; l < L; ++l) {
@@ -77,7 +77,10 @@ void gated_forward(const GatedModel<T>& model, GatedRunState<T>& rs, const int32
     attention_half_forward(a, p, h, B, Tn, D, H, controller_inputs ? &stats : nullptr);
     dense_mlp_forward(a, p, N, D);
     T* phi = controller_inputs ? rs.features + int64_t(l) * N * 4 : nullptr;
-    if (controller_inputs) featuregate_features(phi, rs.head_features, a.update, h, B, Tn, H, D);
+    if (controller_inputs) {  // the controller's first stage: its features (and the attention statistics above)
+      featuregate_features(phi, rs.head_features, a.update, h, B, Tn, H, D);
+      count_controller_evaluation(position);
+    }
     T* g = rs.gates + int64_t(l) * N;
     source.coefficients(l, position, phi, g);
     gated_residual_forward(rs.hidden[l + 1], h, g, a.update, N, D);

@@ -67,6 +67,9 @@ struct StreamState {
   T *d_hidden, *d_update, *d_u, *d_ln2_in, *d_small, *d_qkv;
   T* attn_scratch;
   int scratch_threads = 0;
+  // Evaluations of controller code in this run state's passes, counted by the controller itself
+  // (count_controller_evaluation); a replay must leave it unchanged.
+  int64_t controller_evaluations = 0;
 
   template <typename A>
   void take_stream(A& a, int L, int64_t N, int64_t D, int64_t max_tokens, bool backward) {

@@ -69,7 +69,7 @@ void mod_forward(const ModModel<T>& model, ModRunState<T>& rs, const int32_t* to
   rs.selected = K;
   rs.live_router = routing.evaluates_router();
   ExecCounters* counters = exec_counters();
-  const BatchPosition position{first_window, B, Tn};
+  const BatchPosition position{first_window, B, Tn, &rs.controller_evaluations};
   stream_embed(rs, tokens, w.wte, w.wpe, B, Tn, D);
   for (int l = 0; l < L; ++l) {
     const auto& p = w.blocks[size_t(l)];

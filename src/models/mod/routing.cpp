@@ -45,8 +45,7 @@ void ModLiveRouting<T>::select(int layer, const BatchPosition& batch, int K, con
       weights[int64_t(bw) * K + i] = T(1) / (T(1) + std::exp(-s[order[size_t(i)]]));
     }
   }
-  ++this->controller_evaluations_;
-  if (ExecCounters* ctr = exec_counters()) ctr->controller_evaluations.fetch_add(1, std::memory_order_relaxed);
+  count_controller_evaluation(batch);
 }
 
 namespace {

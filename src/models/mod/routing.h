@@ -24,10 +24,6 @@ class ModRoutingSource {
   // selection in position order), weights [B*K]. h [B*T', D] is the block's input; scores [B*T']
   // receive s (live only).
   virtual void select(int layer, const BatchPosition& batch, int K, const T* h, T* scores, int32_t* rows, T* weights) = 0;
-  int64_t controller_evaluations() const { return controller_evaluations_; }
-
- protected:
-  int64_t controller_evaluations_ = 0;
 };
 
 template <typename T>

@@ -117,7 +117,7 @@ void moe_forward(const MoeModel<T>& model, MoeRunState<T>& rs, const int32_t* to
   rs.tokens = Tn;
   rs.live_router = routing.evaluates_router();
   ExecCounters* counters = exec_counters();
-  const BatchPosition position{first_window, B, Tn};
+  const BatchPosition position{first_window, B, Tn, &rs.controller_evaluations};
   const int64_t S = rs.dense_experts ? E : k, R = N * S;
   stream_embed(rs, tokens, w.wte, w.wpe, B, Tn, D);
   for (int l = 0; l < L; ++l) {

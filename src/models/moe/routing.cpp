@@ -54,8 +54,7 @@ void MoeLiveRouting<T>::route(int layer, const BatchPosition& batch, const T* m,
     for (int e = 0; e < E; ++e) p[e] /= sum;
     moe_top_k(p, E, k, experts + n * k, weights + n * k);
   }
-  ++this->controller_evaluations_;
-  if (ExecCounters* ctr = exec_counters()) ctr->controller_evaluations.fetch_add(1, std::memory_order_relaxed);
+  count_controller_evaluation(batch);
 }
 
 CoefficientShape moe_record_shape(const MoeConfig& c, int tokens) {

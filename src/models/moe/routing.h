@@ -23,10 +23,6 @@ class MoeRoutingSource {
   // Layer `layer`, rows n < batch*tokens: writes experts [N, k], weights [N, k]; live sources also
   // write probs [N, E] (the softmax the auxiliary loss and backward read). m [N, D].
   virtual void route(int layer, const BatchPosition& batch, const T* m, T* probs, int32_t* experts, T* weights) = 0;
-  int64_t controller_evaluations() const { return controller_evaluations_; }
-
- protected:
-  int64_t controller_evaluations_ = 0;
 };
 
 template <typename T>

@@ -16,8 +16,10 @@ CoefficientTensor make_mudd_coefficients(const MuddConfig& c, int windows, int t
 }
 
 template <typename T>
-void mudd_da_generator(const MuddConfig& c, const MuddDaWeights<T>& da, const T* newest, int64_t N,
+void mudd_da_generator(const MuddConfig& c, const MuddDaWeights<T>& da, const T* newest, const BatchPosition& batch,
                        const MuddDaSaved<T>& saved, T* alpha) {
+  count_controller_evaluation(batch);
+  const int64_t N = int64_t(batch.batch) * batch.tokens;
   const int D = c.dim, width = da.streams * da.sources;
   rmsnorm_forward<T>(saved.normed, saved.rstd, newest, nullptr, N, 1, D, D, c.norm_eps);
   gemm<T>(false, true, int(N), da.hidden, D, T(1), saved.normed, D, da.w1, D, T(0), saved.pre, da.hidden);
@@ -31,10 +33,7 @@ void mudd_da_generator(const MuddConfig& c, const MuddDaWeights<T>& da, const T*
 template <typename T>
 void MuddLiveCoefficients<T>::coefficients(int layer, const BatchPosition& batch, const T* newest,
                                            const MuddDaSaved<T>& saved, T* alpha) {
-  mudd_da_generator(model_.config(), model_.weights().da[size_t(layer)], newest, int64_t(batch.batch) * batch.tokens,
-                    saved, alpha);
-  ++this->controller_evaluations_;
-  if (ExecCounters* c = exec_counters()) c->controller_evaluations.fetch_add(1, std::memory_order_relaxed);
+  mudd_da_generator(model_.config(), model_.weights().da[size_t(layer)], newest, batch, saved, alpha);
 }
 
 template <typename T>
@@ -87,7 +86,7 @@ void MuddReplayedCoefficients<T>::coefficients(int layer, const BatchPosition& b
 }
 
 #define FCA_INSTANTIATE(T)                                                                                        \
-  template void mudd_da_generator<T>(const MuddConfig&, const MuddDaWeights<T>&, const T*, int64_t,              \
+  template void mudd_da_generator<T>(const MuddConfig&, const MuddDaWeights<T>&, const T*, const BatchPosition&, \
                                      const MuddDaSaved<T>&, T*);                                                 \
   template class MuddLiveCoefficients<T>;                                                                         \
   template class MuddRecordingCoefficients<T>;                                                                    \

@@ -26,7 +26,7 @@ struct MuddDaSaved {
 
 // The DA generator of module i: alpha = W2 GELU(W1 rms(X_{i+1})) + beta, alpha [N, C_i * S_i].
 template <typename T>
-void mudd_da_generator(const MuddConfig& config, const MuddDaWeights<T>& da, const T* newest, int64_t N,
+void mudd_da_generator(const MuddConfig& config, const MuddDaWeights<T>& da, const T* newest, const BatchPosition& batch,
                        const MuddDaSaved<T>& saved, T* alpha);
 
 template <typename T>
@@ -38,10 +38,6 @@ class MuddCoefficientSource {
   // Writes alpha [N, C_i * S_i] for DA module `layer`, given the newest source X_{layer+1} [N, D].
   virtual void coefficients(int layer, const BatchPosition& batch, const T* newest, const MuddDaSaved<T>& saved,
                             T* alpha) = 0;
-  int64_t controller_evaluations() const { return controller_evaluations_; }
-
- protected:
-  int64_t controller_evaluations_ = 0;
 };
 
 template <typename T>

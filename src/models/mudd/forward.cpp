@@ -119,7 +119,7 @@ void mudd_forward(const MuddModel<T>& model, MuddRunState<T>& rs, const int32_t*
   rs.batch = B;
   rs.tokens = Tn;
   const MuddWeights<T>& w = model.weights();
-  const BatchPosition position{first_window, B, Tn};
+  const BatchPosition position{first_window, B, Tn, &rs.controller_evaluations};
   ExecCounters* counters = exec_counters();
 
   // X_0 = E[tokens] (no positional embedding, no scaling).

@@ -40,6 +40,9 @@ struct MuddRunState {
   MuddRunState(const MuddConfig& config, int max_batch, int max_tokens, bool keep_all_layers = false);
   MuddConfig config;
   int max_batch, max_tokens, batch = 0, tokens = 0;
+  // Evaluations of the DA generator in this run state's passes, counted by the generator itself
+  // (count_controller_evaluation); a replay must leave it unchanged.
+  int64_t controller_evaluations = 0;
   bool keep_all_layers;
   std::vector<MuddLayerActivations<T>> layers;  // L entries (aliases of one set when not keeping all)
   std::vector<T*> hidden;   // L+1 x [N, D]: the kept sources X_0 .. X_L
