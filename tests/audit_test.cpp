@@ -11,6 +11,7 @@
 #include "audit/audit.h"
 #include "audit/conditions.h"
 #include "core/rng.h"
+#include "core/safetensors.h"
 #include "core/threads.h"
 #include "models/gated/auditable.h"
 #include "test_util.h"
@@ -38,7 +39,7 @@ TEST(Interventions, CrossInputIsADerangementAndKeepsTheMultiset) {
   const int W = 7;
   CoefficientTensor A = synthetic(W);
   CalibrationProfiles p{A, A, A, A};
-  AuditRandomness rand(5, W, A.shape().tokens);
+  AuditRandomness rand(5, W, A.shape().tokens, 4);
   auto cond = make_condition("cross_input", A.view(), p, rand);
   for (int r = 0; r < 4; ++r) {
     const auto& pi = rand.derangement(r);
@@ -60,7 +61,7 @@ TEST(Interventions, TokenShuffleMovesWholeSourceVectorsAndKeepsTheMultiset) {
   const int W = 3;
   CoefficientTensor A = synthetic(W);
   CalibrationProfiles p{A, A, A, A};
-  AuditRandomness rand(9, W, A.shape().tokens);
+  AuditRandomness rand(9, W, A.shape().tokens, 2);
   auto shuffle = make_condition("token_shuffle", A.view(), p, rand);
   auto cross_shuffle = make_condition("cross_shuffle", A.view(), p, rand);
   const auto& s = A.shape();
@@ -109,7 +110,7 @@ TEST(Interventions, SourceUniformMeanKeepsSignedSums) {
 TEST(Interventions, LayerPermutationNeedsEqualLayerShapes) {
   CoefficientTensor A = synthetic(2);
   CalibrationProfiles p{A, A, A, A};
-  AuditRandomness rand(1, 2, A.shape().tokens);
+  AuditRandomness rand(1, 2, A.shape().tokens, 2);
   EXPECT_FALSE(layers_are_permutable(A.view()));
   EXPECT_THROW(make_condition("layer_permutation", A.view(), p, rand), Error);
   EXPECT_THROW(make_condition("no_such_condition", A.view(), p, rand), Error);
@@ -270,6 +271,51 @@ TEST_F(AuditEndToEnd, CacheIsReusedAndMismatchesAreRefused) {
   o.cache_path = dir.file("a/cache.safetensors");
   GatedAuditable again(m1, o.batch, 1 << 20);
   EXPECT_TRUE(run_audit(again, Corpus(dir.path()), o)["settings"]["cache_reused"].get<bool>());
+}
+
+// A cache written by another build (its manifest says so) is used only when exact replay
+// reproduces its NLLs bit for bit; otherwise the refusal says where the cache came from.
+TEST_F(AuditEndToEnd, CacheFromAnotherBuildIsUsedOnlyWhenReplayIsExact) {
+  const std::string m = model_of(GateKind::featuregate, 0);
+  audit(m, "b");
+  auto rewrite = [&](const std::string& out, bool perturb_nll) {
+    const SafetensorsReader r(dir.file("b/cache.safetensors"));
+    std::map<std::string, std::string> meta = r.metadata();
+    nlohmann::json manifest = nlohmann::json::parse(meta.at("manifest"));
+    manifest["build"] = "g++ 99.0; x86-64 sse4.2; -O2";
+    meta["manifest"] = manifest.dump();
+    std::vector<double> nll = r.read_as_double("eval.nll");
+    if (perturb_nll) nll[0] = std::nextafter(nll[0], 1e9);  // another build's rounding
+    std::vector<TensorToWrite> tensors;
+    for (const auto& [name, t] : r.tensors())
+      tensors.push_back({name, t.shape, name == "eval.nll" ? static_cast<const void*>(nll.data()) : t.data, t.dtype});
+    write_safetensors(dir.file(out), tensors, meta);
+  };
+  AuditOptions o;
+  o.model_path = m;
+  o.eval_windows = 24;
+  o.calib_windows = 16;
+  o.reps = 3;
+  o.bootstrap_resamples = 500;
+  o.seed = 3;
+  o.progress = false;
+  rewrite("same-bits.safetensors", false);
+  o.cache_path = dir.file("same-bits.safetensors");
+  o.out_dir = dir.file("b-same");
+  GatedAuditable model(m, o.batch, 1 << 20);
+  const auto j = run_audit(model, Corpus(dir.path()), o);
+  EXPECT_TRUE(j["settings"]["cache_from_other_build"].get<bool>());
+  EXPECT_EQ(j["settings"]["cache_build"], "g++ 99.0; x86-64 sse4.2; -O2");
+  rewrite("other-bits.safetensors", true);
+  o.cache_path = dir.file("other-bits.safetensors");
+  o.out_dir = dir.file("b-other");
+  try {
+    run_audit(model, Corpus(dir.path()), o);
+    ADD_FAILURE() << "another build's cache with other NLL bits was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("was written by another build (g++ 99.0"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir.file("b-other/audit.json")));
 }
 
 // A model whose replay is off by one ulp somewhere: the audit must stop before any condition.

@@ -289,7 +289,9 @@ TEST_F(BrokenAdapter, CommandThatIsNoAdapter) {
   args.insert(args.end(), {"--external", "true"});
   const auto r = run_fca(args);
   EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.output.find("`true` exited with status 0 before sending an answer to describe"), std::string::npos) << r.output;
+  // `true` exits at once: while fca is still sending describe, or before it answers.
+  EXPECT_NE(r.output.find("`true` exited with status 0"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("describe"), std::string::npos) << r.output;
   EXPECT_FALSE(std::filesystem::exists(dir.file("out/audit.json")));
 }
 

@@ -160,6 +160,7 @@ nlohmann::ordered_json run_audit(AuditableModel& model, const Corpus& corpus, co
   manifest.batch = o.batch;
   manifest.shape = model.make_coefficients(1, T).shape();
   manifest.seed = o.seed;
+  manifest.build = build_description();
 
   auto provenance = provenance_base();
   provenance["model"] = o.model_path;
@@ -177,6 +178,9 @@ nlohmann::ordered_json run_audit(AuditableModel& model, const Corpus& corpus, co
   if (!cache_reused)
     write_coefficient_cache(cache_path, manifest, model, eval, calib, o.batch, o.progress, provenance);
   const CoefficientCache cache(cache_path, manifest);
+  // A cache written by another build (other instruction sets or flags) holds that build's
+  // rounding; it is used only if exact replay below reproduces its NLLs bit for bit.
+  const bool cache_from_other_build = cache.manifest().build != manifest.build;
   const CoefficientView A = cache.evaluation();
 
   // The conditions to run: `correct` always (it is the baseline and the exact-replay pass). Routing
@@ -204,7 +208,7 @@ nlohmann::ordered_json run_audit(AuditableModel& model, const Corpus& corpus, co
     model.identity_profile(profiles.identity);
     model.structure_removed_profile(profiles.static_profile, profiles.structure_removed);
   }
-  const AuditRandomness randomness(o.seed, W, T);
+  const AuditRandomness randomness(o.seed, W, T, o.reps);
   std::vector<std::unique_ptr<Condition>> conditions;
   for (const auto& n : names)
     conditions.push_back(routing ? make_routing_condition(n, A, routing_profile, randomness)
@@ -231,7 +235,11 @@ nlohmann::ordered_json run_audit(AuditableModel& model, const Corpus& corpus, co
                 "; " + std::to_string(exact.differing_nll_windows) + " windows' NLL differ in bits, max |delta NLL| " +
                 format_g(exact.max_abs_delta_nll) + ", against the cache " + format_g(exact.max_abs_delta_nll_cache) + "; " +
                 std::to_string(exact.non_finite) + " non-finite values; tolerance " + format_g(o.replay_tolerance) +
-                "); no intervention counts until replay is exact");
+                "); no intervention counts until replay is exact" +
+                (cache_from_other_build ? ". The cache " + cache_path + " was written by another build (" +
+                                              (cache.manifest().build.empty() ? std::string("unrecorded") : cache.manifest().build) +
+                                              "; this one is " + manifest.build + "): delete it to rebuild it here"
+                                        : std::string()));
   if (exact.controller_evaluations != 0)
     throw Error("the controller was evaluated " + std::to_string(exact.controller_evaluations) + " times during replay");
 
@@ -296,7 +304,9 @@ nlohmann::ordered_json run_audit(AuditableModel& model, const Corpus& corpus, co
                    {"conditions", names},
                    {"skipped_conditions", skipped},
                    {"cache", cache_path},
-                   {"cache_reused", cache_reused}};
+                   {"cache_reused", cache_reused},
+                   {"cache_build", cache.manifest().build},
+                   {"cache_from_other_build", cache_from_other_build}};
   j["exact_replay"] = {{"max_abs_delta_logit", exact.max_abs_delta_logit},
                        {"max_abs_delta_nll", exact.max_abs_delta_nll},
                        {"max_abs_delta_nll_vs_cache", exact.max_abs_delta_nll_cache},

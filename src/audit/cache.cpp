@@ -26,7 +26,8 @@ nlohmann::ordered_json CacheManifest::to_json() const {
                       {"selected", shape.selected}}},
           {"dtype", dtype},
           {"axes", axes},
-          {"seed", seed}};
+          {"seed", seed},
+          {"build", build}};
 }
 
 CacheManifest CacheManifest::from_json(const nlohmann::json& j, const std::string& where) {
@@ -59,6 +60,7 @@ CacheManifest CacheManifest::from_json(const nlohmann::json& j, const std::strin
     m.dtype = j.at("dtype");
     m.axes = j.at("axes").get<std::vector<std::string>>();
     m.seed = j.at("seed");
+    m.build = j.value("build", "");
     return m;
   } catch (const nlohmann::json::exception& e) {
     throw Error(where + ": malformed cache manifest (" + e.what() + ")");

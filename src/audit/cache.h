@@ -29,6 +29,9 @@ struct CacheManifest {
   std::string dtype = "F32";
   std::vector<std::string> axes{"window", "layer", "token", "stream", "source"};
   uint64_t seed = 0;  // the audit seed of the run that wrote it (informational)
+  // The build that wrote it (build_description()). Informational, not matched: another build's
+  // cache is used only when exact replay, which always runs, reproduces its NLLs bit for bit.
+  std::string build;
 
   nlohmann::ordered_json to_json() const;
   static CacheManifest from_json(const nlohmann::json& j, const std::string& where);
@@ -59,6 +62,7 @@ class CoefficientCache {
   const std::vector<double>& evaluation_nll() const { return eval_nll_; }
   const std::vector<double>& calibration_nll() const { return calib_nll_; }
   const std::string& path() const { return reader_.path(); }
+  const CacheManifest& manifest() const { return manifest_; }  // as found in the file
 
  private:
   CoefficientView view(const TensorInfo* t) const;

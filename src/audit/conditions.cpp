@@ -122,16 +122,15 @@ void compute_means(const CoefficientView& C, CoefficientTensor& layer_position_m
       }
 }
 
-AuditRandomness::AuditRandomness(uint64_t seed, int windows, int tokens)
+AuditRandomness::AuditRandomness(uint64_t seed, int windows, int tokens, int reps)
     : seed_(seed), windows_(windows), tokens_(tokens) {
   if (windows < 2) throw Error("cross-input conditions need at least 2 evaluation windows, found " + std::to_string(windows));
-}
-
-const std::vector<int>& AuditRandomness::derangement(int r) const {
-  if (derangements_.size() <= size_t(r)) derangements_.resize(size_t(r) + 1);
-  auto& d = derangements_[size_t(r)];
-  if (d.empty()) {
+  // Every derangement is drawn here, once: derangement() hands out references into a vector that
+  // never changes afterwards, so they stay valid and concurrent readers need no lock.
+  derangements_.resize(size_t(reps));
+  for (int r = 0; r < reps; ++r) {
     Rng rng(derive_seed(seed_, kDerangementStream, uint64_t(r)));
+    auto& d = derangements_[size_t(r)];
     for (;;) {  // a uniform permutation, conditioned on having no fixed point, is a uniform derangement
       d = uniform_permutation(rng, windows_);
       bool fixed_point = false;
@@ -139,7 +138,12 @@ const std::vector<int>& AuditRandomness::derangement(int r) const {
       if (!fixed_point) break;
     }
   }
-  return d;
+}
+
+const std::vector<int>& AuditRandomness::derangement(int r) const {
+  if (r < 0 || size_t(r) >= derangements_.size())
+    throw Error("randomisation " + std::to_string(r) + " asked for; the audit draws " + std::to_string(derangements_.size()));
+  return derangements_[size_t(r)];
 }
 
 std::vector<int> AuditRandomness::token_permutation(int r, int window, int layer, int stream) const {

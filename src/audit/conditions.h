@@ -29,7 +29,8 @@ void compute_means(const CoefficientView& calibration, CoefficientTensor& layer_
 // cross_input, token_shuffle and cross_shuffle share them in randomisation r.
 class AuditRandomness {
  public:
-  AuditRandomness(uint64_t seed, int windows, int tokens);
+  // Draws the derangements of randomisations 0 .. reps-1.
+  AuditRandomness(uint64_t seed, int windows, int tokens, int reps);
   // pi_r: uniform over derangements (rejection sampling of uniform permutations).
   const std::vector<int>& derangement(int r) const;
   // sigma_{r,i,l,s}: uniform permutation of 0..tokens-1 (Fisher-Yates).
@@ -42,7 +43,7 @@ class AuditRandomness {
  private:
   uint64_t seed_;
   int windows_, tokens_;
-  mutable std::vector<std::vector<int>> derangements_;
+  std::vector<std::vector<int>> derangements_;  // [reps][windows], fixed at construction
 };
 
 class Condition {

@@ -38,6 +38,22 @@ MappedFile::~MappedFile() {
   if (data_ != nullptr) ::munmap(const_cast<unsigned char*>(data_), size_);
 }
 
+void sync_to_disk(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw Error(path + ": cannot open to flush to disk (" + std::strerror(errno) + ")");
+  const int rc = ::fsync(fd);
+  const int saved = errno;
+  ::close(fd);
+  // Some file systems cannot sync a folder (EINVAL); only a file's failed sync loses data.
+  if (rc != 0 && !(saved == EINVAL && is_directory(path)))
+    throw Error(path + ": cannot flush to disk (" + std::strerror(saved) + ")");
+}
+
+std::string parent_folder(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  return slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+}
+
 void write_file_atomically(const std::string& path, const std::function<void(std::ostream&)>& write) {
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   try {
@@ -48,8 +64,12 @@ void write_file_atomically(const std::string& path, const std::function<void(std
       out.flush();
       if (!out) throw Error(path + ": write failed (disk full?)");
     }
+    // The data reaches the disk before the new name does, and the name before we return: after a
+    // crash `path` is the old file or the complete new one, never a renamed empty file.
+    sync_to_disk(tmp);
     if (std::rename(tmp.c_str(), path.c_str()) != 0)
       throw Error(path + ": cannot rename " + tmp + " into place (" + std::strerror(errno) + ")");
+    sync_to_disk(parent_folder(path));
   } catch (...) {
     std::remove(tmp.c_str());
     throw;

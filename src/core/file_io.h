@@ -30,6 +30,11 @@ class MappedFile {
 // temporary file is removed and Error is thrown; `path` is either the old file or the complete new one.
 void write_file_atomically(const std::string& path, const std::function<void(std::ostream&)>& write);
 
+// fsync of a file or folder (a folder: its entries, e.g. after a rename); throws Error on failure.
+void sync_to_disk(const std::string& path);
+// The folder part of a path ("." when it has none).
+std::string parent_folder(const std::string& path);
+
 bool file_exists(const std::string& path);
 bool is_directory(const std::string& path);
 

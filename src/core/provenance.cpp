@@ -22,6 +22,33 @@ std::string cpu_model() {
 }
 }  // namespace
 
+std::string build_description() {
+  std::string isa;
+#if defined(__x86_64__)
+  isa = "x86-64";
+#elif defined(__aarch64__)
+  isa = "aarch64";
+#else
+  isa = "other";
+#endif
+#ifdef __SSE4_2__
+  isa += " sse4.2";
+#endif
+#ifdef __AVX__
+  isa += " avx";
+#endif
+#ifdef __AVX2__
+  isa += " avx2";
+#endif
+#ifdef __FMA__
+  isa += " fma";
+#endif
+#ifdef __AVX512F__
+  isa += " avx512f";
+#endif
+  return std::string("g++ ") + __VERSION__ + "; " + isa + "; " + FCA_BUILD_FLAGS;
+}
+
 std::string fca_version_string() { return std::string("fca ") + FCA_VERSION + " (commit " + FCA_GIT_COMMIT + ")"; }
 
 nlohmann::ordered_json provenance_base() {
@@ -32,6 +59,7 @@ nlohmann::ordered_json provenance_base() {
   gethostname(host, sizeof host - 1);
   p["machine"] = {{"host", host}, {"cpu", cpu_model()}, {"logical_cpus", sysconf(_SC_NPROCESSORS_ONLN)}};
   p["threads"] = thread_count();
+  p["build"] = build_description();
   const std::time_t now = std::time(nullptr);
   char when[32];
   std::strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));

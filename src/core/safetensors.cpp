@@ -316,13 +316,14 @@ void SafetensorsStreamWriter::commit() {
   if (written_bytes_ != expected_bytes_)
     throw Error(path_ + ": " + std::to_string(written_bytes_) + " data bytes written, the header declares " +
                 std::to_string(expected_bytes_));
-  const bool ok = std::fflush(file_) == 0;
+  const bool ok = std::fflush(file_) == 0 && ::fsync(::fileno(file_)) == 0;  // data on disk before the name
   std::fclose(file_);
   file_ = nullptr;
   if (!ok || std::rename(tmp_.c_str(), path_.c_str()) != 0) {
     std::remove(tmp_.c_str());
     throw Error(path_ + ": cannot write or rename " + tmp_ + " into place");
   }
+  sync_to_disk(parent_folder(path_));
 }
 
 }  // namespace fca

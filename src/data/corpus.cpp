@@ -35,7 +35,7 @@ void TextSplit::window(int64_t index, int T, int32_t* inputs, int32_t* targets) 
 }
 
 std::string TextSplit::content_hash() const {
-  if (hash_.empty()) hash_ = sha256_hex(bytes(), size());
+  std::call_once(hash_once_, [this] { hash_ = sha256_hex(bytes(), size()); });
   return hash_;
 }
 
@@ -52,6 +52,7 @@ Corpus::Corpus(const std::string& dir) : dir_(dir) {
 const TextSplit& Corpus::split(const std::string& name) const {
   if (name != "train" && name != "valid" && name != "test")
     throw Error("unknown split '" + name + "' (expected train, valid or test)");
+  const std::lock_guard<std::mutex> lock(open_mutex_);  // const, and callable from several threads
   for (const auto& s : open_)
     if (s->name() == name) return *s;
   const std::string plain = dir_ + "/" + name + ".txt";

@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,8 @@ class TextSplit {
  private:
   std::string name_;
   std::unique_ptr<MappedFile> file_;
+  // Computed on first use (hashing a split costs a pass over it), once, whichever thread asks.
+  mutable std::once_flag hash_once_;
   mutable std::string hash_;
 };
 
@@ -46,6 +49,7 @@ class Corpus {
 
  private:
   std::string dir_;
+  mutable std::mutex open_mutex_;  // guards open_; the splits themselves never move (unique_ptr)
   mutable std::vector<std::unique_ptr<TextSplit>> open_;
 };
 

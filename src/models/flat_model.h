@@ -23,6 +23,9 @@ class FlatModel {
   FlatModel() = default;
   explicit FlatModel(const Config& config) : config_(config), params_(Spec::layout(config)) { bind(); }  // all zero
   FlatModel(const FlatModel& other) : config_(other.config_), params_(other.params_) { bind(); }
+  // Moves hand over the buffer (a moved std::vector keeps its address), so the views stay bound.
+  FlatModel(FlatModel&&) noexcept = default;
+  FlatModel& operator=(FlatModel&&) noexcept = default;
   FlatModel& operator=(const FlatModel& other) {
     if (this != &other) {
       config_ = other.config_;

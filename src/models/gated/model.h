@@ -43,6 +43,9 @@ class GatedModel {
   explicit GatedModel(const GatedConfig& config);  // all parameters zero
   GatedModel(const GatedModel& other);
   GatedModel& operator=(const GatedModel& other);
+  // Moves hand over the buffer (a moved std::vector keeps its address), so the views stay bound.
+  GatedModel(GatedModel&&) noexcept = default;
+  GatedModel& operator=(GatedModel&&) noexcept = default;
   template <typename U>
   GatedModel<T> static converted_from(const GatedModel<U>& other);
 

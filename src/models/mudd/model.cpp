@@ -73,9 +73,10 @@ MuddModel<T>::MuddModel(const MuddConfig& config) : config_(config), layout_(mud
 
 template <typename T>
 MuddModel<T>::MuddModel(MuddModel&& other) noexcept
-    : config_(other.config_), layout_(std::move(other.layout_)), storage_(std::move(other.storage_)),
-      hash_(std::move(other.hash_)) {
-  bind();  // the moved buffer keeps its address, but rebinding keeps this obviously right
+    : config_(std::move(other.config_)), layout_(std::move(other.layout_)), storage_(std::move(other.storage_)),
+      weights_(std::move(other.weights_)), hash_(std::move(other.hash_)) {
+  // A moved std::vector hands over its buffer, so the bound pointers stay valid; rebinding here
+  // would allocate (bind() builds a name map) in a noexcept constructor.
 }
 
 template <typename T>
