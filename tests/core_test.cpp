@@ -5,11 +5,16 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "audit/conditions.h"
 #include "core/error.h"
 #include "core/rng.h"
 #include "core/safetensors.h"
 #include "core/sha256.h"
 #include "data/corpus.h"
+#include "models/gated/model.h"
+#include "models/mod/model.h"
+#include "models/moe/model.h"
+#include "models/mudd/model.h"
 #include "test_util.h"
 
 namespace fca {
@@ -98,6 +103,43 @@ TEST(Windows, SpecLayoutAndEvenSpacing) {
   EXPECT_THROW(split.window_count(10), Error);  // needs 11 bytes
   EXPECT_EQ(evenly_spaced_windows(10, 4, "test"), (std::vector<int64_t>{0, 2, 5, 7}));
   EXPECT_THROW(evenly_spaced_windows(3, 4, "test"), Error);
+}
+
+}  // namespace
+}  // namespace fca
+
+namespace fca {
+namespace {
+
+// A moved model keeps its parameter buffer (no allocation, no copy) and its bound views still point
+// into it; moves cannot throw.
+TEST(ModelMoves, KeepTheBufferAndCannotThrow) {
+  static_assert(std::is_nothrow_move_constructible_v<GatedModel<float>>);
+  static_assert(std::is_nothrow_move_constructible_v<MoeModel<float>>);
+  static_assert(std::is_nothrow_move_constructible_v<ModModel<float>>);
+  static_assert(std::is_nothrow_move_constructible_v<MuddModel<float>>);
+  GatedModel<float> g = GatedModel<float>::initialized(testing::tiny_config(GateKind::featuregate), 1);
+  const float* buffer = g.data();
+  GatedModel<float> moved(std::move(g));
+  EXPECT_EQ(moved.data(), buffer);
+  EXPECT_EQ(moved.weights().wte, buffer);
+  MoeModel<float> m = MoeModel<float>::initialized({2, 16, 2, 16, 4, 2, 0, 0.01}, 3);
+  const float* moe_buffer = m.data();
+  MoeModel<float> moved_moe(std::move(m));
+  EXPECT_EQ(moved_moe.data(), moe_buffer);
+}
+
+// The derangements are drawn once; a reference to one stays valid while others are asked for
+// (a lazily grown cache of vectors would have moved it), and a randomisation beyond reps is an error.
+TEST(AuditRandomness, DerangementReferencesStayValid) {
+  const AuditRandomness rand(7, 10, 4, 50);
+  const std::vector<int>& first = rand.derangement(0);
+  const std::vector<int> copy = first;
+  for (int r = 1; r < 50; ++r) rand.derangement(r);
+  EXPECT_EQ(&first, &rand.derangement(0));
+  EXPECT_EQ(first, copy);
+  for (int i = 0; i < 10; ++i) EXPECT_NE(first[size_t(i)], i);
+  EXPECT_THROW(rand.derangement(50), Error);
 }
 
 }  // namespace
