@@ -213,5 +213,51 @@ TEST_F(Cli, MalformedNumbersAndUnknownFlags) {
   expect_no_stray_files({"m.safetensors"});
 }
 
+// Numbers on the command line: a value out of range, not finite, not representable or negative
+// where only non-negative integers make sense is refused with a short message naming the flag
+// (never the 309-digit DBL_MAX of a range bound).
+TEST_F(Cli, NumbersOutOfRangeAreNamedPlainly) {
+  auto short_error = [&](const std::vector<std::string>& args, const std::string& part) {
+    const auto r = run_fca(args);
+    EXPECT_NE(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find(part), std::string::npos) << "missing '" << part << "' in: " << r.output;
+    EXPECT_LT(r.output.size(), 400u) << r.output;
+  };
+  short_error({"train", "--lr", "1e999", "--out", dir.file("x.safetensors")}, "--lr: '1e999' is outside the range of a double");
+  short_error({"train", "--lr", "1e-400", "--out", dir.file("x.safetensors")}, "--lr: '1e-400' is outside the range of a double");
+  short_error({"train", "--lr", "0", "--out", dir.file("x.safetensors")}, "--lr: must be positive, found 0");
+  short_error({"train", "--lr", "nan", "--out", dir.file("x.safetensors")}, "--lr: 'nan' is not a finite number");
+  short_error({"audit", "--model", model, "--out", dir.file("a"), "--small-penalty", "-1"}, "must not be negative, found -1");
+  short_error({"audit", "--model", model, "--out", dir.file("a"), "--seed", "-1"}, "--seed: '-1' is not an integer in 0 .. 18446744073709551615");
+  short_error({"train", "--seed", "99999999999999999999", "--out", dir.file("x.safetensors")}, "--seed: '99999999999999999999' is not an integer");
+  expect_no_stray_files({"m.safetensors"});
+}
+
+// Study configs: unknown keys (a typo), wrong types, numbers that would narrow, empty lists and
+// names that would leave the output folder are errors naming the file and the field.
+TEST_F(Cli, StudyConfigsAreReadStrictly) {
+  auto refused = [&](const std::string& body, const std::string& part) {
+    testing::write_text(dir.file("study.json"), body);
+    const auto r = run_fca({"study", "--config", dir.file("study.json"), "--out", dir.file("study")});
+    EXPECT_NE(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find(part), std::string::npos) << "missing '" << part << "' in: " << r.output;
+    EXPECT_FALSE(std::filesystem::exists(dir.file("study/report.html")));
+  };
+  const std::string data = "\"data\": \"" + dir.path() + "\", ";
+  const std::string variant = R"({"name": "fg", "layers": 2, "dim": 16, "heads": 2, "seq": 16})";
+  refused("{" + data + R"("variants": [)" + variant + R"(], "trian": {}})", "unknown key 'trian'");
+  refused("{" + data + R"("variants": [{"name": "fg", "layres": 2}]})", "variants[0]: unknown key 'layres'");
+  refused("{" + data + R"("variants": [)" + variant + R"(], "audit": {"bootstrap": 0}})", "'bootstrap' must be in 1 ..");
+  refused("{" + data + R"("variants": [)" + variant + R"(], "seeds": []})", "'seeds' must be a non-empty array");
+  refused("{" + data + R"("variants": [)" + variant + R"(], "seeds": [1, 1]})", "lists 1 twice");
+  refused("{" + data + R"("variants": []})", "'variants' must be a non-empty array");
+  refused("{" + data + R"("variants": [)" + variant + R"(], "train": {"steps": 1e12}})", "'steps' must be an integer");
+  refused("{" + data + R"("variants": [)" + variant + R"(], "train": {"steps": 99999999999}})", "'steps' must be in 1 ..");
+  refused("{" + data + R"("variants": [{"name": "../escape"}]})", "must not contain '/'");
+  refused("{" + data + R"("variants": [{"name": "fg", "layers": "2"}]})", "'layers' must be an integer");
+  refused("{" + data + R"("variants": [{"name": "fg", "capacity": 1.5}]})", "'capacity' must be in [0, 1]");
+  refused("{" + data + R"("variants": [)" + variant + R"(], "exec": {"skip_thresholds": [0.5, 2]}})", "'skip_thresholds'[1] must be in [0, 1]");
+}
+
 }  // namespace
 }  // namespace fca

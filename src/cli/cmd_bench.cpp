@@ -35,11 +35,11 @@ struct BenchFlags {
 void add_bench_flags(CLI::App& cmd, BenchFlags& f, const char* runs_name) {
   f.shape.add_to(cmd);
   cmd.add_option("--model", f.model, "Checkpoint or MUDD folder (forward only) to benchmark (default: a fresh model of the shape flags)");
-  cmd.add_option("--seed", f.seed, "Initialisation seed of the fresh model")->capture_default_str();
-  cmd.add_option("--batch", f.batch, "Windows per pass")->check(CLI::PositiveNumber)->capture_default_str();
-  cmd.add_option("--tokens", f.seq, "Tokens per window (0 = the model's seq_len)")->check(CLI::NonNegativeNumber)->capture_default_str();
-  cmd.add_option(runs_name, f.runs, "Timed repetitions")->check(CLI::PositiveNumber)->capture_default_str();
-  cmd.add_option("--warmup", f.warmup, "Untimed warm-up repetitions")->check(CLI::NonNegativeNumber)->capture_default_str();
+  cmd.add_option("--seed", f.seed, "Initialisation seed of the fresh model")->check(unsigned_integer)->capture_default_str();
+  cmd.add_option("--batch", f.batch, "Windows per pass")->check(positive_number)->capture_default_str();
+  cmd.add_option("--tokens", f.seq, "Tokens per window (0 = the model's seq_len)")->check(non_negative_number)->capture_default_str();
+  cmd.add_option(runs_name, f.runs, "Timed repetitions")->check(positive_number)->capture_default_str();
+  cmd.add_option("--warmup", f.warmup, "Untimed warm-up repetitions")->check(non_negative_number)->capture_default_str();
   cmd.add_flag("--json", f.json, "Print one JSON object instead of a table");
   add_threads_flag(cmd, f.threads);
 }

@@ -3,6 +3,7 @@
 #include <memory>
 #include <sstream>
 
+#include "core/parse.h"
 #include "cli/common.h"
 #include "core/error.h"
 #include "data/corpus.h"
@@ -22,13 +23,13 @@ void add_exec_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("exec", "Actual execution: executed blocks, FLOPs, latency, real skipping");
   cmd->add_option("--model", e.models, "Checkpoint (repeat for several models)")->required();
   cmd->add_option("--data", f->data, "Data folder (timing and NLL windows from test, calibration from valid)");
-  cmd->add_option("--batch", e.batch, "Windows per forward pass")->check(CLI::PositiveNumber)->capture_default_str();
-  cmd->add_option("--runs", e.runs, "Timed runs")->check(CLI::PositiveNumber)->capture_default_str();
-  cmd->add_option("--warmup", e.warmup, "Warm-up runs")->check(CLI::NonNegativeNumber)->capture_default_str();
+  cmd->add_option("--batch", e.batch, "Windows per forward pass")->check(positive_number)->capture_default_str();
+  cmd->add_option("--runs", e.runs, "Timed runs")->check(positive_number)->capture_default_str();
+  cmd->add_option("--warmup", e.warmup, "Warm-up runs")->check(non_negative_number)->capture_default_str();
   cmd->add_option("--skip-threshold", f->thresholds, "Comma-separated thresholds in [0, 1] for the real skip sweep");
   cmd->add_option("--calib-windows", e.calib_windows, "Valid-split windows for the calibrated static gates")
-      ->check(CLI::PositiveNumber)->capture_default_str();
-  cmd->add_option("--eval-windows", e.eval_windows, "Test-split windows for NLL")->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(positive_number)->capture_default_str();
+  cmd->add_option("--eval-windows", e.eval_windows, "Test-split windows for NLL")->check(positive_number)->capture_default_str();
   cmd->add_option("--out", e.out_dir, "Output folder (exec.json, exec.md)")->required();
   cmd->add_flag("--no-progress", f->no_progress, "No progress bar");
   add_threads_flag(*cmd, f->threads);
@@ -38,15 +39,7 @@ void add_exec_command(CLI::App& app) {
     options.progress = !f->no_progress;
     std::stringstream list(f->thresholds);
     for (std::string item; std::getline(list, item, ',');) {
-      size_t used = 0;
-      double v = 0;
-      try {
-        v = std::stod(item, &used);
-      } catch (const std::exception&) {
-        used = 0;
-      }
-      if (item.empty() || used != item.size()) throw Error("--skip-threshold: '" + item + "' is not a number");
-      options.skip_thresholds.push_back(v);
+      options.skip_thresholds.push_back(parse_number(item, "--skip-threshold: an entry", 0.0, 1.0));
     }
     Corpus corpus(resolve_data_dir(f->data));
     const auto j = run_exec(corpus, options);

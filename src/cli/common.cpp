@@ -1,11 +1,57 @@
 #include "cli/common.h"
 
+#include <charconv>
+#include <cmath>
+
 #include "core/error.h"
 #include "core/file_io.h"
 #include "core/threads.h"
 #include "data/corpus.h"
 
 namespace fca::cli {
+namespace {
+
+// The value as a double, or an error message; the whole text must be one number.
+std::string parse_number(const std::string& text, double& v) {
+  const char* end = text.data() + text.size();
+  const auto [p, ec] = std::from_chars(text.data(), end, v);
+  if (ec == std::errc::result_out_of_range) return "'" + text + "' is outside the range of a double";
+  if (ec != std::errc() || p != end) return "'" + text + "' is not a number";
+  if (!std::isfinite(v)) return "'" + text + "' is not a finite number";
+  return {};
+}
+
+}  // namespace
+
+const CLI::Validator positive_number(
+    [](std::string& text) {
+      double v = 0;
+      std::string error = parse_number(text, v);
+      if (error.empty() && !(v > 0)) error = "must be positive, found " + text;
+      return error;
+    },
+    "POSITIVE");
+
+const CLI::Validator non_negative_number(
+    [](std::string& text) {
+      double v = 0;
+      std::string error = parse_number(text, v);
+      if (error.empty() && v < 0) error = "must not be negative, found " + text;
+      return error;
+    },
+    "NONNEGATIVE");
+
+const CLI::Validator unsigned_integer(
+    [](std::string& text) {
+      uint64_t v = 0;
+      const char* end = text.data() + text.size();
+      const auto [p, ec] = std::from_chars(text.data(), end, v);
+      if (text.empty() || ec != std::errc() || p != end)
+        return "'" + text + "' is not an integer in 0 .. 18446744073709551615";
+      return std::string();
+    },
+    "UINT");
+
 
 void ModelShapeFlags::add_to(CLI::App& app) {
   app.add_option("--gate", gate, "Gate kind: dense, fixed, uniform, layerstatic or featuregate")

@@ -17,6 +17,13 @@ struct ModelShapeFlags {
   GatedConfig config() const;  // validated; errors name the flag
 };
 
+// Validators whose messages say plainly what was wrong (CLI11's own print the range's bounds, e.g.
+// DBL_MAX in 309 digits). A number must parse completely, be finite and representable (1e-400
+// underflows: refused, not read as 0).
+extern const CLI::Validator positive_number;      // > 0
+extern const CLI::Validator non_negative_number;  // >= 0
+extern const CLI::Validator unsigned_integer;     // 0 .. 2^64-1, digits only (CLI11 would wrap "-1")
+
 // --threads N (0 = all cores); applied with apply_threads() before any work.
 void add_threads_flag(CLI::App& app, int& threads);
 void apply_threads(int threads);

@@ -1,5 +1,7 @@
+#include "core/parse.h"
 #include "study/study.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -9,6 +11,7 @@
 #include "audit/audit.h"
 #include "core/error.h"
 #include "core/file_io.h"
+#include "core/json_fields.h"
 #include "core/provenance.h"
 #include "core/progress.h"
 #include "core/safetensors.h"
@@ -29,22 +32,13 @@ struct Variant {
   int layers = 4, dim = 128, heads = 4, seq = 128;
 };
 
-template <typename T>
-T get(const nlohmann::json& j, const char* key, T fallback, const std::string& where) {
-  if (!j.contains(key)) return fallback;
-  try {
-    return j[key].get<T>();
-  } catch (const nlohmann::json::exception&) {
-    throw Error(where + ": field '" + key + "' has the wrong type (" + j[key].dump() + ")");
-  }
-}
-
 // Whether a checkpoint exists and finished the whole schedule.
 bool trained(const std::string& weights_file, int64_t steps) {
   if (!file_exists(weights_file)) return false;
   const SafetensorsReader r(weights_file);
   const auto it = r.metadata().find("train_step");
-  return it != r.metadata().end() && std::stoll(it->second) >= steps;
+  return it != r.metadata().end() &&
+         parse_integer(it->second, weights_file + ": metadata field \"train_step\"", 0, int64_t(1) << 40) >= steps;
 }
 
 void write_json(const std::string& path, const nlohmann::ordered_json& j) {
@@ -62,37 +56,73 @@ std::string run_study(const std::string& config_path, const std::string& out_arg
   } catch (const nlohmann::json::exception& e) {
     throw Error(config_path + ": not valid JSON (" + e.what() + ")");
   }
-  const std::string out = !out_arg.empty() ? out_arg : get<std::string>(cfg, "out", "", config_path);
+  const JsonFields root(cfg, config_path,
+                        {"title", "data", "out", "seeds", "variants", "train", "audit", "exec", "eval_windows"});
+  const JsonFields train = root.object("train", {"batch", "steps", "lr", "warmup", "eval_every", "eval_windows", "checkpoint_every"});
+  const JsonFields audit = root.object("audit", {"eval_windows", "calib_windows", "reps", "bootstrap", "seed", "external_timeout"});
+  const JsonFields exec = root.object("exec", {"runs", "warmup", "batch", "skip_thresholds", "eval_windows", "calib_windows"});
+  constexpr int64_t kMany = int64_t(1) << 24;  // a bound on counts that still fits every int below
+  const std::string out = !out_arg.empty() ? out_arg : root.text("out", "");
   if (out.empty()) throw Error(config_path + ": no 'out' folder (or pass --out)");
-  const std::string data = get<std::string>(cfg, "data", "", config_path);
-  const Corpus corpus(data.empty() ? default_corpus_dir() : data);
-  if (!cfg.contains("variants") || !cfg["variants"].is_array() || cfg["variants"].empty())
-    throw Error(config_path + ": field 'variants' is missing or empty");
+  const std::string data = root.text("data", "");
+  const int64_t eval_windows = root.integer("eval_windows", 256, 1, kMany);
   std::vector<Variant> variants;
-  for (const auto& v : cfg["variants"]) {
+  for (const JsonFields& v : root.objects("variants", {"name", "arch", "gate", "layers", "dim", "heads", "seq", "experts", "top_k",
+                                                      "capacity", "command"})) {
     Variant x;
-    x.name = get<std::string>(v, "name", "", config_path);
-    x.arch = get<std::string>(v, "arch", "gated", config_path);
-    x.gate = get<std::string>(v, "gate", "featuregate", config_path);
-    x.layers = get<int>(v, "layers", 4, config_path);
-    x.dim = get<int>(v, "dim", 128, config_path);
-    x.heads = get<int>(v, "heads", 4, config_path);
-    x.seq = get<int>(v, "seq", x.arch == "external" ? 0 : 128, config_path);  // external: 0 = the model's
-    x.experts = get<int>(v, "experts", 8, config_path);  // arch moe
-    x.top_k = get<int>(v, "top_k", 2, config_path);
-    x.capacity = get<double>(v, "capacity", 0.125, config_path);  // arch mod
-    x.command = get<std::string>(v, "command", "", config_path);  // arch external
-    if (x.name.empty()) throw Error(config_path + ": a variant has no 'name'");
+    x.name = v.text("name", "");
+    x.arch = v.text("arch", "gated");
+    x.gate = v.text("gate", "featuregate");
+    x.layers = int(v.integer("layers", 4, 1, 4096));
+    x.dim = int(v.integer("dim", 128, 1, 1 << 16));
+    x.heads = int(v.integer("heads", 4, 1, 4096));
+    x.seq = int(v.integer("seq", x.arch == "external" ? 0 : 128, x.arch == "external" ? 0 : 1, 1 << 20));  // external: 0 = the model's
+    x.experts = int(v.integer("experts", 8, 1, 4096));  // arch moe
+    x.top_k = int(v.integer("top_k", 2, 1, 4096));
+    x.capacity = v.number("capacity", 0.125, 0.0, 1.0);  // arch mod
+    x.command = v.text("command", "");  // arch external
+    if (x.name.empty()) throw Error(v.where() + ": 'name' is missing or empty");
+    // The name becomes file names in the output folder: nothing that leaves it or hides in it.
+    if (x.name.find('/') != std::string::npos || x.name.find('\\') != std::string::npos || x.name[0] == '.')
+      throw Error(v.where() + ": 'name' \"" + x.name + "\" must not contain '/' or '\\' or start with '.' (it names files in the output folder)");
+    for (const auto& other : variants)
+      if (other.name == x.name) throw Error(v.where() + ": variant name \"" + x.name + "\" is used twice");
+    if (x.arch != "gated" && x.arch != "mudd" && x.arch != "moe" && x.arch != "mod" && x.arch != "external")
+      throw Error(v.where() + ": 'arch' \"" + x.arch + "\" is not one of gated, mudd, moe, mod, external");
     if ((x.arch == "external") != !x.command.empty())
       throw Error(config_path + ": variant '" + x.name + "': " +
                   (x.command.empty() ? "arch \"external\" needs a 'command' (the adapter to start)"
                                      : "'command' belongs to arch \"external\" only"));
     variants.push_back(x);
   }
-  const std::vector<uint64_t> seeds = get<std::vector<uint64_t>>(cfg, "seeds", {1}, config_path);
-  const nlohmann::json train_cfg = cfg.value("train", nlohmann::json::object());
-  const nlohmann::json audit_cfg = cfg.value("audit", nlohmann::json::object());
-  const nlohmann::json exec_cfg = cfg.value("exec", nlohmann::json::object());
+  std::vector<uint64_t> seeds;
+  for (int64_t s : root.integers("seeds", {1}, 0, INT64_MAX)) {
+    if (std::find(seeds.begin(), seeds.end(), uint64_t(s)) != seeds.end())
+      throw Error(config_path + ": 'seeds' lists " + std::to_string(s) + " twice (a checkpoint counts once)");
+    seeds.push_back(uint64_t(s));
+  }
+  // Every setting is read and checked here, before any work starts.
+  const std::string title = root.text("title", "Frozen-Controller Audit study");
+  const int audit_eval_windows = int(audit.integer("eval_windows", 128, 2, kMany));
+  const int audit_calib_windows = int(audit.integer("calib_windows", 128, 1, kMany));
+  const int audit_reps = int(audit.integer("reps", 5, 2, 100000));
+  const int audit_bootstrap = int(audit.integer("bootstrap", 2000, 1, kMany));
+  const uint64_t audit_seed = uint64_t(audit.integer("seed", 1, 0, INT64_MAX));
+  const double adapter_timeout_s = audit.number("external_timeout", 600.0, 1e-3, 1e7);
+  const int train_batch = int(train.integer("batch", 16, 1, 1 << 16));
+  const int64_t train_steps = train.integer("steps", 600, 1, kMany);
+  const double train_lr = train.number("lr", 2e-3, 1e-12, 10.0);
+  const int64_t train_warmup = train.integer("warmup", 30, 0, kMany);
+  const int64_t train_eval_every = train.integer("eval_every", 200, 0, kMany);
+  const int64_t train_eval_windows = train.integer("eval_windows", 32, 1, kMany);
+  const int64_t train_checkpoint_every = train.integer("checkpoint_every", 200, 0, kMany);
+  const int exec_runs = int(exec.integer("runs", 20, 1, kMany));
+  const int exec_warmup = int(exec.integer("warmup", 3, 0, kMany));
+  const int exec_batch = int(exec.integer("batch", 8, 1, 1 << 16));
+  const std::vector<double> exec_skip_thresholds = exec.numbers("skip_thresholds", {}, 0.0, 1.0);
+  const int exec_eval_windows = int(exec.integer("eval_windows", 64, 1, kMany));
+  const int exec_calib_windows = int(exec.integer("calib_windows", 64, 1, kMany));
+  const Corpus corpus(data.empty() ? default_corpus_dir() : data);
   std::filesystem::create_directories(out);
 
   int64_t total = 2;  // execution and report
@@ -103,22 +133,22 @@ std::string run_study(const std::string& config_path, const std::string& out_arg
     if (progress) std::fprintf(stderr, "[study %ld/%ld] %s\n", long(done), long(total), what.c_str());
   };
   ReportInputs report;
-  report.title = get<std::string>(cfg, "title", "Frozen-Controller Audit study", config_path);
+  report.title = title;
   std::vector<std::string> exec_models;
   // The study's audit settings for one model.
   auto audit_options = [&](const std::string& model_path, const std::string& out_dir) {
     AuditOptions a;
     a.model_path = model_path;
-    a.eval_windows = get<int>(audit_cfg, "eval_windows", 128, config_path);
-    a.calib_windows = get<int>(audit_cfg, "calib_windows", 128, config_path);
-    a.reps = get<int>(audit_cfg, "reps", 5, config_path);
-    a.bootstrap_resamples = get<int>(audit_cfg, "bootstrap", 2000, config_path);
-    a.seed = get<uint64_t>(audit_cfg, "seed", 1, config_path);
+    a.eval_windows = audit_eval_windows;
+    a.calib_windows = audit_calib_windows;
+    a.reps = audit_reps;
+    a.bootstrap_resamples = audit_bootstrap;
+    a.seed = audit_seed;
     a.out_dir = out_dir;
     a.progress = progress;
     return a;
   };
-  const double adapter_timeout = get<double>(audit_cfg, "external_timeout", 600.0, config_path);
+
   for (const auto& v : variants) {
     if (v.arch == "external") {
       // A model fca does not implement: nothing to train and no seeds; it is evaluated and audited
@@ -127,9 +157,9 @@ std::string run_study(const std::string& config_path, const std::string& out_arg
       const std::string eval_path = stem + ".eval-test.json";
       if (!file_exists(eval_path)) {
         stage("evaluate " + v.name + " (external)");
-        const auto m = open_external_model(v.command, adapter_timeout);
+        const auto m = open_external_model(v.command, adapter_timeout_s);
         const int T = v.seq > 0 ? v.seq : m->max_tokens();
-        const EvalResult r = evaluate_auditable(*m, corpus.split("test"), T, get<int64_t>(cfg, "eval_windows", 256, config_path), 8, false);
+        const EvalResult r = evaluate_auditable(*m, corpus.split("test"), T, eval_windows, 8, false);
         auto provenance = provenance_base();
         provenance["model_sha256"] = m->content_hash();
         write_json(eval_path, {{"schema", "fca-eval-v1"}, {"model", "external: " + v.command},
@@ -145,7 +175,7 @@ std::string run_study(const std::string& config_path, const std::string& out_arg
         stage("audit " + v.name + " (external)");
         AuditOptions a = audit_options("external: " + v.command, audit_dir);
         a.tokens = v.seq;
-        run_audit(*open_external_model(v.command, adapter_timeout), corpus, a);
+        run_audit(*open_external_model(v.command, adapter_timeout_s), corpus, a);
       } else {
         stage("audit " + v.name + " (external): done before, skipped");
       }
@@ -171,13 +201,13 @@ std::string run_study(const std::string& config_path, const std::string& out_arg
       o.mudd.intermediate_size = 4 * v.dim;
       o.moe = {v.layers, v.dim, v.heads, v.seq, v.experts, v.top_k, 0, 0.01};
       o.mod = {v.layers, v.dim, v.heads, v.seq, v.capacity, 2};
-      o.batch = get<int>(train_cfg, "batch", 16, config_path);
-      o.steps = get<int64_t>(train_cfg, "steps", 600, config_path);
-      o.lr = get<double>(train_cfg, "lr", 2e-3, config_path);
-      o.warmup = get<int64_t>(train_cfg, "warmup", 30, config_path);
-      o.eval_every = get<int64_t>(train_cfg, "eval_every", 200, config_path);
-      o.eval_windows = get<int64_t>(train_cfg, "eval_windows", 32, config_path);
-      o.checkpoint_every = get<int64_t>(train_cfg, "checkpoint_every", 200, config_path);
+      o.batch = train_batch;
+      o.steps = train_steps;
+      o.lr = train_lr;
+      o.warmup = train_warmup;
+      o.eval_every = train_eval_every;
+      o.eval_windows = train_eval_windows;
+      o.checkpoint_every = train_checkpoint_every;
       o.seed = seed;
       o.out = v.arch == "mudd" ? stem : stem + ".safetensors";
       o.progress = progress;
@@ -196,7 +226,7 @@ std::string run_study(const std::string& config_path, const std::string& out_arg
       const std::string eval_path = stem + ".eval-test.json";
       if (!file_exists(eval_path)) {
         stage("evaluate " + v.name + " seed " + std::to_string(seed));
-        const int64_t windows = get<int64_t>(cfg, "eval_windows", 256, config_path);
+        const int64_t windows = eval_windows;
         EvalResult r;
         nlohmann::ordered_json config;
         if (v.arch == "gated") {  // the gated family also reports its gate mass
@@ -231,7 +261,7 @@ std::string run_study(const std::string& config_path, const std::string& out_arg
     }
     if (variant_audits.size() >= 2) {
       stage("aggregate " + v.name + " over " + std::to_string(variant_audits.size()) + " seeds");
-      const auto agg = aggregate_audits(variant_audits, get<int>(audit_cfg, "bootstrap", 2000, config_path), 1);
+      const auto agg = aggregate_audits(variant_audits, audit_bootstrap, 1);
       write_json(out + "/" + v.name + "-aggregate.json", agg);
       report.aggregates.push_back(out + "/" + v.name + "-aggregate.json");
     } else {
@@ -245,12 +275,12 @@ std::string run_study(const std::string& config_path, const std::string& out_arg
     stage("measure execution of " + std::to_string(exec_models.size()) + " models");
     ExecOptions e;
     e.models = exec_models;
-    e.runs = get<int>(exec_cfg, "runs", 20, config_path);
-    e.warmup = get<int>(exec_cfg, "warmup", 3, config_path);
-    e.batch = get<int>(exec_cfg, "batch", 8, config_path);
-    e.skip_thresholds = get<std::vector<double>>(exec_cfg, "skip_thresholds", {}, config_path);
-    e.eval_windows = get<int>(exec_cfg, "eval_windows", 64, config_path);
-    e.calib_windows = get<int>(exec_cfg, "calib_windows", 64, config_path);
+    e.runs = exec_runs;
+    e.warmup = exec_warmup;
+    e.batch = exec_batch;
+    e.skip_thresholds = exec_skip_thresholds;
+    e.eval_windows = exec_eval_windows;
+    e.calib_windows = exec_calib_windows;
     e.out_dir = exec_dir;
     e.progress = false;
     run_exec(corpus, e);

@@ -1,3 +1,4 @@
+#include "core/parse.h"
 #include "train/trainer.h"
 
 #include <chrono>
@@ -86,7 +87,7 @@ int64_t load_checkpoint(const TrainOptions& o, Trainable& model) {
     state.read_into<float>("adam.m." + s.name, s.shape, optimizer.first_moment().data() + s.offset);
     state.read_into<float>("adam.v." + s.name, s.shape, optimizer.second_moment().data() + s.offset);
   }
-  const int64_t step = std::stoll(field("step"));
+  const int64_t step = parse_integer(field("step"), state_path + ": metadata field \"step\"", 0, int64_t(1) << 40);
   optimizer.set_steps_taken(step);
   return step;
 }

@@ -1,6 +1,6 @@
+#include "core/parse.h"
 #include "models/external/protocol.h"
 
-#include <charconv>
 #include <chrono>
 
 #include "core/error.h"
@@ -55,15 +55,7 @@ std::string answer_text(const SafetensorsReader& answer, const std::string& fiel
 }
 
 int64_t answer_integer(const SafetensorsReader& answer, const std::string& field, int64_t low, int64_t high) {
-  const std::string text = answer_text(answer, field);
-  int64_t v = 0;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-  if (ec != std::errc() || end != text.data() + text.size())
-    throw Error(answer.path() + ": field \"" + field + "\" is \"" + text + "\", expected an integer");
-  if (v < low || v > high)
-    throw Error(answer.path() + ": field \"" + field + "\" is " + text + ", expected " + std::to_string(low) + " .. " +
-                std::to_string(high));
-  return v;
+  return parse_integer(answer_text(answer, field), answer.path() + ": field \"" + field + "\"", low, high);
 }
 
 const TensorInfo& answer_tensor(const SafetensorsReader& answer, const std::string& name, DType dtype,
