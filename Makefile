@@ -4,7 +4,7 @@ BUILD ?= build
 JOBS ?= 2
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build data test test-sanitize demo demo-quick bench clean
+.PHONY: all deps build data test test-sanitize fuzz demo demo-quick bench clean
 
 all: build
 
@@ -34,6 +34,17 @@ test-sanitize: deps
 	@cmake --build $(SANITIZE_BUILD) -j $(JOBS)
 	@cd $(SANITIZE_BUILD) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1 \
 	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -j 1
+
+# libFuzzer targets (fuzz/), built with clang under ASan and UBSan, each run for FUZZ_SECONDS
+# from seeds made of the test data; findings land in $(FUZZ_BUILD)/findings/. See docs/building.md.
+FUZZ_BUILD ?= build-fuzz
+FUZZ_SECONDS ?= 60
+fuzz: deps
+	@FCA_WITH_FUZZ=1 FCA_WITH_TORCH=1 bash scripts/install_deps.sh
+	@CXX=clang++ cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFCA_FUZZ=ON -DFCA_BUILD_TESTS=OFF \
+	  -DFCA_BUILD_BENCH=OFF -DFCA_WERROR=OFF >/dev/null
+	@cmake --build $(FUZZ_BUILD) -j $(JOBS)
+	@bash scripts/fuzz.sh $(FUZZ_BUILD) $(FUZZ_SECONDS)
 
 demo: build data
 	@bash scripts/demo.sh $(BUILD) configs/demo.json

@@ -10,6 +10,7 @@ packages=(build-essential cmake pkg-config libopenblas-openmp-dev nlohmann-json3
 if ! command -v npm >/dev/null; then packages+=(nodejs npm); fi
 if [ "${FCA_WITH_TORCH:-0}" = 1 ]; then packages+=(python3 python3-torch python3-numpy); fi
 if [ "${FCA_WITH_CHROMIUM:-0}" = 1 ]; then packages+=(chromium); fi
+if [ "${FCA_WITH_FUZZ:-0}" = 1 ]; then packages+=(clang libomp-dev); fi
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

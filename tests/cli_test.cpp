@@ -4,7 +4,7 @@
 
 #include <filesystem>
 #include <fstream>
-#include <nlohmann/json.hpp>
+#include "core/json.h"
 
 #include "core/safetensors.h"
 #include "models/gated/model.h"
@@ -121,6 +121,25 @@ TEST_F(Cli, CorruptedHeader) {
   huge[7] = 0x7f;  // header length far beyond the file
   testing::write_text(dir.file("huge.safetensors"), huge);
   expect_error({"info", "--model", dir.file("huge.safetensors")}, {"huge.safetensors", "exceeds the file"});
+}
+
+// A config that asks for more parameters than the file could hold is refused before anything is
+// allocated from it; shape fields beyond their bounds are refused by name.
+TEST_F(Cli, ConfigsCannotAskForMoreThanTheFileHolds) {
+  const GatedModel<float> m = GatedModel<float>::initialized(testing::tiny_config(GateKind::featuregate), 1);
+  std::vector<TensorToWrite> tensors;
+  for (const auto& s : m.layout()) tensors.push_back({s.name, s.shape, m.data() + s.offset});
+  auto with_config = [&](const std::string& name, const std::string& config) {
+    write_safetensors(dir.file(name), tensors, {{"format", "fca-gated-v1"}, {"config", config}});
+    return dir.file(name);
+  };
+  expect_error({"info", "--model", with_config("huge.safetensors", R"({"n_layer":4096,"d_model":65536,"n_head":64,"seq_len":1048576,"gate":"featuregate","gate_value":0.6})")},
+               {"huge.safetensors", "its config describes", "parameters, but the file's"});
+  expect_error({"info", "--model", with_config("layers.safetensors", R"({"n_layer":100000,"d_model":16,"n_head":2,"seq_len":16,"gate":"featuregate","gate_value":0.6})")},
+               {"layers.safetensors", "n_layer must be in 1 .. 4096, found 100000"});
+  expect_error({"info", "--model", with_config("heads.safetensors", R"({"n_layer":2,"d_model":16,"n_head":32,"seq_len":16,"gate":"featuregate","gate_value":0.6})")},
+               {"heads.safetensors", "n_head must be in 1 .. 16, found 32"});
+  expect_no_stray_files({"m.safetensors", "huge.safetensors", "layers.safetensors", "heads.safetensors"});
 }
 
 TEST_F(Cli, WrongShapeMissingTensorAndDtype) {

@@ -3,7 +3,7 @@
 
 #include <cstring>
 #include <fstream>
-#include <nlohmann/json.hpp>
+#include "core/json.h"
 
 #include "audit/conditions.h"
 #include "core/error.h"

@@ -33,6 +33,14 @@ TEST(Study, RunsAndResumes) {
                         "fg-aggregate.json", "mudd-aggregate.json", "exec/exec.json", "report.html", "report.md"})
     EXPECT_TRUE(std::filesystem::exists(out + "/" + f)) << f;
   EXPECT_NE(r.output.find("report: " + out + "/report.html"), std::string::npos) << r.output;
+  // Two seeds: the verdicts come from the aggregates (checkpoint level) and list the seeds' audits.
+  const std::string md = testing::read_bytes(out + "/report.md");
+  EXPECT_NE(md.find("Claims 1 and 2 at the checkpoint level: aggregate of 2 independently trained checkpoints (" + out +
+                    "/fg-aggregate.json)"), std::string::npos) << md;
+  EXPECT_NE(md.find("per-checkpoint audit: `" + out + "/fg-s2-audit/audit.json`"), std::string::npos) << md;
+  EXPECT_NE(md.find("over checkpoints"), std::string::npos) << md;
+  const std::string html = testing::read_bytes(out + "/report.html");
+  EXPECT_NE(html.find("Per-checkpoint audits:"), std::string::npos);
   r = testing::run_fca({"study", "--config", dir.file("study.json"), "--out", out});
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("train fg seed 1: done before, skipped"), std::string::npos) << r.output;

@@ -3,7 +3,7 @@
 // bootstrap 95% CI, the exact two-sided sign-flip p-value, and for the three factor effects
 // Holm-adjusted p-values.
 #pragma once
-#include <nlohmann/json.hpp>
+#include "core/json.h"
 #include <string>
 #include <vector>
 

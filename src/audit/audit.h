@@ -4,7 +4,7 @@
 // decomposition. Writes audit.json, windows.csv and audit.md into the output folder.
 #pragma once
 #include <cstdint>
-#include <nlohmann/json.hpp>
+#include "core/json.h"
 #include <string>
 #include <vector>
 

@@ -10,7 +10,7 @@
 // Metadata: format "fca-audit-cache-v1", manifest (JSON), provenance (JSON).
 #pragma once
 #include <memory>
-#include <nlohmann/json.hpp>
+#include "core/json.h"
 #include <string>
 #include <vector>
 

@@ -1,7 +1,7 @@
 // Helpers shared by the subcommands: the model-shape flags, thread and data flags, JSON output.
 #pragma once
 #include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
+#include "core/json.h"
 #include <string>
 
 #include "models/gated/config.h"

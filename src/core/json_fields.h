@@ -4,7 +4,7 @@
 // name the file, the path to the field, what was expected and what was found.
 #pragma once
 #include <cstdint>
-#include <nlohmann/json.hpp>
+#include "core/json.h"
 #include <string>
 #include <vector>
 

@@ -1,7 +1,7 @@
 // Provenance recorded in every result file: fca version and git commit, machine, threads, time.
 // Callers add model and data content hashes and seeds.
 #pragma once
-#include <nlohmann/json.hpp>
+#include "core/json.h"
 #include <string>
 
 namespace fca {

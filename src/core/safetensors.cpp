@@ -3,7 +3,7 @@
 #include <unistd.h>
 
 #include <cstring>
-#include <nlohmann/json.hpp>
+#include "core/json.h"
 
 #include "core/error.h"
 

@@ -4,7 +4,7 @@
 // 1; and a real skip sweep, where blocks whose calibrated static gate is below a threshold are
 // removed from the executed graph. Writes exec.json and exec.md.
 #pragma once
-#include <nlohmann/json.hpp>
+#include "core/json.h"
 #include <string>
 #include <vector>
 

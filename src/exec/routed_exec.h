@@ -6,7 +6,7 @@
 // total expert parameters). Baselines are timed with initialised weights: latency and FLOPs do not
 // depend on the values of the weights.
 #pragma once
-#include <nlohmann/json.hpp>
+#include "core/json.h"
 #include <string>
 
 #include "data/corpus.h"

@@ -1,7 +1,7 @@
 // Timing statistics and the machine's measured SGEMM peak, for benchmarks and `fca exec`.
 #pragma once
 #include <functional>
-#include <nlohmann/json.hpp>
+#include "core/json.h"
 #include <vector>
 
 namespace fca {

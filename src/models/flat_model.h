@@ -47,6 +47,7 @@ class FlatModel {
   static FlatModel load(const std::string& path) {
     const Config config = Config::from_json(read_checkpoint_config(path, Spec::kFormat), path);
     SafetensorsReader reader(path);
+    check_parameters_fit(layout_parameter_count(Spec::layout(config)), path);
     FlatModel m(config);
     m.params_.load(reader, Spec::describe(config));
     return m;

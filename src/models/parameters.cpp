@@ -1,8 +1,10 @@
 #include "models/parameters.h"
 
+#include <filesystem>
+
 #include <algorithm>
 #include <cmath>
-#include <nlohmann/json.hpp>
+#include "core/json.h"
 
 #include "core/error.h"
 #include "core/rng.h"
@@ -125,6 +127,24 @@ double StrictConfig::number(const std::string& field) const {
   const nlohmann::json& j = json_;
   if (!j.contains(field) || !j[field].is_number()) throw Error(where_ + ": config field '" + field + "' is missing or not a number");
   return j[field].get<double>();
+}
+
+void check_transformer_shape(int n_layer, int d_model, int n_head, int seq_len, const std::string& where) {
+  auto within = [&](int v, int high, const char* field) {
+    if (v < 1 || v > high)
+      throw Error(where + ": " + field + " must be in 1 .. " + std::to_string(high) + ", found " + std::to_string(v));
+  };
+  within(n_layer, 4096, "n_layer");
+  within(d_model, 65536, "d_model");
+  within(n_head, d_model, "n_head");
+  within(seq_len, 1 << 20, "seq_len");
+}
+
+void check_parameters_fit(size_t parameters, const std::string& file) {
+  const uintmax_t bytes = std::filesystem::file_size(file);
+  if (parameters > bytes / 2)
+    throw Error(file + ": its config describes " + std::to_string(parameters) + " parameters, but the file's " +
+                std::to_string(bytes) + " bytes hold at most " + std::to_string(bytes / 2) + " (config and tensors disagree)");
 }
 
 void require_positive(int v, const char* field, const std::string& where) {

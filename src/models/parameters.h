@@ -5,7 +5,7 @@
 #pragma once
 #include <cstdint>
 #include <map>
-#include <nlohmann/json.hpp>
+#include "core/json.h"
 #include <string>
 #include <vector>
 
@@ -75,6 +75,15 @@ class StrictConfig {
   std::string where_;
   nlohmann::json json_;
 };
+
+// The shape fields the transformer families share, bounded so that no product of them overflows
+// and a layout stays small: 1 <= n_layer <= 4096, 1 <= d_model <= 65536, 1 <= n_head <= d_model,
+// 1 <= seq_len <= 2^20. Throws Error naming the field, the bound and the value.
+void check_transformer_shape(int n_layer, int d_model, int n_head, int seq_len, const std::string& where);
+// Before a model read from `file` is allocated: the parameters its config implies must fit in the
+// file at 2 bytes each (the smallest dtype a checkpoint may use), so that a config cannot make fca
+// allocate more than the file's tensors could fill.
+void check_parameters_fit(size_t parameters, const std::string& file);
 
 // Throws Error("<where>: <field> must be positive, found <v>") when v <= 0.
 void require_positive(int v, const char* field, const std::string& where);

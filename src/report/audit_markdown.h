@@ -1,6 +1,6 @@
 // audit.md: the audit's tables for a person, rendered from the audit.json document only.
 #pragma once
-#include <nlohmann/json.hpp>
+#include "core/json.h"
 #include <string>
 
 namespace fca {

@@ -36,6 +36,7 @@ h1 { font-size: 26px; margin-bottom: 4px; } h2 { font-size: 20px; margin-top: 36
 .cards { display: flex; flex-wrap: wrap; gap: 16px; }
 .card { flex: 1 1 320px; border: 1px solid #ddd; border-radius: 8px; padding: 12px 16px; background: #fafafa; }
 .card h3 { margin: 0 0 8px 0; font-size: 16px; }
+.basis { margin: 4px 0; font-size: 12px; color: #555; }
 .claim { margin: 8px 0; padding-left: 10px; border-left: 4px solid #999; font-size: 14px; }
 .claim b { display: block; font-size: 12px; text-transform: uppercase; letter-spacing: 0.04em; color: #555; }
 .yes { border-color: #d62728; } .no { border-color: #2ca02c; } .na { border-color: #aaa; }
@@ -61,13 +62,19 @@ std::string report_html(const ReportData& d) {
   if (!verdicts.empty()) {
     h << "<h2 id=\"verdicts\">Verdicts</h2><div class=\"cards\">";
     for (const auto& v : verdicts) {
-      h << "<div class=\"card\"><h3>" << escape(v.model) << "</h3>";
+      h << "<div class=\"card\"><h3>" << escape(v.model) << "</h3><p class=\"basis\">" << escape(v.basis) << "</p>";
       h << "<div class=\"claim " << (v.varies ? "yes" : "no") << "\"><b>1. Coefficient variation</b>" << escape(v.variation) << "</div>";
       const bool undecided = v.dependence.rfind("Not ", 0) == 0;
       h << "<div class=\"claim " << (undecided ? "na" : (v.needs_dynamic ? "yes" : "no")) << "\"><b>2. Functional dependence</b>" << escape(v.dependence)
         << "</div>";
       h << "<div class=\"claim " << (v.execution.rfind("Not measured", 0) == 0 ? "na" : (v.saves_compute ? "yes" : "no"))
-        << "\"><b>3. Actual execution</b>" << escape(v.execution) << "</div></div>";
+        << "\"><b>3. Actual execution</b>" << escape(v.execution) << "</div>";
+      if (!v.checkpoints.empty()) {
+        h << "<p class=\"basis\">Per-checkpoint audits:</p><ul class=\"basis\">";
+        for (const auto& c : v.checkpoints) h << "<li>" << escape(c) << "</li>";
+        h << "</ul>";
+      }
+      h << "</div>";
     }
     h << "</div><p class=\"sub\">Red edge: the claim holds for this model (it varies / needs its dynamic coefficients / "
          "saves executed blocks); green: it does not; grey: not measured or not established. Functional dependence uses the criteria fixed "
@@ -210,10 +217,12 @@ std::string report_markdown(const ReportData& d) {
   std::ostringstream md;
   md << "# " << d.title << "\n\n";
   for (const auto& v : compute_verdicts(d)) {
-    md << "## " << v.model << "\n\n";
+    md << "## " << v.model << "\n\n" << v.basis << "\n\n";
     md << "- **Coefficient variation:** " << v.variation << "\n";
     md << "- **Functional dependence:** " << v.dependence << "\n";
-    md << "- **Actual execution:** " << v.execution << "\n\n";
+    md << "- **Actual execution:** " << v.execution << "\n";
+    for (const auto& c : v.checkpoints) md << "  - per-checkpoint audit: `" << c << "`\n";
+    md << "\n";
   }
   for (const auto& a : d.audits) {
     md << "### " << a.doc["model"]["description"].get<std::string>() << ": conditions\n\n| condition | DeltaNLL | 95% CI |\n|---|---:|---|\n";

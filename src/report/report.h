@@ -2,7 +2,7 @@
 // summary, built only from result files: audit.json, exec.json, aggregate.json, eval JSON and
 // training logs. Never loads a model.
 #pragma once
-#include <nlohmann/json.hpp>
+#include "core/json.h"
 #include <string>
 #include <vector>
 
@@ -32,9 +32,14 @@ struct ReportData {
 ReportData load_report_data(const ReportInputs& inputs);
 
 // The three-claim verdict lines of one audited model (and its exec entry, if any).
+// With an aggregate over several checkpoints of the model's configuration among the inputs,
+// claims 1 and 2 come from it (checkpoint-level CIs, the paper's primary analysis) and `basis`
+// says so and lists the per-checkpoint audits; otherwise they come from the one audit.
 struct Verdicts {
   std::string model, family, sha256;
   std::string variation, dependence, execution;
+  std::string basis;                     // "Checkpoint level: ..." or "One checkpoint: ..."
+  std::vector<std::string> checkpoints;  // the audits behind an aggregate verdict
   bool varies = false, needs_dynamic = false, saves_compute = false;
 };
 std::vector<Verdicts> compute_verdicts(const ReportData& data);

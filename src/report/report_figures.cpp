@@ -32,6 +32,51 @@ const nlohmann::json* find_exec(const ReportData& d, const std::string& sha) {
 
 std::string short_name(const nlohmann::json& audit) { return audit["model"]["description"].get<std::string>(); }
 
+// The aggregate among the inputs that combines this checkpoint with others, or null.
+const ReportData::Named* find_aggregate(const ReportData& d, const std::string& sha256) {
+  for (const auto& g : d.aggregates)
+    for (const auto& in : g.doc["inputs"])
+      if (in.value("model_sha256", "") == sha256) return &g;
+  return nullptr;
+}
+
+// Claims 1 and 2 from an aggregate: the checkpoint-level means and bootstrap CIs, and the
+// criteria it applied to them.
+void aggregate_verdicts(const nlohmann::json& g, Verdicts& v) {
+  const auto& f = g["figures"];
+  auto mean_of = [&](const std::string& name) { return f.contains(name) && !f[name].contains("undefined") ? f[name]["mean"].get<double>() : std::nan(""); };
+  const double coordinate = mean_of("variance_share.coordinate");
+  const double dynamic = std::max(0.0, 1.0 - coordinate);
+  v.varies = std::isfinite(coordinate) && dynamic >= 0.01;
+  v.variation = (v.varies ? "Coefficients vary with input and position: " : "Coefficients are essentially static: ") +
+                fmt("%.1f%%", 100 * dynamic) + " of their variance is input- or token-dependent, mean over " +
+                std::to_string(g["checkpoints"].get<int>()) + " checkpoints (input " + fmt("%.1f%%", 100 * mean_of("variance_share.input")) +
+                ", token " + fmt("%.1f%%", 100 * mean_of("variance_share.token")) + ").";
+  if (!f.contains("delta_nll.static_profile") || f["delta_nll.static_profile"].contains("undefined") ||
+      !g.contains("criteria") || !g["criteria"].contains("static_penalty_small")) {
+    v.dependence = "Not assessed: the aggregate has no checkpoint-level static_profile penalty.";
+    return;
+  }
+  const auto& st = f["delta_nll.static_profile"];
+  const auto& crit = g["criteria"]["static_penalty_small"];
+  const double lo = st["ci95"][0], hi = st["ci95"][1], threshold = crit["threshold"];
+  const bool small = crit["holds"].get<bool>();
+  const bool depends = lo > threshold;
+  v.needs_dynamic = depends;
+  std::string ret;
+  if (f.contains("retention.static_profile") && !f["retention.static_profile"].contains("undefined")) {
+    const auto& r = f["retention.static_profile"];
+    ret = "; retention " + fmt("%.1f%%", 100 * r["mean"].get<double>()) + " [" + fmt("%.1f", 100 * r["ci95"][0].get<double>()) + ", " +
+          fmt("%.1f", 100 * r["ci95"][1].get<double>()) + "]%";
+  }
+  const std::string lead = small     ? "The frozen model does not need its dynamic coefficients: the static profile costs "
+                           : depends ? "The frozen model depends on its dynamic coefficients: the static profile costs "
+                                     : "Not established either way: the static profile costs ";
+  const std::string rule = small ? "upper bound < " : depends ? "lower bound > " : "interval straddles ";
+  v.dependence = lead + fmt("%+.4f", st["mean"].get<double>()) + " nats/token [" + fmt("%+.4f", lo) + ", " + fmt("%+.4f", hi) +
+                 "] over checkpoints (" + rule + fmt("%g", threshold) + ")" + ret + ".";
+}
+
 }  // namespace
 
 std::vector<Verdicts> compute_verdicts(const ReportData& d) {
@@ -82,6 +127,15 @@ std::vector<Verdicts> compute_verdicts(const ReportData& d) {
                                          : "interval straddles ";
       v.dependence = lead + fmt("%+.4f", dn) + " nats/token [" + fmt("%+.4f", lo) + ", " + fmt("%+.4f", hi) + "] (" + rule +
                      fmt("%g", threshold) + ")" + ret + ".";
+    }
+    // Several checkpoints of this configuration: claims 1 and 2 at the checkpoint level.
+    if (const ReportData::Named* g = find_aggregate(d, v.sha256)) {
+      aggregate_verdicts(g->doc, v);
+      v.basis = "Claims 1 and 2 at the checkpoint level: aggregate of " + std::to_string(g->doc["checkpoints"].get<int>()) +
+                " independently trained checkpoints (" + g->path + "), bootstrap over checkpoints.";
+      for (const auto& in : g->doc["inputs"]) v.checkpoints.push_back(in["path"].get<std::string>());
+    } else {
+      v.basis = "One checkpoint: window-level CIs of " + a.path + ".";
     }
     // 3. Actual execution, measured by fca exec.
     const nlohmann::json* e = find_exec(d, v.sha256);

@@ -107,14 +107,39 @@ ReportData load_report_data(const ReportInputs& in) {
         t.label = config_family_label(o["config"]);
         t.label += " L" + std::to_string(o["config"].value("n_layer", 0)) + " seed " + std::to_string(o.value("seed", 0));
       } else if (type == "step") {
+        if (!j["step"].is_number() || !j["loss"].is_number()) throw Error(p + ": line " + std::to_string(n) + ": step or loss is not a number");
         t.loss.push_back({j["step"].get<double>(), j["loss"].get<double>()});
       } else if (type == "valid") {
+        if (!j["step"].is_number() || !j["nll"].is_number()) throw Error(p + ": line " + std::to_string(n) + ": step or nll is not a number");
         t.valid.push_back({j["step"].get<double>(), j["nll"].get<double>()});
       }
     }
     if (t.label.empty()) throw Error(p + ": no 'start' record: not an fca training log");
     d.train_logs.push_back(std::move(t));
   }
+  // Each document alone through everything the report does with it: a field of the wrong type,
+  // or one missing beyond the checks above, is an error naming the file, not a crash later.
+  auto check_renders = [&](const ReportData& single, const std::string& path) {
+    try {
+      (void)report_html(single);
+      (void)report_markdown(single);
+    } catch (const nlohmann::json::exception& e) {
+      throw Error(path + ": a field the report reads is missing or has the wrong type (" + e.what() + ")");
+    } catch (const std::out_of_range& e) {
+      throw Error(path + ": a field the report reads is missing (" + e.what() + ")");
+    }
+  };
+  auto alone = [&](auto member, const ReportData::Named& doc) {
+    ReportData single;
+    single.title = d.title;
+    (single.*member).push_back(doc);
+    check_renders(single, doc.path);
+  };
+  for (const auto& a : d.audits) alone(&ReportData::audits, a);
+  for (const auto& e : d.execs) alone(&ReportData::execs, e);
+  for (const auto& g : d.aggregates) alone(&ReportData::aggregates, g);
+  for (const auto& e : d.evals) alone(&ReportData::evals, e);
+  check_renders(d, "report inputs");  // together (an exec matched to an audit, an aggregate to its audits)
   return d;
 }
 

@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <nlohmann/json.hpp>
+#include "core/json.h"
 
 #include "audit/aggregate.h"
 #include "audit/audit.h"
@@ -24,14 +24,6 @@
 namespace fca {
 namespace {
 
-struct Variant {
-  std::string name, arch, gate;
-  std::string command;  // arch "external": the adapter command (a model fca does not implement)
-  int experts = 8, top_k = 2;
-  double capacity = 0.125;
-  int layers = 4, dim = 128, heads = 4, seq = 128;
-};
-
 // Whether a checkpoint exists and finished the whole schedule.
 bool trained(const std::string& weights_file, int64_t steps) {
   if (!file_exists(weights_file)) return false;
@@ -47,29 +39,20 @@ void write_json(const std::string& path, const nlohmann::ordered_json& j) {
 
 }  // namespace
 
-std::string run_study(const std::string& config_path, const std::string& out_arg, bool progress) {
-  std::ifstream in(config_path);
-  if (!in) throw Error(config_path + ": cannot open the study config");
-  nlohmann::json cfg;
-  try {
-    cfg = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(config_path + ": not valid JSON (" + e.what() + ")");
-  }
+StudyConfig parse_study_config(const nlohmann::json& cfg, const std::string& config_path) {
+  StudyConfig c;
   const JsonFields root(cfg, config_path,
                         {"title", "data", "out", "seeds", "variants", "train", "audit", "exec", "eval_windows"});
   const JsonFields train = root.object("train", {"batch", "steps", "lr", "warmup", "eval_every", "eval_windows", "checkpoint_every"});
   const JsonFields audit = root.object("audit", {"eval_windows", "calib_windows", "reps", "bootstrap", "seed", "external_timeout"});
   const JsonFields exec = root.object("exec", {"runs", "warmup", "batch", "skip_thresholds", "eval_windows", "calib_windows"});
   constexpr int64_t kMany = int64_t(1) << 24;  // a bound on counts that still fits every int below
-  const std::string out = !out_arg.empty() ? out_arg : root.text("out", "");
-  if (out.empty()) throw Error(config_path + ": no 'out' folder (or pass --out)");
-  const std::string data = root.text("data", "");
-  const int64_t eval_windows = root.integer("eval_windows", 256, 1, kMany);
-  std::vector<Variant> variants;
+  c.out = root.text("out", "");
+  c.data = root.text("data", "");
+  c.eval_windows = root.integer("eval_windows", 256, 1, kMany);
   for (const JsonFields& v : root.objects("variants", {"name", "arch", "gate", "layers", "dim", "heads", "seq", "experts", "top_k",
                                                       "capacity", "command"})) {
-    Variant x;
+    StudyVariant x;
     x.name = v.text("name", "");
     x.arch = v.text("arch", "gated");
     x.gate = v.text("gate", "featuregate");
@@ -85,7 +68,7 @@ std::string run_study(const std::string& config_path, const std::string& out_arg
     // The name becomes file names in the output folder: nothing that leaves it or hides in it.
     if (x.name.find('/') != std::string::npos || x.name.find('\\') != std::string::npos || x.name[0] == '.')
       throw Error(v.where() + ": 'name' \"" + x.name + "\" must not contain '/' or '\\' or start with '.' (it names files in the output folder)");
-    for (const auto& other : variants)
+    for (const auto& other : c.variants)
       if (other.name == x.name) throw Error(v.where() + ": variant name \"" + x.name + "\" is used twice");
     if (x.arch != "gated" && x.arch != "mudd" && x.arch != "moe" && x.arch != "mod" && x.arch != "external")
       throw Error(v.where() + ": 'arch' \"" + x.arch + "\" is not one of gated, mudd, moe, mod, external");
@@ -93,73 +76,87 @@ std::string run_study(const std::string& config_path, const std::string& out_arg
       throw Error(config_path + ": variant '" + x.name + "': " +
                   (x.command.empty() ? "arch \"external\" needs a 'command' (the adapter to start)"
                                      : "'command' belongs to arch \"external\" only"));
-    variants.push_back(x);
+    c.variants.push_back(x);
   }
-  std::vector<uint64_t> seeds;
   for (int64_t s : root.integers("seeds", {1}, 0, INT64_MAX)) {
-    if (std::find(seeds.begin(), seeds.end(), uint64_t(s)) != seeds.end())
+    if (std::find(c.seeds.begin(), c.seeds.end(), uint64_t(s)) != c.seeds.end())
       throw Error(config_path + ": 'seeds' lists " + std::to_string(s) + " twice (a checkpoint counts once)");
-    seeds.push_back(uint64_t(s));
+    c.seeds.push_back(uint64_t(s));
   }
   // Every setting is read and checked here, before any work starts.
-  const std::string title = root.text("title", "Frozen-Controller Audit study");
-  const int audit_eval_windows = int(audit.integer("eval_windows", 128, 2, kMany));
-  const int audit_calib_windows = int(audit.integer("calib_windows", 128, 1, kMany));
-  const int audit_reps = int(audit.integer("reps", 5, 2, 100000));
-  const int audit_bootstrap = int(audit.integer("bootstrap", 2000, 1, kMany));
-  const uint64_t audit_seed = uint64_t(audit.integer("seed", 1, 0, INT64_MAX));
-  const double adapter_timeout_s = audit.number("external_timeout", 600.0, 1e-3, 1e7);
-  const int train_batch = int(train.integer("batch", 16, 1, 1 << 16));
-  const int64_t train_steps = train.integer("steps", 600, 1, kMany);
-  const double train_lr = train.number("lr", 2e-3, 1e-12, 10.0);
-  const int64_t train_warmup = train.integer("warmup", 30, 0, kMany);
-  const int64_t train_eval_every = train.integer("eval_every", 200, 0, kMany);
-  const int64_t train_eval_windows = train.integer("eval_windows", 32, 1, kMany);
-  const int64_t train_checkpoint_every = train.integer("checkpoint_every", 200, 0, kMany);
-  const int exec_runs = int(exec.integer("runs", 20, 1, kMany));
-  const int exec_warmup = int(exec.integer("warmup", 3, 0, kMany));
-  const int exec_batch = int(exec.integer("batch", 8, 1, 1 << 16));
-  const std::vector<double> exec_skip_thresholds = exec.numbers("skip_thresholds", {}, 0.0, 1.0);
-  const int exec_eval_windows = int(exec.integer("eval_windows", 64, 1, kMany));
-  const int exec_calib_windows = int(exec.integer("calib_windows", 64, 1, kMany));
-  const Corpus corpus(data.empty() ? default_corpus_dir() : data);
+  c.title = root.text("title", "Frozen-Controller Audit study");
+  c.audit_eval_windows = int(audit.integer("eval_windows", 128, 2, kMany));
+  c.audit_calib_windows = int(audit.integer("calib_windows", 128, 1, kMany));
+  c.audit_reps = int(audit.integer("reps", 5, 2, 100000));
+  c.audit_bootstrap = int(audit.integer("bootstrap", 2000, 1, kMany));
+  c.audit_seed = uint64_t(audit.integer("seed", 1, 0, INT64_MAX));
+  c.adapter_timeout_s = audit.number("external_timeout", 600.0, 1e-3, 1e7);
+  c.train_batch = int(train.integer("batch", 16, 1, 1 << 16));
+  c.train_steps = train.integer("steps", 600, 1, kMany);
+  c.train_lr = train.number("lr", 2e-3, 1e-12, 10.0);
+  c.train_warmup = train.integer("warmup", 30, 0, kMany);
+  c.train_eval_every = train.integer("eval_every", 200, 0, kMany);
+  c.train_eval_windows = train.integer("eval_windows", 32, 1, kMany);
+  c.train_checkpoint_every = train.integer("checkpoint_every", 200, 0, kMany);
+  c.exec_runs = int(exec.integer("runs", 20, 1, kMany));
+  c.exec_warmup = int(exec.integer("warmup", 3, 0, kMany));
+  c.exec_batch = int(exec.integer("batch", 8, 1, 1 << 16));
+  c.exec_skip_thresholds = exec.numbers("skip_thresholds", {}, 0.0, 1.0);
+  c.exec_eval_windows = int(exec.integer("eval_windows", 64, 1, kMany));
+  c.exec_calib_windows = int(exec.integer("calib_windows", 64, 1, kMany));
+  return c;
+}
+
+std::string run_study(const std::string& config_path, const std::string& out_arg, bool progress) {
+  std::ifstream in(config_path);
+  if (!in) throw Error(config_path + ": cannot open the study config");
+  nlohmann::json cfg;
+  try {
+    cfg = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(config_path + ": not valid JSON (" + e.what() + ")");
+  }
+  const StudyConfig c = parse_study_config(cfg, config_path);
+  const std::string out = !out_arg.empty() ? out_arg : c.out;
+  if (out.empty()) throw Error(config_path + ": no 'out' folder (or pass --out)");
+  const Corpus corpus(c.data.empty() ? default_corpus_dir() : c.data);
   std::filesystem::create_directories(out);
 
   int64_t total = 2;  // execution and report
-  for (const auto& v : variants) total += v.arch == "external" ? 2 : 3 * int64_t(seeds.size()) + 1;
+  for (const auto& v : c.variants) total += v.arch == "external" ? 2 : 3 * int64_t(c.seeds.size()) + 1;
   int64_t done = 0;
   auto stage = [&](const std::string& what) {
     ++done;
     if (progress) std::fprintf(stderr, "[study %ld/%ld] %s\n", long(done), long(total), what.c_str());
   };
   ReportInputs report;
-  report.title = title;
+  report.title = c.title;
   std::vector<std::string> exec_models;
   // The study's audit settings for one model.
   auto audit_options = [&](const std::string& model_path, const std::string& out_dir) {
     AuditOptions a;
     a.model_path = model_path;
-    a.eval_windows = audit_eval_windows;
-    a.calib_windows = audit_calib_windows;
-    a.reps = audit_reps;
-    a.bootstrap_resamples = audit_bootstrap;
-    a.seed = audit_seed;
+    a.eval_windows = c.audit_eval_windows;
+    a.calib_windows = c.audit_calib_windows;
+    a.reps = c.audit_reps;
+    a.bootstrap_resamples = c.audit_bootstrap;
+    a.seed = c.audit_seed;
     a.out_dir = out_dir;
     a.progress = progress;
     return a;
   };
 
-  for (const auto& v : variants) {
+  for (const auto& v : c.variants) {
     if (v.arch == "external") {
-      // A model fca does not implement: nothing to train and no seeds; it is evaluated and audited
+      // A model fca does not implement: nothing to train and no c.seeds; it is evaluated and audited
       // through its adapter, and its execution is not measured (exec times fca's own engine).
       const std::string stem = out + "/" + v.name;
       const std::string eval_path = stem + ".eval-test.json";
       if (!file_exists(eval_path)) {
         stage("evaluate " + v.name + " (external)");
-        const auto m = open_external_model(v.command, adapter_timeout_s);
+        const auto m = open_external_model(v.command, c.adapter_timeout_s);
         const int T = v.seq > 0 ? v.seq : m->max_tokens();
-        const EvalResult r = evaluate_auditable(*m, corpus.split("test"), T, eval_windows, 8, false);
+        const EvalResult r = evaluate_auditable(*m, corpus.split("test"), T, c.eval_windows, 8, false);
         auto provenance = provenance_base();
         provenance["model_sha256"] = m->content_hash();
         write_json(eval_path, {{"schema", "fca-eval-v1"}, {"model", "external: " + v.command},
@@ -175,7 +172,7 @@ std::string run_study(const std::string& config_path, const std::string& out_arg
         stage("audit " + v.name + " (external)");
         AuditOptions a = audit_options("external: " + v.command, audit_dir);
         a.tokens = v.seq;
-        run_audit(*open_external_model(v.command, adapter_timeout_s), corpus, a);
+        run_audit(*open_external_model(v.command, c.adapter_timeout_s), corpus, a);
       } else {
         stage("audit " + v.name + " (external): done before, skipped");
       }
@@ -183,7 +180,7 @@ std::string run_study(const std::string& config_path, const std::string& out_arg
       continue;
     }
     std::vector<std::string> variant_audits;
-    for (uint64_t seed : seeds) {
+    for (uint64_t seed : c.seeds) {
       const std::string stem = out + "/" + v.name + "-s" + std::to_string(seed);
       TrainOptions o;
       o.arch = v.arch;
@@ -201,13 +198,13 @@ std::string run_study(const std::string& config_path, const std::string& out_arg
       o.mudd.intermediate_size = 4 * v.dim;
       o.moe = {v.layers, v.dim, v.heads, v.seq, v.experts, v.top_k, 0, 0.01};
       o.mod = {v.layers, v.dim, v.heads, v.seq, v.capacity, 2};
-      o.batch = train_batch;
-      o.steps = train_steps;
-      o.lr = train_lr;
-      o.warmup = train_warmup;
-      o.eval_every = train_eval_every;
-      o.eval_windows = train_eval_windows;
-      o.checkpoint_every = train_checkpoint_every;
+      o.batch = c.train_batch;
+      o.steps = c.train_steps;
+      o.lr = c.train_lr;
+      o.warmup = c.train_warmup;
+      o.eval_every = c.train_eval_every;
+      o.eval_windows = c.train_eval_windows;
+      o.checkpoint_every = c.train_checkpoint_every;
       o.seed = seed;
       o.out = v.arch == "mudd" ? stem : stem + ".safetensors";
       o.progress = progress;
@@ -226,7 +223,7 @@ std::string run_study(const std::string& config_path, const std::string& out_arg
       const std::string eval_path = stem + ".eval-test.json";
       if (!file_exists(eval_path)) {
         stage("evaluate " + v.name + " seed " + std::to_string(seed));
-        const int64_t windows = eval_windows;
+        const int64_t windows = c.eval_windows;
         EvalResult r;
         nlohmann::ordered_json config;
         if (v.arch == "gated") {  // the gated family also reports its gate mass
@@ -257,17 +254,17 @@ std::string run_study(const std::string& config_path, const std::string& out_arg
         stage("audit " + v.name + " seed " + std::to_string(seed) + ": done before, skipped");
       }
       variant_audits.push_back(audit_dir + "/audit.json");
-      if (seed == seeds.front()) exec_models.push_back(o.out);
+      if (seed == c.seeds.front()) exec_models.push_back(o.out);
     }
     if (variant_audits.size() >= 2) {
-      stage("aggregate " + v.name + " over " + std::to_string(variant_audits.size()) + " seeds");
-      const auto agg = aggregate_audits(variant_audits, audit_bootstrap, 1);
+      stage("aggregate " + v.name + " over " + std::to_string(variant_audits.size()) + " c.seeds");
+      const auto agg = aggregate_audits(variant_audits, c.audit_bootstrap, 1);
       write_json(out + "/" + v.name + "-aggregate.json", agg);
       report.aggregates.push_back(out + "/" + v.name + "-aggregate.json");
     } else {
       stage("aggregate " + v.name + ": one seed, nothing to aggregate");
     }
-    // Audit the first seed only in the report's cards: other seeds enter through the aggregate.
+    // Audit the first seed only in the report's cards: other c.seeds enter through the aggregate.
     report.audits.push_back(variant_audits.front());
   }
   const std::string exec_dir = out + "/exec";
@@ -275,12 +272,12 @@ std::string run_study(const std::string& config_path, const std::string& out_arg
     stage("measure execution of " + std::to_string(exec_models.size()) + " models");
     ExecOptions e;
     e.models = exec_models;
-    e.runs = exec_runs;
-    e.warmup = exec_warmup;
-    e.batch = exec_batch;
-    e.skip_thresholds = exec_skip_thresholds;
-    e.eval_windows = exec_eval_windows;
-    e.calib_windows = exec_calib_windows;
+    e.runs = c.exec_runs;
+    e.warmup = c.exec_warmup;
+    e.batch = c.exec_batch;
+    e.skip_thresholds = c.exec_skip_thresholds;
+    e.eval_windows = c.exec_eval_windows;
+    e.calib_windows = c.exec_calib_windows;
     e.out_dir = exec_dir;
     e.progress = false;
     run_exec(corpus, e);

@@ -3,9 +3,41 @@
 // measures execution, and writes the report. Resumable: finished pieces (checkpoints at their final
 // step, result files) are skipped; an interrupted training resumes from its checkpoint.
 #pragma once
+#include <cstdint>
+#include "core/json.h"
 #include <string>
+#include <vector>
 
 namespace fca {
+
+struct StudyVariant {
+  std::string name, arch, gate;
+  std::string command;  // arch "external": the adapter command (a model fca does not implement)
+  int experts = 8, top_k = 2;
+  double capacity = 0.125;
+  int layers = 4, dim = 128, heads = 4, seq = 128;
+};
+
+// A study config, every field checked (unknown keys, types, ranges, names) before any work.
+struct StudyConfig {
+  std::string title, out, data;
+  int64_t eval_windows = 256;
+  std::vector<StudyVariant> variants;
+  std::vector<uint64_t> seeds;
+  int audit_eval_windows = 128, audit_calib_windows = 128, audit_reps = 5, audit_bootstrap = 2000;
+  uint64_t audit_seed = 1;
+  double adapter_timeout_s = 600;
+  int train_batch = 16;
+  int64_t train_steps = 600;
+  double train_lr = 2e-3;
+  int64_t train_warmup = 30, train_eval_every = 200, train_eval_windows = 32, train_checkpoint_every = 200;
+  int exec_runs = 20, exec_warmup = 3, exec_batch = 8;
+  std::vector<double> exec_skip_thresholds;
+  int exec_eval_windows = 64, exec_calib_windows = 64;
+};
+
+// Reads a study config (`where` names it in errors); throws Error on anything it does not accept.
+StudyConfig parse_study_config(const nlohmann::json& config, const std::string& where);
 
 // Runs the study described by `config_path` into `out_dir` (the config's "out" when empty).
 // Returns the report's path.

@@ -2,7 +2,7 @@
 // (<out>.safetensors, <out-stem>.train-state.safetensors, <out>.log.jsonl). One template serves
 // both; a family supplies its passes for TrainStep plus `nll` and its name.
 #pragma once
-#include <nlohmann/json.hpp>
+#include "core/json.h"
 #include <vector>
 
 #include "core/error.h"

@@ -4,7 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <map>
-#include <nlohmann/json.hpp>
+#include "core/json.h"
 #include <string>
 #include <vector>
 

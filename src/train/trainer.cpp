@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <nlohmann/json.hpp>
+#include "core/json.h"
 
 #include "core/error.h"
 #include "core/progress.h"
@@ -79,7 +79,7 @@ int64_t load_checkpoint(const TrainOptions& o, Trainable& model) {
   const auto saved = nlohmann::json::parse(field("options"));
   const auto now = options_json(o, model);
   for (auto it = now.begin(); it != now.end(); ++it)
-    if (saved.contains(it.key()) && saved[it.key()] != it.value())
+    if (saved.contains(it.key()) && saved[it.key()] != nlohmann::json(it.value()))
       throw Error(state_path + ": --resume with a different " + it.key() + " (saved " + saved[it.key()].dump() +
                   ", now " + it.value().dump() + ")");
   AdamW& optimizer = model.optimizer();

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <nlohmann/json.hpp>
+#include "core/json.h"
 
 #include "core/error.h"
 

@@ -1,8 +1,10 @@
 #include "models/gated/config.h"
 
-#include <nlohmann/json.hpp>
+#include <cmath>
+#include "core/json.h"
 
 #include "core/error.h"
+#include "models/parameters.h"
 
 namespace fca {
 
@@ -31,6 +33,7 @@ void GatedConfig::validate(const std::string& where) const {
   positive(d_model, "d_model");
   positive(n_head, "n_head");
   positive(seq_len, "seq_len");
+  check_transformer_shape(n_layer, d_model, n_head, seq_len, where);
   if (d_model % n_head != 0)
     throw Error(where + ": d_model " + std::to_string(d_model) + " is not divisible by n_head " + std::to_string(n_head));
   if (gate == GateKind::fixed && !(gate_value >= 0.0 && gate_value <= 1.0))
@@ -57,10 +60,17 @@ GatedConfig GatedConfig::from_json(const std::string& text, const std::string& w
   }
   if (!j.is_object()) throw Error(where + ": config is not a JSON object");
   GatedConfig c;
+  for (const auto& [key, value] : j.items())
+    if (key != "n_layer" && key != "d_model" && key != "n_head" && key != "seq_len" && key != "gate" && key != "gate_value")
+      throw Error(where + ": unknown config key '" + key + "' for fca-gated-v1");
   auto get_int = [&](const char* field) {
     if (!j.contains(field) || !j[field].is_number_integer())
       throw Error(where + ": config field '" + field + "' is missing or not an integer");
-    return j[field].get<int>();
+    // Read wide, then bounded: get<int>() would narrow 2^32 + 2 to 2.
+    if (j[field].is_number_unsigned() ? j[field].get<uint64_t>() > uint64_t(1) << 30
+                                      : std::abs(j[field].get<int64_t>()) > int64_t(1) << 30)
+      throw Error(where + ": config field '" + field + "' is out of range: " + j[field].dump());
+    return int(j[field].get<int64_t>());
   };
   c.n_layer = get_int("n_layer");
   c.d_model = get_int("d_model");
@@ -75,6 +85,7 @@ GatedConfig GatedConfig::from_json(const std::string& text, const std::string& w
   if (j.contains("gate_value")) {
     if (!j["gate_value"].is_number()) throw Error(where + ": config field 'gate_value' is not a number");
     c.gate_value = j["gate_value"].get<double>();
+    if (!std::isfinite(c.gate_value)) throw Error(where + ": config field 'gate_value' is not finite");
   }
   c.validate(where);
   return c;

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "models/parameters.h"
 #include "core/rng.h"
 #include "core/safetensors.h"
 
@@ -114,6 +115,7 @@ template <typename T>
 GatedModel<T> GatedModel<T>::load(const std::string& path) {
   const GatedConfig config = read_gated_config(path);
   SafetensorsReader reader(path);
+  check_parameters_fit(gated_parameter_count(config), path);
   GatedModel<T> m(config);
   for (const auto& s : m.layout_) {
     if (!reader.has(s.name))

@@ -1,7 +1,7 @@
 #include "models/mod/model.h"
 
 #include <cmath>
-#include <nlohmann/json.hpp>
+#include "core/json.h"
 
 #include "core/error.h"
 #include "core/safetensors.h"
@@ -18,6 +18,7 @@ void ModConfig::validate(const std::string& where) const {
   positive(d_model, "d_model");
   positive(n_head, "n_head");
   positive(seq_len, "seq_len");
+  check_transformer_shape(n_layer, d_model, n_head, seq_len, where);
   positive(routed_every, "routed_every");
   if (d_model % n_head != 0)
     throw Error(where + ": d_model " + std::to_string(d_model) + " is not divisible by n_head " + std::to_string(n_head));

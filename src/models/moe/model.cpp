@@ -1,6 +1,6 @@
 #include "models/moe/model.h"
 
-#include <nlohmann/json.hpp>
+#include "core/json.h"
 
 #include "core/error.h"
 #include "core/safetensors.h"
@@ -13,7 +13,10 @@ void MoeConfig::validate(const std::string& where) const {
   positive(d_model, "d_model");
   positive(n_head, "n_head");
   positive(seq_len, "seq_len");
+  check_transformer_shape(n_layer, d_model, n_head, seq_len, where);
   positive(n_expert, "n_expert");
+  if (n_expert > 4096) throw Error(where + ": n_expert must be in 1 .. 4096, found " + std::to_string(n_expert));
+  if (expert_hidden > (1 << 20)) throw Error(where + ": expert_hidden must be at most 2^20, found " + std::to_string(expert_hidden));
   positive(top_k, "top_k");
   if (d_model % n_head != 0)
     throw Error(where + ": d_model " + std::to_string(d_model) + " is not divisible by n_head " + std::to_string(n_head));

@@ -2,7 +2,7 @@
 
 #include <cmath>
 #include <fstream>
-#include <nlohmann/json.hpp>
+#include "core/json.h"
 
 #include "core/error.h"
 

@@ -7,7 +7,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
-#include <nlohmann/json.hpp>
+#include "core/json.h"
 
 #include "core/error.h"
 #include "core/file_io.h"

@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <fstream>
 #include <mutex>
-#include <nlohmann/json.hpp>
+#include "core/json.h"
 #include <optional>
 #include <queue>
 #include <string_view>
