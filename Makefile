@@ -30,7 +30,9 @@ test: build
 SANITIZE_BUILD ?= build-sanitize
 test-sanitize: deps
 	@FCA_WITH_TORCH=1 FCA_WITH_CHROMIUM=1 bash scripts/install_deps.sh
-	@cmake -S . -B $(SANITIZE_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFCA_BUILD_BENCH=OFF -DFCA_SANITIZE=ON >/dev/null
+	@# Warnings are the ordinary build's business: g++ 12 reports false maybe-uninitialized warnings
+	@# in std::regex under ASan's instrumentation, so this build does not make them errors.
+	@cmake -S . -B $(SANITIZE_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFCA_BUILD_BENCH=OFF -DFCA_SANITIZE=ON -DFCA_WERROR=OFF >/dev/null
 	@cmake --build $(SANITIZE_BUILD) -j $(JOBS)
 	@cd $(SANITIZE_BUILD) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1 \
 	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -j 1

@@ -137,6 +137,29 @@ TEST_F(Report, WrongSchemaAndMissingFieldsAreErrors) {
   }
 }
 
+// Fields of the wrong type or missing below the top-level checks (found by fuzz_report_inputs: a
+// string where exec.json has a number ended the program with an uncaught type_error) are errors naming the file.
+TEST_F(Report, WrongTypesDeepInsideAreErrors) {
+  auto refused = [&](const std::string& source, const std::string& name, auto mutate, bool exec) {
+    nlohmann::json j;
+    std::ifstream(dir->file(source)) >> j;
+    mutate(j);
+    std::ofstream(dir->file(name)) << j.dump();
+    ReportInputs in;
+    (exec ? in.execs : in.audits).push_back(dir->file(name));
+    try {
+      load_report_data(in);
+      ADD_FAILURE() << name << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(name), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("a field the report reads"), std::string::npos) << e.what();
+    }
+  };
+  refused("exec/exec.json", "string-blocks.json", [](nlohmann::json& j) { j["models"][0]["modes"][0]["executed_blocks"] = "two"; }, true);
+  refused("gated-audit/audit.json", "string-share.json", [](nlohmann::json& j) { j["variance"]["shares"]["input"] = "big"; }, false);
+  refused("gated-audit/audit.json", "no-ci.json", [](nlohmann::json& j) { j["conditions"][1].erase("mc_se"); j["factor_effects"]["input"].erase("ci95"); }, false);
+}
+
 // What a reader sees matches the audit.json it came from: every condition's DeltaNLL and CI in the
 // HTML table and the Markdown, and the dependence verdict's wording follows the criteria.
 TEST_F(Report, NumbersAndVerdictsMatchTheAudits) {
