@@ -10,6 +10,7 @@
 #include "core/safetensors.h"
 #include "core/threads.h"
 #include "models/mudd/forward.h"
+#include "core/json.h"
 #include "test_util.h"
 
 namespace fca {
@@ -231,6 +232,14 @@ TEST_F(MuddBadFolder, ShardProblems) {
   // An index naming a missing file.
   std::filesystem::remove(shard);
   expect_error(sharded, {"model.safetensors.index.json", "model-00002-of-00002.safetensors", "does not exist"});
+  // Shard names that leave the folder, or are not names at all.
+  std::filesystem::copy_file(kSharded + "/model-00002-of-00002.safetensors", shard);
+  for (const std::string entry : {"\"../sharded/model-00002-of-00002.safetensors\"", "\"/etc/passwd\"", "\"..\"", "7"}) {
+    nlohmann::json index = nlohmann::json::parse(testing::read_bytes(kSharded + "/model.safetensors.index.json"));
+    index["weight_map"]["norm.weight"] = nlohmann::json::parse(entry);
+    testing::write_text(sharded + "/model.safetensors.index.json", index.dump());
+    expect_error(sharded, {"model.safetensors.index.json", "weight_map entry 'norm.weight'"});
+  }
 }
 
 TEST_F(MuddBadFolder, UnsupportedConfig) {

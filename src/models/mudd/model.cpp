@@ -169,7 +169,14 @@ MuddModel<T> MuddModel<T>::load(const std::string& dir) {
     }
     if (!j.contains("weight_map") || !j["weight_map"].is_object()) throw Error(index_path + ": no 'weight_map' object");
     for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
-      const std::string file = dir + "/" + it.value().get<std::string>();
+      // A shard is a file of this folder: a plain name, never a path that leaves it.
+      if (!it.value().is_string())
+        throw Error(index_path + ": weight_map entry '" + it.key() + "' is " + it.value().dump() + ", expected a file name");
+      const std::string name = it.value().get<std::string>();
+      if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos || name.find('\\') != std::string::npos)
+        throw Error(index_path + ": weight_map entry '" + it.key() + "' names \"" + name +
+                    "\", expected a file name inside the folder (no '/', not '.' or '..')");
+      const std::string file = dir + "/" + name;
       if (!file_exists(file))
         throw Error(index_path + ": tensor '" + it.key() + "' is mapped to " + it.value().get<std::string>() +
                     ", which does not exist");
