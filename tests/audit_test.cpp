@@ -142,7 +142,8 @@ class AuditEndToEnd : public ::testing::Test {
     train_model(o, Corpus(dir.path()));
     return path;
   }
-  nlohmann::ordered_json audit(const std::string& model_path, const std::string& out, uint64_t seed = 3) {
+  // The small audit every test here runs: 24 + 16 windows, 3 randomisations, batch 8.
+  AuditOptions options(const std::string& model_path, const std::string& out, uint64_t seed = 3) {
     AuditOptions o;
     o.model_path = model_path;
     o.eval_windows = 24;
@@ -153,6 +154,10 @@ class AuditEndToEnd : public ::testing::Test {
     o.seed = seed;
     o.out_dir = dir.file(out);
     o.progress = false;
+    return o;
+  }
+  nlohmann::ordered_json audit(const std::string& model_path, const std::string& out, uint64_t seed = 3) {
+    const AuditOptions o = options(model_path, out, seed);
     GatedAuditable model(model_path, o.batch, 1 << 20);
     return run_audit(model, Corpus(dir.path()), o);
   }
@@ -291,17 +296,9 @@ TEST_F(AuditEndToEnd, CacheFromAnotherBuildIsUsedOnlyWhenReplayIsExact) {
       tensors.push_back({name, t.shape, name == "eval.nll" ? static_cast<const void*>(nll.data()) : t.data, t.dtype});
     write_safetensors(dir.file(out), tensors, meta);
   };
-  AuditOptions o;
-  o.model_path = m;
-  o.eval_windows = 24;
-  o.calib_windows = 16;
-  o.reps = 3;
-  o.bootstrap_resamples = 500;
-  o.seed = 3;
-  o.progress = false;
+  AuditOptions o = options(m, "b-same");
   rewrite("same-bits.safetensors", false);
   o.cache_path = dir.file("same-bits.safetensors");
-  o.out_dir = dir.file("b-same");
   GatedAuditable model(m, o.batch, 1 << 20);
   const auto j = run_audit(model, Corpus(dir.path()), o);
   EXPECT_TRUE(j["settings"]["cache_from_other_build"].get<bool>());
@@ -416,13 +413,7 @@ class LeakyAuditable : public FamilyAuditable<LeakyTraits> {
 
 TEST_F(AuditEndToEnd, ReplayThatReachesTheControllerIsRefused) {
   const std::string m = model_of(GateKind::featuregate, 0);
-  AuditOptions o;
-  o.model_path = m;
-  o.eval_windows = 8;
-  o.calib_windows = 8;
-  o.reps = 2;
-  o.out_dir = dir.file("leaky");
-  o.progress = false;
+  const AuditOptions o = options(m, "leaky");
   LeakyAuditable model(m, o.batch, 1 << 20);
   try {
     run_audit(model, Corpus(dir.path()), o);
@@ -438,13 +429,7 @@ class ReplayCheck : public AuditEndToEnd {
   template <typename Model>
   void expect_refused(const std::string& name, const std::string& message) {
     const std::string m = model_of(GateKind::featuregate, 0);
-    AuditOptions o;
-    o.model_path = m;
-    o.eval_windows = 8;
-    o.calib_windows = 8;
-    o.reps = 2;
-    o.out_dir = dir.file(name);
-    o.progress = false;
+    const AuditOptions o = options(m, name);
     Model model(m, o.batch, 1 << 20);
     try {
       run_audit(model, Corpus(dir.path()), o);
@@ -457,9 +442,9 @@ class ReplayCheck : public AuditEndToEnd {
   }
 };
 
-TEST_F(ReplayCheck, InexactReplayStopsTheAudit) { expect_refused<InexactReplay>("inexact", "1 windows' NLL differ in bits"); }
-TEST_F(ReplayCheck, NanNllStopsTheAudit) { expect_refused<NanNllReplay>("nan-nll", "2 non-finite values"); }
-TEST_F(ReplayCheck, NanLogitStopsTheAudit) { expect_refused<NanLogitReplay>("nan-logit", "1 logits differ in bits"); }
+TEST_F(ReplayCheck, InexactReplayStopsTheAudit) { expect_refused<InexactReplay>("inexact", "3 windows' NLL differ in bits"); }
+TEST_F(ReplayCheck, NanNllStopsTheAudit) { expect_refused<NanNllReplay>("nan-nll", "6 non-finite values"); }
+TEST_F(ReplayCheck, NanLogitStopsTheAudit) { expect_refused<NanLogitReplay>("nan-logit", "3 logits differ in bits"); }
 
 }  // namespace
 }  // namespace fca
