@@ -8,6 +8,7 @@
 #include <set>
 
 #include "audit/aggregate.h"
+#include "audit/cache.h"
 #include "audit/audit.h"
 #include "audit/conditions.h"
 #include "core/rng.h"
@@ -445,6 +446,42 @@ class ReplayCheck : public AuditEndToEnd {
 TEST_F(ReplayCheck, InexactReplayStopsTheAudit) { expect_refused<InexactReplay>("inexact", "3 windows' NLL differ in bits"); }
 TEST_F(ReplayCheck, NanNllStopsTheAudit) { expect_refused<NanNllReplay>("nan-nll", "6 non-finite values"); }
 TEST_F(ReplayCheck, NanLogitStopsTheAudit) { expect_refused<NanLogitReplay>("nan-logit", "3 logits differ in bits"); }
+
+}  // namespace
+}  // namespace fca
+
+namespace fca {
+namespace {
+
+// Found by fuzz_cache_manifest: a window index of 4.4e94 was converted to int64 (undefined
+// behaviour). Every field of a manifest is now checked for type and range before it is narrowed.
+TEST(CacheManifest, FieldsAreCheckedBeforeNarrowing) {
+  CacheManifest m;
+  m.family = "gated";
+  m.eval_windows = {0, 5};
+  m.calib_windows = {0, 7};
+  m.tokens = 8;
+  m.batch = 8;
+  m.shape = CoefficientShape{2, 8, 1, 1};
+  const nlohmann::json good = nlohmann::json::parse(m.to_json().dump());
+  EXPECT_EQ(CacheManifest::from_json(good, "m").calib_windows, m.calib_windows);
+  auto refused = [&](auto mutate, const std::string& part) {
+    nlohmann::json j = good;
+    mutate(j);
+    try {
+      CacheManifest::from_json(j, "m");
+      ADD_FAILURE() << "accepted: " << j.dump();
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+    }
+  };
+  refused([](nlohmann::json& j) { j["calib_windows"][1] = 4.4e94; }, "'calib_windows'[1] must be an integer");
+  refused([](nlohmann::json& j) { j["tokens"] = 1e12; }, "'tokens' must be an integer");
+  refused([](nlohmann::json& j) { j["shape"]["layer"] = -3; }, "'layer' must be in 1 ..");
+  refused([](nlohmann::json& j) { j["seed"] = -1; }, "'seed' must be an integer in 0 .. 2^64-1");
+  refused([](nlohmann::json& j) { j["extra"] = 1; }, "unknown key 'extra'");
+  refused([](nlohmann::json& j) { j.erase("batch"); }, "'batch' is missing");
+}
 
 }  // namespace
 }  // namespace fca

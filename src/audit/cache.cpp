@@ -1,6 +1,7 @@
 #include "audit/cache.h"
 
 #include "core/error.h"
+#include "core/json_fields.h"
 #include "core/progress.h"
 #include "models/routing_record.h"
 
@@ -31,36 +32,49 @@ nlohmann::ordered_json CacheManifest::to_json() const {
 }
 
 CacheManifest CacheManifest::from_json(const nlohmann::json& j, const std::string& where) {
+  // Every field checked for its type and range before it is narrowed: a float where an index is
+  // expected (converting 4e94 to int64 is undefined behaviour) is an error, not a value.
+  constexpr int64_t kMany = int64_t(1) << 40;
   try {
+    const JsonFields f(j, where + ": cache manifest",
+                       {"family", "model_description", "model_sha256", "eval_split", "eval_split_sha256", "calib_split",
+                        "calib_split_sha256", "eval_windows", "calib_windows", "tokens", "batch", "shape", "record", "dtype",
+                        "axes", "seed", "build"});
     CacheManifest m;
-    m.family = j.at("family");
-    m.model_description = j.at("model_description");
-    m.model_sha256 = j.at("model_sha256");
-    m.eval_split = j.at("eval_split");
-    m.eval_split_sha256 = j.at("eval_split_sha256");
-    m.calib_split = j.at("calib_split");
-    m.calib_split_sha256 = j.at("calib_split_sha256");
-    m.eval_windows = j.at("eval_windows").get<std::vector<int64_t>>();
-    m.calib_windows = j.at("calib_windows").get<std::vector<int64_t>>();
-    m.tokens = j.at("tokens");
-    m.batch = j.at("batch");
-    const auto& s = j.at("shape");
-    m.shape = {s.at("layer"), s.at("token"), s.at("stream"), s.at("source")};
-    if (j.contains("record")) {  // routing records (absent in caches of continuous coefficients)
-      const auto& r = j.at("record");
-      const std::string kind = r.at("kind");
+    m.family = f.text("family", "");
+    m.model_description = f.text("model_description", "");
+    m.model_sha256 = f.text("model_sha256", "");
+    m.eval_split = f.text("eval_split", "");
+    m.eval_split_sha256 = f.text("eval_split_sha256", "");
+    m.calib_split = f.text("calib_split", "");
+    m.calib_split_sha256 = f.text("calib_split_sha256", "");
+    for (const char* required : {"eval_windows", "calib_windows", "tokens", "batch", "shape", "dtype", "axes", "seed"})
+      if (!f.has(required)) throw Error(where + ": cache manifest: '" + required + "' is missing");
+    m.eval_windows = f.integers("eval_windows", {}, 0, kMany);
+    m.calib_windows = f.integers("calib_windows", {}, 0, kMany);
+    m.tokens = int(f.integer("tokens", 0, 1, 1 << 20));
+    m.batch = int(f.integer("batch", 0, 1, 1 << 20));
+    const JsonFields s = f.object("shape", {"layer", "token", "stream", "source"});
+    m.shape = {int(s.integer("layer", 0, 1, 1 << 16)), int(s.integer("token", 0, 1, 1 << 20)),
+               int(s.integer("stream", 0, 1, 1 << 12)), int(s.integer("source", 0, 1, 1 << 16))};
+    if (f.has("record")) {  // routing records (absent in caches of continuous coefficients)
+      const JsonFields r = f.object("record", {"kind", "slots", "categories", "selected"});
+      const std::string kind = r.text("kind", "");
       bool known = false;
       for (RecordKind k : {RecordKind::continuous, RecordKind::expert_routing, RecordKind::token_selection})
         if (kind == record_kind_name(k)) m.shape.kind = k, known = true;
       if (!known) throw Error(where + ": unknown record kind '" + kind + "' in the cache manifest");
-      m.shape.slots = r.at("slots");
-      m.shape.categories = r.at("categories");
-      m.shape.selected = r.at("selected");
+      m.shape.slots = int(r.integer("slots", 0, 0, 1 << 16));
+      m.shape.categories = int(r.integer("categories", 0, 0, 1 << 16));
+      m.shape.selected = int(r.integer("selected", 0, 0, 1 << 20));
     }
-    m.dtype = j.at("dtype");
+    m.dtype = f.text("dtype", "");
     m.axes = j.at("axes").get<std::vector<std::string>>();
-    m.seed = j.at("seed");
-    m.build = j.value("build", "");
+    const nlohmann::json& seed = j.at("seed");
+    if (!seed.is_number_integer() || (!seed.is_number_unsigned() && seed.get<int64_t>() < 0))
+      throw Error(where + ": cache manifest: 'seed' must be an integer in 0 .. 2^64-1, found " + seed.dump());
+    m.seed = seed.get<uint64_t>();
+    m.build = f.text("build", "");
     return m;
   } catch (const nlohmann::json::exception& e) {
     throw Error(where + ": malformed cache manifest (" + e.what() + ")");
