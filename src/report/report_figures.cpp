@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <map>
 
+#include "core/error.h"
 #include "report/report.h"
 #include "report/svg.h"
 
@@ -290,6 +291,17 @@ std::string figure_variance(const ReportData& d) {
   return cv.str();
 }
 
+// A figure's matrix must be a non-empty rectangular array of numbers: anything else in a result
+// file is an error naming it (indexing a ragged array would read out of bounds).
+void require_matrix(const nlohmann::json& m, const std::string& path, const char* what) {
+  bool ok = m.is_array() && !m.empty() && m[0].is_array() && !m[0].empty();
+  for (size_t r = 0; ok && r < m.size(); ++r) {
+    ok = m[r].is_array() && m[r].size() == m[0].size();
+    for (size_t c = 0; ok && c < m[r].size(); ++c) ok = m[r][c].is_number();
+  }
+  if (!ok) throw Error(path + ": " + what + " is not a non-empty rectangular array of numbers");
+}
+
 std::string figure_profiles(const ReportData& d) {
   std::string out;
   for (const auto& a : d.audits) {
@@ -297,6 +309,7 @@ std::string figure_profiles(const ReportData& d) {
     if (a.doc.contains("routing")) {  // routed: expert load (layer x expert) or selection frequency (layer x position)
       const bool experts = a.doc["routing"].contains("expert_load");
       const auto& m = experts ? a.doc["routing"]["expert_load"] : a.doc["routing"]["selection_frequency"];
+      require_matrix(m, a.path, experts ? "routing.expert_load" : "routing.selection_frequency");
       const int L = int(m.size()), C = int(m[0].size());
       double mx = 1e-12;
       for (const auto& row : m)
@@ -324,6 +337,7 @@ std::string figure_profiles(const ReportData& d) {
       out += cv.str();
     } else if (prof.contains("layer_position_mean")) {  // gated: layer x position of the calibrated gate
       const auto& m = prof["layer_position_mean"];
+      require_matrix(m, a.path, "profiles.layer_position_mean");
       const int L = int(m.size()), T = int(m[0].size());
       const int cell_w = std::max(1, 640 / T), cell_h = 18, left = 70, top = 30;
       svg::Canvas cv(left + cell_w * T + 120, top + cell_h * L + 50, "Calibrated gate, layer x position: " + short_name(a.doc));
@@ -345,6 +359,19 @@ std::string figure_profiles(const ReportData& d) {
       out += cv.str();
     } else {  // MUDD: layer x source per stream, signed
       const auto& S = prof["static_profile"];
+      // [layer][stream][source] of numbers or nulls, rectangular, at most 4 streams (Q, K, V, R).
+      const bool shaped = S.is_array() && !S.empty() && S[0].is_array() && !S[0].empty() && S[0].size() <= 4 &&
+                          S[0][0].is_array() && !S[0][0].empty();
+      bool rectangular = shaped;
+      for (size_t l = 0; rectangular && l < S.size(); ++l) {
+        rectangular = S[l].is_array() && S[l].size() == S[0].size();
+        for (size_t st = 0; rectangular && st < S[l].size(); ++st) {
+          rectangular = S[l][st].is_array() && S[l][st].size() == S[0][0].size();
+          for (size_t k = 0; rectangular && k < S[l][st].size(); ++k) rectangular = S[l][st][k].is_number() || S[l][st][k].is_null();
+        }
+      }
+      if (!rectangular)
+        throw Error(a.path + ": profiles.static_profile is not a rectangular [layer][stream <= 4][source] array of numbers");
       const int L = int(S.size()), streams = int(S[0].size()), K = int(S[0][0].size());
       double mx = 1e-9;
       for (const auto& l : S)
