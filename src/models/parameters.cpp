@@ -1,6 +1,7 @@
 #include "models/parameters.h"
 
 #include <filesystem>
+#include <limits>
 
 #include <algorithm>
 #include <cmath>
@@ -98,35 +99,38 @@ void ParameterBuffer<T>::save(const std::string& path, const std::map<std::strin
   write_safetensors(path, tensors, metadata);
 }
 
-StrictConfig::StrictConfig(const std::string& text, const std::string& where, const std::vector<std::string>& known,
-                           const std::string& format)
-    : where_(where) {
+JsonFields StrictConfig::parse(const std::string& text, const std::string& where, const std::vector<std::string>& known,
+                               const std::string& format) {
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     throw Error(where + ": config is not valid JSON (" + e.what() + ")");
   }
-  if (!j.is_object()) throw Error(where + ": config is not a JSON object");
-  for (const auto& [key, value] : j.items())
-    if (std::find(known.begin(), known.end(), key) == known.end())
-      throw Error(where + ": unknown config key '" + key + "' for " + format);
-  json_ = std::move(j);
+  return JsonFields(j, where + ": " + format + " config", known);
+}
+
+StrictConfig::StrictConfig(const std::string& text, const std::string& where, const std::vector<std::string>& known,
+                           const std::string& format)
+    : where_(where), fields_(parse(text, where, known, format)) {}
+
+void StrictConfig::require(const std::string& field) const {
+  if (!fields_.has(field)) throw Error(where_ + ": config field '" + field + "' is missing");
 }
 
 int StrictConfig::integer(const std::string& field) const {
-  const nlohmann::json& j = json_;
-  if (!j.contains(field) || !j[field].is_number_integer())
-    throw Error(where_ + ": config field '" + field + "' is missing or not an integer");
-  const int64_t v = j[field].get<int64_t>();
-  if (v < 0 || v > (int64_t(1) << 24)) throw Error(where_ + ": config field '" + field + "' is out of range: " + std::to_string(v));
-  return int(v);
+  require(field);
+  return int(fields_.integer(field, 0, 0, int64_t(1) << 24));  // bounded before it is narrowed
+}
+
+std::string StrictConfig::text(const std::string& field) const {
+  require(field);
+  return fields_.text(field, "");
 }
 
 double StrictConfig::number(const std::string& field) const {
-  const nlohmann::json& j = json_;
-  if (!j.contains(field) || !j[field].is_number()) throw Error(where_ + ": config field '" + field + "' is missing or not a number");
-  return j[field].get<double>();
+  require(field);
+  return fields_.number(field, 0, -std::numeric_limits<double>::max(), std::numeric_limits<double>::max());
 }
 
 void check_transformer_shape(int n_layer, int d_model, int n_head, int seq_len, const std::string& where) {

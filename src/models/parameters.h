@@ -3,6 +3,7 @@
 // spec's initialisation by tensor name, checked loading and atomic saving. Used by the routed
 // families (moe, mod); slots start on 16-element boundaries so that matrix rows stay aligned.
 #pragma once
+#include "core/json_fields.h"
 #include <cstdint>
 #include <map>
 #include "core/json.h"
@@ -68,12 +69,18 @@ class StrictConfig {
  public:
   StrictConfig(const std::string& text, const std::string& where, const std::vector<std::string>& known_keys,
                const std::string& format);
+  // A required integer in 0 .. 2^24, and a required finite number (ranges beyond that: validate()).
   int integer(const std::string& field) const;
   double number(const std::string& field) const;
+  std::string text(const std::string& field) const;
+  bool has(const std::string& field) const { return fields_.has(field); }
 
  private:
+  static JsonFields parse(const std::string& text, const std::string& where, const std::vector<std::string>& known,
+                          const std::string& format);
+  void require(const std::string& field) const;
   std::string where_;
-  nlohmann::json json_;
+  JsonFields fields_;
 };
 
 // The shape fields the transformer families share, bounded so that no product of them overflows

@@ -52,41 +52,18 @@ std::string GatedConfig::to_json() const {
 }
 
 GatedConfig GatedConfig::from_json(const std::string& text, const std::string& where) {
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(where + ": config is not valid JSON (" + e.what() + ")");
-  }
-  if (!j.is_object()) throw Error(where + ": config is not a JSON object");
+  const StrictConfig j(text, where, {"n_layer", "d_model", "n_head", "seq_len", "gate", "gate_value"}, "fca-gated-v1");
   GatedConfig c;
-  for (const auto& [key, value] : j.items())
-    if (key != "n_layer" && key != "d_model" && key != "n_head" && key != "seq_len" && key != "gate" && key != "gate_value")
-      throw Error(where + ": unknown config key '" + key + "' for fca-gated-v1");
-  auto get_int = [&](const char* field) {
-    if (!j.contains(field) || !j[field].is_number_integer())
-      throw Error(where + ": config field '" + field + "' is missing or not an integer");
-    // Read wide, then bounded: get<int>() would narrow 2^32 + 2 to 2.
-    if (j[field].is_number_unsigned() ? j[field].get<uint64_t>() > uint64_t(1) << 30
-                                      : std::abs(j[field].get<int64_t>()) > int64_t(1) << 30)
-      throw Error(where + ": config field '" + field + "' is out of range: " + j[field].dump());
-    return int(j[field].get<int64_t>());
-  };
-  c.n_layer = get_int("n_layer");
-  c.d_model = get_int("d_model");
-  c.n_head = get_int("n_head");
-  c.seq_len = get_int("seq_len");
-  if (!j.contains("gate") || !j["gate"].is_string()) throw Error(where + ": config field 'gate' is missing or not a string");
+  c.n_layer = j.integer("n_layer");
+  c.d_model = j.integer("d_model");
+  c.n_head = j.integer("n_head");
+  c.seq_len = j.integer("seq_len");
   try {
-    c.gate = parse_gate_kind(j["gate"].get<std::string>());
+    c.gate = parse_gate_kind(j.text("gate"));
   } catch (const Error& e) {
     throw Error(where + ": " + e.what());
   }
-  if (j.contains("gate_value")) {
-    if (!j["gate_value"].is_number()) throw Error(where + ": config field 'gate_value' is not a number");
-    c.gate_value = j["gate_value"].get<double>();
-    if (!std::isfinite(c.gate_value)) throw Error(where + ": config field 'gate_value' is not finite");
-  }
+  if (j.has("gate_value")) c.gate_value = j.number("gate_value");
   c.validate(where);
   return c;
 }
