@@ -1,5 +1,8 @@
 // A sharded MUDD folder's model.safetensors.index.json next to the tiny sharded test checkpoint's
-// config.json and shards: shard names (which must stay inside the folder), the weight map.
+// config.json and shards: shard names (which must stay inside the folder), the weight map. Only the
+// index is read (mudd_weight_files, the part of MuddModel::load the index feeds): loading and hashing
+// the shards on every execution ran at 240 executions/s; the shards themselves are fuzzed by
+// fuzz_safetensors.
 #include "fuzz_util.h"
 #include "models/mudd/model.h"
 
@@ -14,6 +17,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return d;
   }();
   fca::fuzz::write_file(dir + "/model.safetensors.index.json", data, size);
-  fca::fuzz::expect_ok_or_error([&] { (void)fca::MuddModel<float>::load(dir); });
+  fca::fuzz::expect_ok_or_error([&] { (void)fca::mudd_weight_files(dir); });
   return 0;
 }

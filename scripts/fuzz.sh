@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Runs every libFuzzer target of fuzz/ for a set time from seeds made of the test data.
 #   scripts/fuzz.sh BUILD_DIR SECONDS_PER_TARGET [TARGET ...]
+# With FCA_FUZZ_RUNS=N set, each target stops after N executions instead (SECONDS is then the
+# upper bound on its time).
 # Seeds are written under BUILD_DIR/fuzz-seeds/<target> (small on purpose: libFuzzer's speed falls
 # with input size), the growing corpus under BUILD_DIR/fuzz-corpus/<target>, and anything that
 # crashed, leaked, hit a sanitizer or timed out under BUILD_DIR/findings/<target>/. Prints one line
@@ -81,13 +83,14 @@ for t in "${targets[@]}"; do
   mkdir -p "$corpus" "$findings"
   log="$build/findings/$t.log"
   set +e
-  "$build/$t" -max_total_time="$seconds" -timeout=20 -rss_limit_mb=2048 -max_len=65536 -print_final_stats=1 \
+  "$build/$t" -max_total_time="$seconds" ${FCA_FUZZ_RUNS:+-runs=$FCA_FUZZ_RUNS} -timeout=20 -rss_limit_mb=2048 -max_len=65536 -print_final_stats=1 \
     -artifact_prefix="$findings/" "$corpus" "$seeds/$t" >"$log" 2>&1
   rc=$?
   set -e
   runs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || echo "?")
   found=$(ls "$findings" | wc -l)
-  printf '%-22s %12s executions in %ss, %s finding(s)%s\n' "$t" "$runs" "$seconds" "$found" \
+  took=$(grep -o 'Done [0-9]* runs in [0-9]*' "$log" | grep -o '[0-9]*$' || echo "$seconds")
+  printf '%-22s %12s executions in %ss, %s finding(s)%s\n' "$t" "$runs" "$took" "$found" \
     "$([ $rc -ne 0 ] && echo " (exit $rc; see $log)")"
   [ $rc -ne 0 ] || [ "$found" -ne 0 ] && status=1
 done

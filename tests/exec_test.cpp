@@ -5,12 +5,18 @@
 
 #include <cstring>
 #include <filesystem>
+#include <map>
 
 #include "core/exec_counters.h"
 #include "core/threads.h"
 #include "exec/exec.h"
+#include "exec/counted_pass.h"
 #include "exec/gated_flops.h"
+#include "exec/mudd_flops.h"
 #include "models/gated/forward.h"
+#include "models/mod/model.h"
+#include "models/moe/model.h"
+#include "models/mudd/forward.h"
 #include "test_util.h"
 
 namespace fca {
@@ -65,6 +71,120 @@ TEST(ExecCounters, FlopFormulaMatchesAnIndependentCount) {
   EXPECT_EQ(gated_forward_flops(testing::tiny_config(GateKind::dense), 2, 16, 2), 720896.0);
 }
 
+TEST(ExecCounters, ControllerAndMixingFlopsAreCountedWhereTheyRun) {
+  set_threads(2);
+  // L 2, D 16, H 2, T 16, B 2 (N = 32), counted by hand under the convention of core/exec_counters.h:
+  //   attention statistics per head: sum over n = 1..16 of (4n + 4) = 608, + 2 per row t > 0 = 30 -> 638;
+  //     block 1 adds the KL term, sum of (2n + 1) = 288. Blocks: 4 x 638 = 2552 and 4 x (638 + 288) = 3704.
+  //   features per row 3H + 4D + 7 = 77 and the gate 12, x 32 rows x 2 blocks = 5696.
+  //   featuregate total 2552 + 3704 + 5696 = 11952; uniform and layerstatic one sigmoid (4) per block.
+  //   mixing h + g F: 2 x 32 x 16 per block = 1024, x 2 = 2048, for every gate.
+  const std::map<GateKind, double> controller{{GateKind::dense, 0}, {GateKind::fixed, 0}, {GateKind::uniform, 8},
+                                              {GateKind::layerstatic, 8}, {GateKind::featuregate, 11952}};
+  std::map<GateKind, double> flops_per_token;
+  for (const auto& [kind, expected] : controller) {
+    const GatedConfig c = testing::tiny_config(kind);
+    const GatedModel<float> model = GatedModel<float>::initialized(c, 1);
+    const int B = 2, T = c.seq_len;
+    std::vector<int32_t> tokens(size_t(B) * T, 7);
+    GatedRunState<float> rs(c, B, T, false);
+    LiveCoefficients<float> live(model);
+    ExecCounters counters;
+    {
+      CountingScope scope(counters);
+      gated_forward(model, rs, tokens.data(), B, T, live);
+    }
+    EXPECT_EQ(double(counters.controller_flops), expected) << gate_kind_name(kind);
+    EXPECT_EQ(double(counters.controller_flops), gated_controller_flops(c, B, T, 2)) << gate_kind_name(kind);
+    EXPECT_EQ(double(counters.mixing_flops), 2048.0) << gate_kind_name(kind);
+    EXPECT_EQ(gated_mixing_flops(c, B, T, 2), 2048.0);
+    flops_per_token[kind] = counter_fields(counters, int64_t(B) * T)["gflop_per_token"].get<double>();
+    // Replayed: the controller's arithmetic never runs; the mixing does.
+    CoefficientTensor g(B, gated_coefficient_shape(c, T));
+    ReplayedCoefficients<float> replayed(g);
+    counters.reset();
+    {
+      CountingScope scope(counters);
+      gated_forward(model, rs, tokens.data(), B, T, replayed);
+    }
+    EXPECT_EQ(counters.controller_flops, 0) << gate_kind_name(kind);
+    EXPECT_EQ(double(counters.mixing_flops), 2048.0) << gate_kind_name(kind);
+  }
+  // FeatureGate's features and gates cost FLOPs per token that Dense does not spend.
+  EXPECT_GT(flops_per_token[GateKind::featuregate], flops_per_token[GateKind::dense]);
+}
+
+TEST(ExecCounters, MuddCountersMatchTheFormulaAndAReplayReachingTheGeneratorFails) {
+  set_threads(2);
+  const MuddModel<float> model = MuddModel<float>::load(std::string(FCA_SOURCE_DIR) + "/../shared/testdata/muddpythia-tiny");
+  const MuddConfig& c = model.config();
+  const int B = 2, T = 16;
+  std::vector<int32_t> tokens(size_t(B) * T);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = int32_t((i * 31) % 512);
+  MuddRunState<float> rs(c, B, T);
+  CoefficientTensor recorded = make_mudd_coefficients(c, B, T);
+  MuddRecordingCoefficients<float> live(model, recorded);
+  ExecCounters counters;
+  {
+    CountingScope scope(counters);
+    mudd_forward(model, rs, tokens.data(), B, T, live);
+  }
+  const ExpectedCounts live_expected{c.n_layer, mudd_gemm_flops(c, B, T, true), mudd_controller_flops(c, B, T),
+                                     mudd_mixing_flops(c, B, T)};
+  EXPECT_NO_THROW(check_counters("live", counters, live_expected));
+  // Mixing by hand: streams 4, 4, 4, 1 over sources 2, 3, 4, 5 of D 64: per row
+  // 4*64*3 + 4*64*5 + 4*64*7 + 64*9 = 4416.
+  EXPECT_EQ(mudd_mixing_flops(c, B, T), 4416.0 * B * T);
+  EXPECT_GT(counters.controller_flops, 0);
+
+  const ExpectedCounts replay_expected{c.n_layer, mudd_gemm_flops(c, B, T, false), 0.0, mudd_mixing_flops(c, B, T)};
+  MuddReplayedCoefficients<float> replayed(c, recorded);
+  counters.reset();
+  {
+    CountingScope scope(counters);
+    mudd_forward(model, rs, tokens.data(), B, T, replayed);
+  }
+  EXPECT_NO_THROW(check_counters("replay", counters, replay_expected));
+  // A "replay" that still runs the generator: the check must fail, naming what differs.
+  MuddLiveCoefficients<float> broken(model);
+  counters.reset();
+  {
+    CountingScope scope(counters);
+    mudd_forward(model, rs, tokens.data(), B, T, broken);
+  }
+  try {
+    check_counters("replay", counters, replay_expected);
+    ADD_FAILURE() << "a replay that ran the generator passed the counter check";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("execution counters disagree with the graph (replay)"), std::string::npos) << m;
+    EXPECT_NE(m.find("GEMM FLOPs"), std::string::npos) << m;
+    EXPECT_NE(m.find("controller FLOPs"), std::string::npos) << m;
+    EXPECT_EQ(m.find("mixing FLOPs"), std::string::npos) << m;
+  }
+}
+
+TEST(ExecCounters, TheGatedCheckFailsOnAMissedBlockOrControllerWork) {
+  const GatedConfig c = testing::tiny_config(GateKind::featuregate);
+  const GatedModel<float> model = GatedModel<float>::initialized(c, 1);
+  const int B = 2, T = c.seq_len;
+  std::vector<int32_t> tokens(size_t(B) * T, 3);
+  GatedRunState<float> rs(c, B, T, false);
+  LiveCoefficients<float> live(model);
+  ExecCounters counters;
+  {
+    CountingScope scope(counters);
+    gated_forward(model, rs, tokens.data(), B, T, live);
+  }
+  const ExpectedCounts right{2, gated_forward_flops(c, B, T, 2), gated_controller_flops(c, B, T, 2), gated_mixing_flops(c, B, T, 2)};
+  EXPECT_NO_THROW(check_counters("live", counters, right));
+  ExpectedCounts replay = right;
+  replay.controller_flops = 0;  // what a replay must show: this live pass is not one
+  EXPECT_THROW(check_counters("replay", counters, replay), Error);
+  ExpectedCounts one_block{1, gated_forward_flops(c, B, T, 1), gated_controller_flops(c, B, T, 1), gated_mixing_flops(c, B, T, 1)};
+  EXPECT_THROW(check_counters("live", counters, one_block), Error);
+}
+
 TEST(ExecSkip, RemovingABlockWithGateZeroChangesNothing) {
   set_threads(2);
   GatedConfig c = testing::tiny_config(GateKind::layerstatic);
@@ -114,6 +234,37 @@ TEST_F(ExecCli, SweepWritesTheTable) {
   EXPECT_NE(r.output.find("| layerstatic L2 D16 | skip tau=0.6 | 0 / 2 |"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("| layerstatic L2 D16 | skip tau=0.4 | 2 / 2 |"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("| dense L2 D16 | live | 2 / 2 |"), std::string::npos) << r.output;
+}
+
+TEST_F(ExecCli, RoutedModelsReportControllerAndMixingFlops) {
+  MoeModel<float>::initialized(MoeConfig{2, 16, 2, 16, 4, 2, 0, 0.01}, 1).save(dir.file("moe.safetensors"));
+  ModModel<float>::initialized(ModConfig{4, 16, 2, 16, 0.25, 2}, 1).save(dir.file("mod.safetensors"));
+  ExecOptions o;
+  o.models = {dir.file("moe.safetensors"), dir.file("mod.safetensors"), dir.file("ls.safetensors")};
+  o.runs = 1;
+  o.warmup = 0;
+  o.batch = 2;
+  o.eval_windows = 2;
+  o.progress = false;
+  const auto e = run_exec(Corpus(dir.path()), o);  // throws if any mode's counters disagree with its formula
+  for (const auto& m : e["models"])
+    for (const auto& mode : m["modes"]) {
+      SCOPED_TRACE(m["gate"].dump() + " " + mode["mode"].dump());
+      const auto& kind = mode["gflop_per_pass_by_kind"];
+      EXPECT_TRUE(mode["counters_match_graph"].get<bool>());
+      EXPECT_NEAR(mode["gflop_per_pass"].get<double>(),
+                  kind["gemm"].get<double>() + kind["controller"].get<double>() + kind["mixing"].get<double>(), 1e-12);
+      EXPECT_GT(kind["mixing"].get<double>(), 0);
+      // Routers and gates run only live (and in MoE's dense_experts, which routes live).
+      const bool live = mode["mode"] == "live" || mode["mode"] == "dense_experts" || mode["mode"] == "dense_total_params";
+      const bool has_controller = m["gate"] != "dense" && mode["mode"] != "dense_same_shape";
+      if (live && has_controller) {
+        EXPECT_GT(kind["controller"].get<double>(), 0);
+      } else if (!live) {
+        EXPECT_EQ(kind["controller"].get<double>(), 0);
+      }
+    }
+  EXPECT_NE(e["flop_convention"].get<std::string>().find("controllers and mixing"), std::string::npos);
 }
 
 TEST_F(ExecCli, BadInput) {

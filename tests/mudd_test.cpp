@@ -240,6 +240,51 @@ TEST_F(MuddBadFolder, ShardProblems) {
     testing::write_text(sharded + "/model.safetensors.index.json", index.dump());
     expect_error(sharded, {"model.safetensors.index.json", "weight_map entry 'norm.weight'"});
   }
+  for (const std::string index : {"{\"weight_map\": {}}", "[]", "{\"weight_map\": []}"}) {
+    testing::write_text(sharded + "/model.safetensors.index.json", index);
+    expect_error(sharded, {"model.safetensors.index.json", "weight_map"});
+  }
+}
+
+TEST_F(MuddBadFolder, ConfigValuesOutOfRange) {
+  const nlohmann::json good = nlohmann::json::parse(testing::read_bytes(kTiny + "/config.json"));
+  struct Case {
+    const char* key;
+    nlohmann::json value;
+    std::vector<std::string> message;
+  };
+  const std::vector<Case> cases = {
+      {"n_layer", 1099511627776LL, {"'n_layer'", "1 .. 4096", "1099511627776"}},  // would narrow to 0 in an int
+      {"n_layer", -4, {"'n_layer'", "1 .. 4096"}},
+      {"dim", 0, {"'dim'"}},
+      {"n_head", 3.5, {"'n_head'", "integer"}},
+      {"vocab_size", "512", {"'vocab_size'", "integer"}},
+      {"norm_eps", 0.0, {"'norm_eps'", "positive"}},
+      {"norm_eps", -1e-5, {"'norm_eps'"}},
+      {"rope_base", 0, {"'rope_base'", "positive"}},
+      {"rotary_pct", 1.5, {"'rotary_pct'", "[0, 1]"}},
+      {"use_qk_norm", 1, {"'use_qk_norm'", "true or false"}},
+      {"head_dim", 8, {"head_dim", "differs"}},
+      // A config describing 8 GiB of weights the file does not hold: refused, naming the first tensor
+      // that disagrees, before the buffer is allocated.
+      {"vocab_size", 1 << 24, {"model.safetensors", "tok_embeddings.weight", "expected [16777216, 64]"}},
+  };
+  for (const auto& c : cases) {
+    nlohmann::json cfg = good;
+    cfg[c.key] = c.value;
+    testing::write_text(dir.file("config.json"), cfg.dump());
+    SCOPED_TRACE(std::string(c.key) + " = " + c.value.dump());
+    expect_error(dir.path(), c.message);
+  }
+  nlohmann::json cfg = good;
+  cfg.erase("rotary_pct");
+  testing::write_text(dir.file("config.json"), cfg.dump());
+  expect_error(dir.path(), {"config.json", "'rotary_pct' is missing"});
+  // Keys fca does not use are metadata of a third-party format and are ignored.
+  cfg = good;
+  cfg["transformers_version_next"] = "9.9";
+  testing::write_text(dir.file("config.json"), cfg.dump());
+  EXPECT_NO_THROW(MuddModel<float>::load(dir.path()));
 }
 
 TEST_F(MuddBadFolder, UnsupportedConfig) {

@@ -7,8 +7,17 @@
 
 namespace fca {
 
+// FLOP convention (docs/exec.md, "FLOPs"): a GEMM is 2 M N K. Beyond GEMMs, the arithmetic of
+// controllers (everything computed only to produce coefficients or routes: attention statistics,
+// features, gates, router softmax and scores, MUDD's coefficient generator) and of mixing (applying
+// them: gate products, MUDD's source mixing, expert combination, MoD's weighted scatter) is counted,
+// each add, subtract, multiply, divide and elementary function (exp, log, sqrt, erf, tanh) as 1;
+// comparisons, selection, sorting and copies as 0. The trunk's own element-wise work (LayerNorm,
+// softmax, GELU, residual adds, RoPE, loss) is not counted: it is the same in every mode.
 struct ExecCounters {
   std::atomic<int64_t> gemm_flops{0};              // 2 * M * N * K per GEMM issued
+  std::atomic<int64_t> controller_flops{0};        // non-GEMM controller arithmetic, by the convention above
+  std::atomic<int64_t> mixing_flops{0};            // non-GEMM arithmetic applying coefficients
   std::atomic<int64_t> gemm_calls{0};
   std::atomic<int64_t> blocks_executed{0};         // transformer blocks run
   std::atomic<int64_t> controller_evaluations{0};  // controller calls (one per layer per pass)
@@ -16,6 +25,8 @@ struct ExecCounters {
   void reset() {
     routed_rows = 0;
     gemm_flops = 0;
+    controller_flops = 0;
+    mixing_flops = 0;
     gemm_calls = 0;
     blocks_executed = 0;
     controller_evaluations = 0;
@@ -28,6 +39,14 @@ inline std::atomic<ExecCounters*> installed_counters{nullptr};
 
 // The installed counters, or null when counting is off.
 inline ExecCounters* exec_counters() { return detail::installed_counters.load(std::memory_order_relaxed); }
+
+// Called once per kernel call by the code doing the work, with that call's count in closed form.
+inline void count_controller_flops(int64_t flops) {
+  if (ExecCounters* c = exec_counters()) c->controller_flops.fetch_add(flops, std::memory_order_relaxed);
+}
+inline void count_mixing_flops(int64_t flops) {
+  if (ExecCounters* c = exec_counters()) c->mixing_flops.fetch_add(flops, std::memory_order_relaxed);
+}
 
 // Installs counters for the lifetime of the guard (not nested).
 class CountingScope {

@@ -38,9 +38,11 @@ double checked_number(const nlohmann::json& v, const std::string& where, double 
 
 }  // namespace
 
-JsonFields::JsonFields(const nlohmann::json& object, std::string where, const std::vector<std::string>& known)
+JsonFields::JsonFields(const nlohmann::json& object, std::string where, const std::vector<std::string>& known,
+                       UnknownKeys unknown)
     : object_(object), where_(std::move(where)) {
   if (!object_.is_object()) throw Error(where_ + " must be a JSON object, found " + shown(object_));
+  if (unknown == UnknownKeys::ignored) return;
   for (const auto& [key, value] : object_.items())
     if (std::find(known.begin(), known.end(), key) == known.end()) {
       std::string list;
@@ -61,6 +63,14 @@ std::string JsonFields::text(const std::string& key, const std::string& fallback
   if (!has(key)) return fallback;
   if (!at(key).is_string()) throw Error(where_ + ": '" + key + "' must be a string, found " + shown(at(key)));
   return at(key).get<std::string>();
+}
+
+std::string JsonFields::text_of(const std::string& key) const { return has(key) ? shown(at(key)) : "(missing)"; }
+
+bool JsonFields::flag(const std::string& key, bool fallback) const {
+  if (!has(key)) return fallback;
+  if (!at(key).is_boolean()) throw Error(where_ + ": '" + key + "' must be true or false, found " + shown(at(key)));
+  return at(key).get<bool>();
 }
 
 std::vector<int64_t> JsonFields::integers(const std::string& key, const std::vector<int64_t>& fallback, int64_t low,

@@ -11,7 +11,9 @@
 #include "core/progress.h"
 #include "core/provenance.h"
 #include "core/sha256.h"
+#include "exec/counted_pass.h"
 #include "exec/gated_flops.h"
+#include "exec/mudd_flops.h"
 #include "exec/routed_exec.h"
 #include "models/registry.h"
 #include "exec/timing.h"
@@ -35,9 +37,10 @@ double mean_nll(const GatedModel<float>& model, GatedRunState<float>& rs, const 
   return s / w.count;
 }
 
-// One configuration of a model: counters from one instrumented pass, then timed passes.
+// One configuration of a model: counters from one instrumented pass, checked against the formulas,
+// then timed passes. `live_controller`: the source evaluates the controller (its FLOPs expected).
 nlohmann::ordered_json measure(const std::string& mode, const GatedModel<float>& model, GatedRunState<float>& rs,
-                               const int32_t* tokens, int B, int T, CoefficientSource<float>& source,
+                               const int32_t* tokens, int B, int T, CoefficientSource<float>& source, bool live_controller,
                                const std::vector<uint8_t>* executed, const ExecOptions& o) {
   const GatedConfig& c = model.config();
   int expected_blocks = c.n_layer;
@@ -50,23 +53,16 @@ nlohmann::ordered_json measure(const std::string& mode, const GatedModel<float>&
     CountingScope scope(counters);
     gated_forward(model, rs, tokens, B, T, source, 0, executed);
   }
-  // The counters must agree with the graph that ran: blocks, and GEMM FLOPs against the formula.
-  const double formula = gated_forward_flops(c, B, T, expected_blocks);
-  const bool agree = counters.blocks_executed == expected_blocks && double(counters.gemm_flops.load()) == formula;
-  if (!agree)
-    throw Error("execution counters disagree with the graph (" + mode + "): blocks " +
-                std::to_string(counters.blocks_executed.load()) + " vs " + std::to_string(expected_blocks) + ", FLOPs " +
-                std::to_string(counters.gemm_flops.load()) + " vs " + std::to_string(formula));
+  // The counters must agree with the graph that ran: blocks, GEMM, controller and mixing FLOPs.
+  check_counters(mode, counters,
+                 {expected_blocks, gated_forward_flops(c, B, T, expected_blocks),
+                  live_controller ? gated_controller_flops(c, B, T, expected_blocks) : 0.0,
+                  gated_mixing_flops(c, B, T, expected_blocks)});
   const TimingStats t = time_runs([&] { gated_forward(model, rs, tokens, B, T, source, 0, executed); }, o.warmup, o.runs);
   nlohmann::ordered_json j;
   j["mode"] = mode;
-  j["executed_blocks"] = counters.blocks_executed.load();
   j["total_blocks"] = c.n_layer;
-  j["controller_evaluations_per_pass"] = counters.controller_evaluations.load();
-  j["gemm_calls_per_pass"] = counters.gemm_calls.load();
-  j["gflop_per_pass"] = double(counters.gemm_flops.load()) / 1e9;
-  j["gflop_per_token"] = double(counters.gemm_flops.load()) / 1e9 / (double(B) * T);
-  j["counters_match_graph"] = agree;
+  j.update(counter_fields(counters, int64_t(B) * T));
   j["latency"] = t.to_json();
   j["tokens_per_s"] = double(B) * T / t.median;
   return j;
@@ -101,44 +97,38 @@ nlohmann::ordered_json measure_mudd(const std::string& path, const Corpus& corpu
     for (double v : nll) s += v;
     return s / eval.count;
   };
-  auto one = [&](const std::string& mode, MuddCoefficientSource<float>& source, bool with_nll) {
+  auto one = [&](const std::string& mode, MuddCoefficientSource<float>& source, bool live_generator, bool with_nll) {
     ExecCounters counters;
     {
       CountingScope scope(counters);
       mudd_forward(model, rs, timing.inputs.data(), B, T, source);
     }
-    if (counters.blocks_executed != c.n_layer)
-      throw Error("execution counters disagree with the graph (" + mode + "): " + std::to_string(counters.blocks_executed.load()) +
-                  " blocks counted, " + std::to_string(c.n_layer) + " in the model");
+    check_counters(mode, counters,
+                   {c.n_layer, mudd_gemm_flops(c, B, T, live_generator), live_generator ? mudd_controller_flops(c, B, T) : 0.0,
+                    mudd_mixing_flops(c, B, T)});
     const TimingStats t = time_runs([&] { mudd_forward(model, rs, timing.inputs.data(), B, T, source); }, o.warmup, o.runs);
-    nlohmann::ordered_json j{{"mode", mode},
-                             {"executed_blocks", counters.blocks_executed.load()},
-                             {"total_blocks", c.n_layer},
-                             {"controller_evaluations_per_pass", counters.controller_evaluations.load()},
-                             {"gemm_calls_per_pass", counters.gemm_calls.load()},
-                             {"gflop_per_pass", double(counters.gemm_flops.load()) / 1e9},
-                             {"gflop_per_token", double(counters.gemm_flops.load()) / 1e9 / (double(B) * T)},
-                             {"counters_match_graph", true},
-                             {"latency", t.to_json()},
-                             {"tokens_per_s", double(B) * T / t.median}};
+    nlohmann::ordered_json j{{"mode", mode}, {"total_blocks", c.n_layer}};
+    j.update(counter_fields(counters, int64_t(B) * T));
+    j["latency"] = t.to_json();
+    j["tokens_per_s"] = double(B) * T / t.median;
     if (with_nll) j["nll"] = nll_of(source);
     return j;
   };
   nlohmann::ordered_json modes = nlohmann::ordered_json::array();
   MuddLiveCoefficients<float> live(model);
-  modes.push_back(one("live", live, true));
+  modes.push_back(one("live", live, true, true));
   CoefficientTensor recorded = make_mudd_coefficients(c, B, T);
   MuddRecordingCoefficients<float> recording(model, recorded);
   mudd_forward(model, rs, timing.inputs.data(), B, T, recording);
   MuddReplayedCoefficients<float> replayed(c, recorded);
-  modes.push_back(one("replay", replayed, false));
+  modes.push_back(one("replay", replayed, false, false));
   CoefficientTensor identity = make_mudd_coefficients(c, std::max(B, eval.count), T);
   for (int w = 0; w < identity.windows(); ++w)
     for (int l = 0; l < c.n_layer; ++l)
       for (int t = 0; t < T; ++t)
         for (int st = 0; st < c.streams(l); ++st) identity.at(w, l, t, st, l + 1) = 1.0f;
   MuddReplayedCoefficients<float> plain(c, identity);
-  modes.push_back(one("identity_mixing", plain, true));
+  modes.push_back(one("identity_mixing", plain, false, true));
   m["modes"] = modes;
   return m;
 }
@@ -177,7 +167,7 @@ nlohmann::ordered_json run_exec(const Corpus& corpus, const ExecOptions& o) {
   out["schema"] = kExecSchema;
   out["settings"] = {{"batch", o.batch}, {"runs", o.runs}, {"warmup", o.warmup}, {"skip_thresholds", o.skip_thresholds},
                      {"calib_windows", o.calib_windows}, {"eval_windows", o.eval_windows}};
-  out["flop_convention"] = "multiply-add = 2 FLOPs; GEMM FLOPs counted at the call sites";
+  out["flop_convention"] = kFlopConvention;
   out["sgemm_peak_gflops"] = peak;
   out["models"] = nlohmann::ordered_json::array();
   Progress bar("exec", int64_t(o.models.size()), "model");
@@ -208,7 +198,7 @@ nlohmann::ordered_json run_exec(const Corpus& corpus, const ExecOptions& o) {
     nlohmann::ordered_json modes = nlohmann::ordered_json::array();
 
     LiveCoefficients<float> live(model);
-    auto j_live = measure("live", model, rs, timing.inputs.data(), B, T, live, nullptr, o);
+    auto j_live = measure("live", model, rs, timing.inputs.data(), B, T, live, true, nullptr, o);
     j_live["nll"] = mean_nll(model, rs, eval, B, T, live, nullptr);
     modes.push_back(j_live);
 
@@ -216,12 +206,12 @@ nlohmann::ordered_json run_exec(const Corpus& corpus, const ExecOptions& o) {
     RecordingCoefficients<float> recording(model, recorded);
     gated_forward(model, rs, timing.inputs.data(), B, T, recording);
     ReplayedCoefficients<float> replayed(recorded);
-    modes.push_back(measure("replay", model, rs, timing.inputs.data(), B, T, replayed, nullptr, o));
+    modes.push_back(measure("replay", model, rs, timing.inputs.data(), B, T, replayed, false, nullptr, o));
 
     CoefficientTensor ones(std::max(B, eval.count), gated_coefficient_shape(c, T));
     std::fill(ones.values().begin(), ones.values().end(), 1.0f);
     ReplayedCoefficients<float> forced(ones);
-    auto j_ones = measure("gates_forced_to_1", model, rs, timing.inputs.data(), B, T, forced, nullptr, o);
+    auto j_ones = measure("gates_forced_to_1", model, rs, timing.inputs.data(), B, T, forced, false, nullptr, o);
     j_ones["nll"] = mean_nll(model, rs, eval, B, T, forced, nullptr);
     modes.push_back(j_ones);
 
@@ -247,7 +237,7 @@ nlohmann::ordered_json run_exec(const Corpus& corpus, const ExecOptions& o) {
       for (double tau : thresholds) {
         std::vector<uint8_t> executed(size_t(c.n_layer));
         for (int l = 0; l < c.n_layer; ++l) executed[size_t(l)] = static_gate[size_t(l)] >= tau ? 1 : 0;
-        auto j = measure("static_skip", model, rs, timing.inputs.data(), B, T, static_source, &executed, o);
+        auto j = measure("static_skip", model, rs, timing.inputs.data(), B, T, static_source, false, &executed, o);
         j["threshold"] = tau;
         j["removed_blocks"] = nlohmann::ordered_json::array();
         for (int l = 0; l < c.n_layer; ++l)
@@ -296,18 +286,22 @@ std::string exec_markdown(const nlohmann::ordered_json& e) {
   char buf[512];
   md << "# Actual execution\n\nBatch " << e["settings"]["batch"] << ", " << e["settings"]["runs"] << " timed runs after "
      << e["settings"]["warmup"] << " warm-up runs, " << e["provenance"]["threads"] << " threads; SGEMM peak "
-     << std::to_string(int(e["sgemm_peak_gflops"].get<double>())) << " GFLOP/s. FLOPs are GEMM FLOPs counted where the "
-     << "calls happen (multiply-add = 2).\n\n";
-  md << "| model | mode | executed blocks | GFLOP/token | latency median [p10, p90] ms | tokens/s | ratio to Dense | NLL |\n"
-        "|---|---|---:|---:|---|---:|---:|---:|\n";
+     << std::to_string(int(e["sgemm_peak_gflops"].get<double>())) << " GFLOP/s. FLOPs: " << e["flop_convention"].get<std::string>() << ".\n\n";
+  md << "| model | mode | executed blocks | GFLOP/token | of which controller, MFLOP/token | latency median [p10, p90] ms | "
+        "tokens/s | ratio to Dense | NLL |\n"
+        "|---|---|---:|---:|---:|---|---:|---:|---:|\n";
   auto row = [&](const nlohmann::ordered_json& m, const nlohmann::ordered_json& r, const std::string& mode) {
     const auto& c = m["config"];
     std::string name = m["gate"].get<std::string>() + " L" + std::to_string(c["n_layer"].get<int>()) + " D" +
                        std::to_string(c["d_model"].get<int>());
     std::string ratio = r["latency_ratio_to_dense"].is_null() ? "–" : std::to_string(r["latency_ratio_to_dense"].get<double>()).substr(0, 5);
     std::string nll = r.contains("nll") ? std::to_string(r["nll"].get<double>()).substr(0, 6) : "–";
-    std::snprintf(buf, sizeof buf, "| %s | %s | %d / %d | %.4g | %.2f [%.2f, %.2f] | %.0f | %s | %s |\n", name.c_str(),
+    char controller[32];
+    std::snprintf(controller, sizeof controller, "%.4g",
+                  1e3 * r["gflop_per_pass_by_kind"]["controller"].get<double>() / m["tokens_per_pass"].get<double>());
+    std::snprintf(buf, sizeof buf, "| %s | %s | %d / %d | %.4g | %s | %.2f [%.2f, %.2f] | %.0f | %s | %s |\n", name.c_str(),
                   mode.c_str(), r["executed_blocks"].get<int>(), r["total_blocks"].get<int>(), r["gflop_per_token"].get<double>(),
+                  controller,
                   1e3 * r["latency"]["median_s"].get<double>(), 1e3 * r["latency"]["p10_s"].get<double>(),
                   1e3 * r["latency"]["p90_s"].get<double>(), r["tokens_per_s"].get<double>(), ratio.c_str(), nll.c_str());
     md << buf;

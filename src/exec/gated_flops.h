@@ -1,6 +1,8 @@
-// FLOPs of the gated model's executed GEMMs, by formula (a multiply-add = 2 FLOPs). Attention is
-// counted as executed by the blocked causal kernel (ops/attention.h: attention_executed_pairs).
-// Element-wise work (LayerNorm, softmax, GELU, gates) is not counted. docs/model.md derives these.
+// FLOPs of the gated model by formula, under the convention of core/exec_counters.h: GEMMs (a
+// multiply-add = 2 FLOPs; attention as executed by the blocked causal kernel, ops/attention.h:
+// attention_executed_pairs), the controller's non-GEMM arithmetic and the gate products. The trunk's
+// element-wise work (LayerNorm, softmax, GELU, residual adds) is not counted. docs/exec.md derives
+// these; exec checks them against the counters of every measured pass.
 #pragma once
 #include <cstdint>
 
@@ -10,6 +12,12 @@ namespace fca {
 
 // One forward pass over B windows of T tokens, for `layers` executed blocks.
 double gated_forward_flops(const GatedConfig& c, int B, int T, int layers);
+// The live controller's non-GEMM FLOPs over `layers` executed blocks: for featuregate the attention
+// statistics (entropy, KL from block 1 on, log-partition), the features and the gate; one sigmoid
+// per block for uniform and layerstatic; none for dense and fixed.
+double gated_controller_flops(const GatedConfig& c, int B, int T, int layers);
+// h + g F in each executed block: 2 FLOPs per element.
+double gated_mixing_flops(const GatedConfig& c, int B, int T, int layers);
 // One training step (forward + backward: each GEMM once forward and twice backward).
 double gated_train_flops(const GatedConfig& c, int B, int T);
 

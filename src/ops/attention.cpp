@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 
+#include "core/exec_counters.h"
 #include "ops/fast_math.h"
 #include "ops/gemm.h"
 
@@ -53,8 +54,21 @@ int64_t attention_executed_pairs(int Tn) {
   return pairs;
 }
 
+int64_t attention_statistics_flops(int B, int H, int Tn, bool with_kl) {
+  // Per row t with n = t + 1 keys (causal_softmax_row): the shift n, log(sum) 1, the subtraction n,
+  // the entropy dot 2n, log(n) 1, the normalised entropy 2 (t > 0), the log-partition 2; KL adds its
+  // dot 2n and a subtraction.
+  int64_t per_head = 0;
+  for (int t = 0; t < Tn; ++t) {
+    const int64_t n = t + 1;
+    per_head += 4 * n + 4 + (t > 0 ? 2 : 0) + (with_kl ? 2 * n + 1 : 0);
+  }
+  return int64_t(B) * H * per_head;
+}
+
 template <typename T>
 void attention_forward(T* out, T* probs, const AttentionStats<T>* stats, const T* qkv, int B, int Tn, int D, int H) {
+  if (stats != nullptr) count_controller_flops(attention_statistics_flops(B, H, Tn, stats->prev_logp != nullptr));
   const int dh = D / H;
   const T scale = T(1) / std::sqrt(T(dh));
   const int ld = 3 * D;

@@ -22,6 +22,10 @@ struct AttentionStats {
 // the masked part of each diagonal block. The FLOP counts of exec/ use it.
 int64_t attention_executed_pairs(int Tn);
 
+// Controller FLOPs of the statistics over B x H heads of Tn rows (the convention of
+// core/exec_counters.h); with_kl when the previous layer's logp is given.
+int64_t attention_statistics_flops(int B, int H, int Tn, bool with_kl);
+
 // stats may be null: then no statistic is computed, and out/probs are bitwise the same as with it.
 template <typename T>
 void attention_forward(T* out, T* probs, const AttentionStats<T>* stats, const T* qkv, int B, int Tn, int D, int H);

@@ -172,12 +172,17 @@ std::string report_html(const ReportData& d) {
            "real skip sweep (blocks removed from the graph).");
     for (const auto& e : d.execs) {
       h << "<table><tr><th class=\"l\">model</th><th class=\"l\">mode</th><th>blocks</th><th>GFLOP/token</th>"
-           "<th class=\"l\">latency ms median [p10, p90]</th><th>tokens/s</th><th>ratio to Dense</th><th>NLL</th></tr>";
+           "<th>of which controller, MFLOP/token</th><th class=\"l\">latency ms median [p10, p90]</th><th>tokens/s</th>"
+           "<th>ratio to Dense</th><th>NLL</th></tr>";
       for (const auto& m : e.doc["models"]) {
         auto row = [&](const nlohmann::json& r, const std::string& mode) {
           h << "<tr><td class=\"l\">" << escape(m["gate"].get<std::string>()) << " L" << m["config"].value("n_layer", 0)
             << "</td><td class=\"l\">" << escape(mode) << "</td><td>" << r["executed_blocks"] << "/" << r["total_blocks"] << "</td><td>"
-            << fmt("%.4g", r["gflop_per_token"].get<double>()) << "</td><td class=\"l\">"
+            << fmt("%.4g", r["gflop_per_token"].get<double>()) << "</td><td>"
+            << (r.contains("gflop_per_pass_by_kind") && m.contains("tokens_per_pass")
+                    ? fmt("%.4g", 1e3 * r["gflop_per_pass_by_kind"]["controller"].get<double>() / m["tokens_per_pass"].get<double>())
+                    : std::string("–"))
+            << "</td><td class=\"l\">"
             << fmt("%.2f", 1e3 * r["latency"]["median_s"].get<double>()) << " [" << fmt("%.2f", 1e3 * r["latency"]["p10_s"].get<double>())
             << ", " << fmt("%.2f", 1e3 * r["latency"]["p90_s"].get<double>()) << "]</td><td>" << fmt("%.0f", r["tokens_per_s"].get<double>())
             << "</td><td>"

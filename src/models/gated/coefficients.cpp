@@ -7,6 +7,7 @@
 
 namespace fca {
 namespace {
+constexpr int64_t kSigmoidFlops = 4;  // negate, exp, add, divide
 template <typename T>
 T sigmoid(T z) {
   return T(1) / (T(1) + std::exp(-z));
@@ -25,11 +26,13 @@ void GateController<T>::evaluate(int layer, const BatchPosition& batch, const T*
       for (int64_t n = 0; n < N; ++n) g[n] = static_cast<T>(config_.gate_value);
       return;
     case GateKind::uniform: {
+      count_controller_flops(kSigmoidFlops);
       const T v = sigmoid(weights_.gate_logit[0]);
       for (int64_t n = 0; n < N; ++n) g[n] = v;
       return;
     }
     case GateKind::layerstatic: {
+      count_controller_flops(kSigmoidFlops);
       const T v = sigmoid(weights_.gate_logit[layer]);
       for (int64_t n = 0; n < N; ++n) g[n] = v;
       return;
@@ -37,6 +40,7 @@ void GateController<T>::evaluate(int layer, const BatchPosition& batch, const T*
     case GateKind::featuregate: {
       const T* w = weights_.gate_weight + 4 * layer;
       const T b = weights_.gate_bias[layer];
+      count_controller_flops(N * (8 + kSigmoidFlops));  // b + w . phi: 4 multiplies, 4 adds
       for (int64_t n = 0; n < N; ++n) {
         const T* f = phi + 4 * n;
         g[n] = sigmoid(b + w[0] * f[0] + w[1] * f[1] + w[2] * f[2] + w[3] * f[3]);

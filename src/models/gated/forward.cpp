@@ -19,6 +19,8 @@ namespace {
 // phi[n, 0..2] = mean over heads of the attention statistics; phi[n, 3] = ||F_n|| / (||h_n|| + 1e-6).
 template <typename T>
 void featuregate_features(T* phi, const T* head_features, const T* update, const T* h, int B, int Tn, int H, int D) {
+  // Per row: the head sums 3H and means 3, two sums of squares 4D, two square roots, an add, a divide.
+  count_controller_flops(int64_t(B) * Tn * (3 * int64_t(H) + 4 * int64_t(D) + 7));
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < int64_t(B) * Tn; ++n) {
     const int64_t b = n / Tn, t = n % Tn;
@@ -84,6 +86,7 @@ void gated_forward(const GatedModel<T>& model, GatedRunState<T>& rs, const int32
     T* g = rs.gates + int64_t(l) * N;
     source.coefficients(l, position, phi, g);
     gated_residual_forward(rs.hidden[l + 1], h, g, a.update, N, D);
+    count_mixing_flops(2 * int64_t(N) * D);  // h + g F: a multiply and an add per element
   }
   stream_head_forward(rs, w.ln_f_weight, w.ln_f_bias, w.wte, L, N, D);
 }

@@ -92,6 +92,7 @@ void mod_forward(const ModModel<T>& model, ModRunState<T>& rs, const int32_t* to
     dense_mlp_forward(a, p, int(Ns), D);
     std::copy(h, h + N * D, next);
     scatter_add_rows(next, a.update, r.rows, r.weights, Ns, D);
+    count_mixing_flops(2 * Ns * D);  // h + w F on the selected rows
   }
   stream_head_forward(rs, w.ln_f_weight, w.ln_f_bias, w.wte, L, N, D);
 }

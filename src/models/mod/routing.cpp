@@ -26,6 +26,9 @@ void ModLiveRouting<T>::select(int layer, const BatchPosition& batch, int K, con
   const T* w = model_.weights().router_weight[size_t(layer)];
   const T b = model_.weights().router_bias[size_t(layer)][0];
   const int64_t N = int64_t(batch.batch) * Tn;
+  // Scores h . w + b (2D + 1 per row; a hand-written product, not a GEMM) and the selected rows'
+  // sigmoid weights (4 each).
+  count_controller_flops(N * (2 * int64_t(D) + 1) + int64_t(batch.batch) * K * 4);
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
     T s = 0;

@@ -130,6 +130,7 @@ void moe_forward(const MoeModel<T>& model, MoeRunState<T>& rs, const int32_t* to
     routing.route(l, position, a.ln2_out, s.probs, s.experts, s.weights);
     plan_rows(s, N, E, k, rs.dense_experts);
     if (rs.live_router) {  // aux_l = E sum_e f_e P_e, f_e = share of the N k assignments, P_e = mean p_e
+      count_controller_flops(int64_t(E) * (N + 4) + 1);
       s.aux = 0;
       for (int e = 0; e < E; ++e) {
         double P = 0;
@@ -147,6 +148,7 @@ void moe_forward(const MoeModel<T>& model, MoeRunState<T>& rs, const int32_t* to
     grouped_linear_forward(s.y, s.act, p.proj_weight, p.proj_bias, s.offsets, E, F, D);
     std::copy(a.u, a.u + N * D, a.update);
     combine_rows(a.update, s.y, s.entry_rows, s.entry_weights, N, int(S), D, true);
+    count_mixing_flops(2 * R * D);  // each routed row weighted and added
     T* next = rs.hidden[size_t(l + 1)];
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < N * D; ++i) next[i] = h[i] + a.update[i];

@@ -44,6 +44,9 @@ void MoeLiveRouting<T>::route(int layer, const BatchPosition& batch, const T* m,
   const int E = c.n_expert, k = c.top_k;
   // r = m W_router^T [N, E], then a softmax per row in place.
   linear_forward(probs, m, model_.weights().blocks[size_t(layer)].router, static_cast<const T*>(nullptr), int(N), c.d_model, E);
+  // Per row: the softmax after its max (E subtractions, exps, adds, divides), the top-k weights' sum
+  // k and, for k > 1, their normalisation k.
+  count_controller_flops(N * (4 * int64_t(E) + k + (k > 1 ? k : 0)));
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
     T* p = probs + n * E;

@@ -21,6 +21,9 @@ void mudd_da_generator(const MuddConfig& c, const MuddDaWeights<T>& da, const T*
   count_controller_evaluation(batch);
   const int64_t N = int64_t(batch.batch) * batch.tokens;
   const int D = c.dim, width = da.streams * da.sources;
+  // Non-GEMM work per row: RMSNorm (sum of squares 2D, divide, add eps, sqrt, reciprocal, scale D),
+  // exact GELU 5 per hidden unit (x/sqrt2, erf, 1 +, x *, 0.5 *), the static bias `width`.
+  count_controller_flops(N * (3 * int64_t(D) + 4 + 5 * int64_t(da.hidden) + width));
   rmsnorm_forward<T>(saved.normed, saved.rstd, newest, nullptr, N, 1, D, D, c.norm_eps);
   gemm<T>(false, true, int(N), da.hidden, D, T(1), saved.normed, D, da.w1, D, T(0), saved.pre, da.hidden);
   gelu_erf_forward(saved.act, saved.pre, N * da.hidden);

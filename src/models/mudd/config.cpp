@@ -5,6 +5,7 @@
 #include "core/json.h"
 
 #include "core/error.h"
+#include "core/json_fields.h"
 
 namespace fca {
 
@@ -29,50 +30,54 @@ MuddConfig MuddConfig::load(const std::string& dir) {
   } catch (const nlohmann::json::exception& e) {
     throw Error(path + ": not valid JSON (" + e.what() + ")");
   }
-  auto need = [&](const char* key) -> const nlohmann::json& {
-    if (!j.contains(key)) throw Error(path + ": key '" + std::string(key) + "' is missing");
-    return j[key];
+  // A Hugging Face config carries metadata fca does not use (auto_map, transformers_version, ...)
+  // and gains keys with every release, so unknown keys are ignored; every key the architecture
+  // depends on is required (never a class default) and checked for type and range before it is
+  // narrowed. The ranges are far above any published model and keep every size product in 64 bits.
+  const JsonFields f(j, path, {}, UnknownKeys::ignored);
+  auto need = [&](const char* key) {
+    if (!f.has(key)) throw Error(path + ": key '" + std::string(key) + "' is missing");
   };
-  auto integer = [&](const char* key) {
-    const auto& v = need(key);
-    if (!v.is_number_integer() || v.get<int64_t>() <= 0)
-      throw Error(path + ": '" + std::string(key) + "' must be a positive integer, found " + v.dump());
-    return v.get<int>();
+  auto integer = [&](const char* key, int64_t high) {
+    need(key);
+    return int(f.integer(key, 0, 1, high));
   };
-  auto number = [&](const char* key) {
-    const auto& v = need(key);
-    if (!v.is_number()) throw Error(path + ": '" + std::string(key) + "' must be a number, found " + v.dump());
-    return v.get<double>();
+  auto positive = [&](const char* key, double high) {
+    need(key);
+    const double x = f.number(key, 0, 0, high);
+    if (!(x > 0)) throw Error(path + ": '" + std::string(key) + "' must be positive, found " + f.text_of(key));
+    return x;
   };
   auto flag = [&](const char* key, bool required_value) {
-    const auto& v = need(key);
-    if (!v.is_boolean()) throw Error(path + ": '" + std::string(key) + "' must be true or false, found " + v.dump());
-    if (v.get<bool>() != required_value)
-      throw Error(path + ": '" + std::string(key) + "' = " + v.dump() + " is not supported (fca implements " +
+    need(key);
+    if (f.flag(key, required_value) != required_value)
+      throw Error(path + ": '" + std::string(key) + "' = " + f.text_of(key) + " is not supported (fca implements " +
                   (required_value ? "true" : "false") + ")");
   };
   MuddConfig c;
-  c.n_layer = integer("n_layer");
-  c.dim = integer("dim");
-  c.n_head = integer("n_head");
-  c.vocab_size = integer("vocab_size");
-  c.block_size = integer("block_size");
-  c.intermediate_size = integer("intermediate_size");
-  c.rope_base = number("rope_base");
-  c.rotary_pct = number("rotary_pct");
-  c.norm_eps = number("norm_eps");
-  if (integer("n_local_heads") != c.n_head)
-    throw Error(path + ": n_local_heads " + need("n_local_heads").dump() + " differs from n_head " +
+  c.n_layer = integer("n_layer", 4096);
+  c.dim = integer("dim", 65536);
+  c.n_head = integer("n_head", c.dim);
+  c.vocab_size = integer("vocab_size", 1 << 24);
+  c.block_size = integer("block_size", 1 << 20);
+  c.intermediate_size = integer("intermediate_size", 1 << 20);
+  c.rope_base = positive("rope_base", 1e12);
+  need("rotary_pct");
+  c.rotary_pct = f.number("rotary_pct", 0, 0, 1);
+  c.norm_eps = positive("norm_eps", 1);
+  if (integer("n_local_heads", c.dim) != c.n_head)
+    throw Error(path + ": n_local_heads " + f.text_of("n_local_heads") + " differs from n_head " +
                 std::to_string(c.n_head) + " (grouped-query attention is not supported)");
   if (c.dim % c.n_head != 0) throw Error(path + ": dim " + std::to_string(c.dim) + " is not divisible by n_head");
   c.head_dim = c.dim / c.n_head;
-  if (j.contains("head_dim") && j["head_dim"] != c.head_dim)
-    throw Error(path + ": head_dim " + j["head_dim"].dump() + " differs from dim / n_head = " + std::to_string(c.head_dim));
+  if (f.has("head_dim") && f.integer("head_dim", 0, 1, 65536) != c.head_dim)
+    throw Error(path + ": head_dim " + f.text_of("head_dim") + " differs from dim / n_head = " + std::to_string(c.head_dim));
   if (c.n_layer < 2) throw Error(path + ": n_layer must be at least 2 (the FFN width formula divides by n_layer - 1)");
   if (c.rotary_dims() % 2 != 0 || c.rotary_dims() > c.head_dim)
     throw Error(path + ": rotary_pct * head_dim = " + std::to_string(c.rotary_dims()) + " must be even and <= head_dim");
-  if (!need("dense_type").is_string() || need("dense_type") != "qkvr")
-    throw Error(path + ": dense_type " + need("dense_type").dump() + " is not supported (expected \"qkvr\")");
+  need("dense_type");
+  if (f.text("dense_type", "") != "qkvr")
+    throw Error(path + ": dense_type " + f.text_of("dense_type") + " is not supported (expected \"qkvr\")");
   flag("use_qk_norm", true);
   flag("use_parallel_residual", true);
   flag("use_linear_bias", true);
@@ -80,10 +85,10 @@ MuddConfig MuddConfig::load(const std::string& dir) {
   flag("dynamic_dense", true);
   flag("sepln", true);
   flag("tie_word_embeddings", false);
-  if (!need("expand_last").is_boolean() || !need("round64").is_boolean())
-    throw Error(path + ": expand_last and round64 must be true or false");
-  c.expand_last = j["expand_last"];
-  c.round64 = j["round64"];
+  need("expand_last");
+  need("round64");
+  c.expand_last = f.flag("expand_last", false);
+  c.round64 = f.flag("round64", false);
   return c;
 }
 

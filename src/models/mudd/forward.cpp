@@ -171,6 +171,7 @@ void mudd_forward(const MuddModel<T>& model, MuddRunState<T>& rs, const int32_t*
     const int C = c.streams(i), S = c.sources(i);
     T* alpha = rs.alpha[size_t(i)];
     source.coefficients(i, position, X, a.da, alpha);
+    count_mixing_flops(int64_t(N) * C * D * (2 * S - 1));  // per stream: D products, then (S - 1) multiply-adds
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; ++n) {
       const T* al = alpha + int64_t(n) * C * S;

@@ -14,6 +14,7 @@
 #include "core/safetensors.h"
 #include "core/rng.h"
 #include "core/sha256.h"
+#include "models/parameters.h"
 
 namespace fca {
 
@@ -151,66 +152,84 @@ bool ignorable(const std::string& name) {
 }
 }  // namespace
 
+MuddWeightFiles mudd_weight_files(const std::string& dir) {
+  MuddWeightFiles w;
+  const std::string index_path = dir + "/model.safetensors.index.json";
+  if (!file_exists(index_path)) {
+    const std::string single = dir + "/model.safetensors";
+    if (!file_exists(single)) throw Error(dir + ": no model.safetensors and no model.safetensors.index.json");
+    w.files.push_back(single);
+    return w;
+  }
+  w.index_path = index_path;
+  std::ifstream in(index_path);
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(index_path + ": not valid JSON (" + e.what() + ")");
+  }
+  if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object() || j["weight_map"].empty())
+    throw Error(index_path + ": no 'weight_map' object naming the shard of each tensor");
+  for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
+    // A shard is a file of this folder: a plain name, never a path that leaves it.
+    if (!it.value().is_string())
+      throw Error(index_path + ": weight_map entry '" + it.key() + "' is " + it.value().dump() + ", expected a file name");
+    const std::string name = it.value().get<std::string>();
+    if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos || name.find('\\') != std::string::npos)
+      throw Error(index_path + ": weight_map entry '" + it.key() + "' names \"" + name +
+                  "\", expected a file name inside the folder (no '/', not '.' or '..')");
+    const std::string file = dir + "/" + name;
+    if (!file_exists(file))
+      throw Error(index_path + ": tensor '" + it.key() + "' is mapped to " + name + ", which does not exist");
+    w.file_of[it.key()] = file;
+    if (std::find(w.files.begin(), w.files.end(), file) == w.files.end()) w.files.push_back(file);
+  }
+  std::sort(w.files.begin(), w.files.end());
+  return w;
+}
+
 template <typename T>
 MuddModel<T> MuddModel<T>::load(const std::string& dir) {
   if (!is_directory(dir)) throw Error(dir + ": model folder does not exist or is not a folder");
-  MuddModel<T> m(MuddConfig::load(dir));
-  // Which file holds each tensor: the index's weight_map, or everything in model.safetensors.
-  std::map<std::string, std::string> file_of;
-  std::vector<std::string> files;
-  const std::string index_path = dir + "/model.safetensors.index.json";
-  if (file_exists(index_path)) {
-    std::ifstream in(index_path);
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(in);
-    } catch (const nlohmann::json::exception& e) {
-      throw Error(index_path + ": not valid JSON (" + e.what() + ")");
-    }
-    if (!j.contains("weight_map") || !j["weight_map"].is_object()) throw Error(index_path + ": no 'weight_map' object");
-    for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
-      // A shard is a file of this folder: a plain name, never a path that leaves it.
-      if (!it.value().is_string())
-        throw Error(index_path + ": weight_map entry '" + it.key() + "' is " + it.value().dump() + ", expected a file name");
-      const std::string name = it.value().get<std::string>();
-      if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos || name.find('\\') != std::string::npos)
-        throw Error(index_path + ": weight_map entry '" + it.key() + "' names \"" + name +
-                    "\", expected a file name inside the folder (no '/', not '.' or '..')");
-      const std::string file = dir + "/" + name;
-      if (!file_exists(file))
-        throw Error(index_path + ": tensor '" + it.key() + "' is mapped to " + it.value().get<std::string>() +
-                    ", which does not exist");
-      file_of[it.key()] = file;
-      if (std::find(files.begin(), files.end(), file) == files.end()) files.push_back(file);
-    }
-  } else {
-    const std::string single = dir + "/model.safetensors";
-    if (!file_exists(single))
-      throw Error(dir + ": no model.safetensors and no model.safetensors.index.json");
-    files.push_back(single);
-  }
-  std::sort(files.begin(), files.end());
+  const MuddConfig config = MuddConfig::load(dir);
+  const MuddWeightFiles weight_files = mudd_weight_files(dir);
+  const std::map<std::string, std::string>& file_of = weight_files.file_of;
+  const std::string& index_path = weight_files.index_path;
+  const std::vector<std::string>& files = weight_files.files;
+  // Every shard's header is checked against its file, and every tensor of the layout is found with
+  // its shape, before the buffer the config describes is allocated: a config cannot make fca
+  // allocate more than the files' tensors fill.
   std::map<std::string, std::unique_ptr<SafetensorsReader>> readers;
-  Sha256 hash;
-  for (const auto& f : files) {
-    readers[f] = std::make_unique<SafetensorsReader>(f);
-    const MappedFile mapped(f);
-    hash.update(mapped.data(), mapped.size());
-  }
-  m.hash_ = hash.hex_digest();
-  for (const auto& s : m.layout_) {
-    const SafetensorsReader* reader = nullptr;
+  for (const auto& f : files) readers[f] = std::make_unique<SafetensorsReader>(f);
+  const std::vector<TensorSlot> layout = mudd_tensor_layout(config);
+  std::vector<const SafetensorsReader*> reader_of;
+  for (const auto& s : layout) {
+    const SafetensorsReader* reader = readers.begin()->second.get();
     if (!file_of.empty()) {
       auto it = file_of.find(s.name);
       if (it == file_of.end())
         throw Error(index_path + ": tensor '" + s.name + "' (shape " + shape_string(s.shape) + ") is not in the weight_map");
       reader = readers[it->second].get();
-    } else {
-      reader = readers.begin()->second.get();
     }
     if (!reader->has(s.name))
       throw Error(reader->path() + ": tensor '" + s.name + "' is missing (expected shape " + shape_string(s.shape) + ")");
-    reader->template read_into<T>(s.name, s.shape, m.storage_.data() + s.offset);
+    const auto& found = reader->tensors().at(s.name).shape;
+    if (found != s.shape)
+      throw Error(reader->path() + ": tensor '" + s.name + "' has shape " + shape_string(found) + ", expected " +
+                  shape_string(s.shape));
+    reader_of.push_back(reader);
+  }
+  MuddModel<T> m(config);
+  Sha256 hash;
+  for (const auto& f : files) {
+    const MappedFile mapped(f);
+    hash.update(mapped.data(), mapped.size());
+  }
+  m.hash_ = hash.hex_digest();
+  for (size_t i = 0; i < m.layout_.size(); ++i) {
+    const TensorSlot& s = m.layout_[i];
+    reader_of[i]->template read_into<T>(s.name, s.shape, m.storage_.data() + s.offset);
   }
   std::map<std::string, bool> known;
   for (const auto& s : m.layout_) known[s.name] = true;

@@ -44,6 +44,16 @@ struct MuddWeights {
 
 std::vector<TensorSlot> mudd_tensor_layout(const MuddConfig& config);
 
+// The weight files of a MUDD folder: the shards named by model.safetensors.index.json (each a plain
+// file name inside the folder, checked to exist) with the file of every tensor, or model.safetensors
+// alone (then `file_of` is empty). `files` is sorted: the order the content hash reads them in.
+struct MuddWeightFiles {
+  std::string index_path;                      // empty without an index
+  std::map<std::string, std::string> file_of;  // tensor name -> file path
+  std::vector<std::string> files;
+};
+MuddWeightFiles mudd_weight_files(const std::string& dir);
+
 // T = float for inference and training; double for the finite-difference gradient checks.
 template <typename T>
 class MuddModel {

@@ -1,0 +1,37 @@
+// What one instrumented forward pass must show, and the check that it did: executed blocks and
+// FLOPs by kind (GEMM, controller, mixing; the convention of core/exec_counters.h) from formulas
+// written per family in exec/, compared exactly with the counters the code incremented as it ran.
+// A pass that reaches a controller it should not, skips a block or runs a kernel twice fails here.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "core/exec_counters.h"
+#include "core/json.h"
+
+namespace fca {
+
+// The convention in one line, written into exec.json and exec.md.
+inline constexpr const char* kFlopConvention =
+    "GEMMs (multiply-add = 2) plus the non-GEMM arithmetic of controllers and mixing (add, subtract, multiply, divide "
+    "and exp/log/sqrt/erf/tanh = 1 each; comparisons, selection and copies = 0), counted where the work happens; the "
+    "trunk's element-wise work (LayerNorm, softmax, GELU, residual adds) is not counted";
+
+struct ExpectedCounts {
+  int64_t blocks = 0;
+  // Integers held in doubles: exact below 2^53 FLOPs per pass.
+  double gemm_flops = 0;
+  double controller_flops = 0;
+  double mixing_flops = 0;
+};
+
+bool counters_agree(const ExecCounters& counters, const ExpectedCounts& expected);
+// Throws "execution counters disagree with the graph (<mode>): ..." naming each counter that differs
+// with its counted and expected value.
+void check_counters(const std::string& mode, const ExecCounters& counters, const ExpectedCounts& expected);
+// The counter fields of one mode in exec.json: executed_blocks, controller_evaluations_per_pass,
+// gemm_calls_per_pass, gflop_per_pass and gflop_per_token (all kinds), gflop_per_pass_by_kind,
+// counters_match_graph (true: written only after check_counters passed).
+nlohmann::ordered_json counter_fields(const ExecCounters& counters, int64_t tokens_per_pass);
+
+}  // namespace fca
