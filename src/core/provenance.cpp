@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "core/threads.h"
+#include "ops/simd.h"
 #include "fca/version.h"
 
 namespace fca {
@@ -46,7 +47,9 @@ std::string build_description() {
 #ifdef __AVX512F__
   isa += " avx512f";
 #endif
-  return std::string("g++ ") + __VERSION__ + "; " + isa + "; " + FCA_BUILD_FLAGS;
+  // The SIMD target the kernels dispatch to on this machine decides their speed, not their bits
+  // (ops/simd.h); it is recorded so that a reader knows which code ran.
+  return std::string("g++ ") + __VERSION__ + "; " + isa + "; " + FCA_BUILD_FLAGS + "; simd " + simd::dispatched_target();
 }
 
 std::string fca_version_string() { return std::string("fca ") + FCA_VERSION + " (commit " + FCA_GIT_COMMIT + ")"; }

@@ -22,8 +22,13 @@ void causal_softmax_row(T* row, int t, int Tn, T* logp, const T* prev_logp, T* f
   const T mx = lane_max(row, n);
   if (logp != nullptr)
     for (int u = 0; u < n; ++u) logp[u] = row[u] - mx;
-  for (int u = 0; u < n; ++u) row[u] = fast_exp(row[u] - mx);
-  const T sum = lane_sum(row, n);
+  T sum;
+  if constexpr (std::is_same_v<T, float>) {
+    sum = simd::exp_shifted_sum(row, n, mx);  // the loop below and lane_sum, fused, in SIMD
+  } else {
+    for (int u = 0; u < n; ++u) row[u] = fast_exp(row[u] - mx);
+    sum = lane_sum(row, n);
+  }
   const T inv = T(1) / sum;
   for (int u = 0; u < n; ++u) row[u] *= inv;
   for (int u = n; u < Tn; ++u) row[u] = 0;

@@ -1,5 +1,6 @@
 #include "ops/elementwise.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "ops/fast_math.h"
@@ -8,6 +9,27 @@ namespace fca {
 namespace {
 template <typename T>
 constexpr T kSqrt2OverPi = T(0.7978845608028654);
+}
+
+// Float GELU runs the dispatched SIMD kernel over fixed chunks (element-wise: the chunking cannot
+// change a result).
+constexpr int64_t kGeluChunk = 4096;
+
+template <>
+void gelu_tanh_forward<float>(float* out, const float* inp, int64_t n) {
+  const int64_t chunks = (n + kGeluChunk - 1) / kGeluChunk;
+#pragma omp parallel for schedule(static)
+  for (int64_t c = 0; c < chunks; ++c)
+    simd::gelu_tanh_forward(out + c * kGeluChunk, inp + c * kGeluChunk, std::min(kGeluChunk, n - c * kGeluChunk));
+}
+
+template <>
+void gelu_tanh_backward<float>(float* dinp, const float* dout, const float* inp, int64_t n) {
+  const int64_t chunks = (n + kGeluChunk - 1) / kGeluChunk;
+#pragma omp parallel for schedule(static)
+  for (int64_t c = 0; c < chunks; ++c)
+    simd::gelu_tanh_backward(dinp + c * kGeluChunk, dout + c * kGeluChunk, inp + c * kGeluChunk,
+                             std::min(kGeluChunk, n - c * kGeluChunk));
 }
 
 template <typename T>
@@ -59,9 +81,10 @@ void gated_residual_backward(T* dF, T* dg, const T* dh_next, const T* g, const T
   }
 }
 
-#define FCA_INSTANTIATE(T)                                                         \
-  template void gelu_tanh_forward<T>(T*, const T*, int64_t);                      \
-  template void gelu_tanh_backward<T>(T*, const T*, const T*, int64_t);           \
+// Float GELU is the explicit specialisation above; double instantiates the scalar template.
+template void gelu_tanh_forward<double>(double*, const double*, int64_t);
+template void gelu_tanh_backward<double>(double*, const double*, const double*, int64_t);
+#define FCA_INSTANTIATE(T)                                                                  \
   template void gated_residual_forward<T>(T*, const T*, const T*, const T*, int64_t, int); \
   template void gated_residual_backward<T>(T*, T*, const T*, const T*, const T*, int64_t, int);
 FCA_INSTANTIATE(float)

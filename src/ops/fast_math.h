@@ -1,5 +1,7 @@
-// Vectorisable exp and tanh for float (plain arithmetic, no calls or branches, so GCC turns loops
-// over them into AVX-512 code), and the lane-blocked reductions used by softmax rows.
+// exp and tanh for float in plain arithmetic, and the lane-blocked reductions used by softmax rows
+// and LayerNorm: the scalar definitions. For float, the reductions are overloaded by the Highway
+// kernels of ops/simd.h, which do the same operations in the same order on every SIMD target
+// (call lane_sum<float> to get the scalar template itself, as the tests do).
 //
 // exp_approx: Cephes-style range reduction x = n ln2 + r (ln2 split into a hi/lo pair) and a
 // degree-6 polynomial for e^r on |r| <= ln2/2; measured max relative error 2.4e-7 (about 2 ulp) on
@@ -11,6 +13,8 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+
+#include "ops/simd.h"
 
 namespace fca {
 
@@ -83,6 +87,27 @@ inline T lane_max(const T* x, int n) {
   T m = acc[0];
   for (int k = 1; k < 16; ++k) m = std::max(m, acc[k]);
   return m;
+}
+
+// Sum of (x[i] - mean)^2 over the same 16 lanes (LayerNorm's two-pass variance).
+template <typename T>
+inline T lane_squared_deviation_sum(const T* x, int n, T mean) {
+  T acc[16] = {};
+  int i = 0;
+  for (; i + 16 <= n; i += 16)
+    for (int k = 0; k < 16; ++k) acc[k] += (x[i + k] - mean) * (x[i + k] - mean);
+  for (; i < n; ++i) acc[i & 15] += (x[i] - mean) * (x[i] - mean);
+  T s = 0;
+  for (int k = 0; k < 16; ++k) s += acc[k];
+  return s;
+}
+
+// Float: the dispatched SIMD kernels (bitwise equal to the templates above).
+inline float lane_sum(const float* x, int n) { return simd::lane_sum(x, n); }
+inline float lane_dot(const float* x, const float* y, int n) { return simd::lane_dot(x, y, n); }
+inline float lane_max(const float* x, int n) { return simd::lane_max(x, n); }
+inline float lane_squared_deviation_sum(const float* x, int n, float mean) {
+  return simd::lane_squared_deviation_sum(x, n, mean);
 }
 
 }  // namespace fca

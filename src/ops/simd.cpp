@@ -1,0 +1,242 @@
+// Highway's dynamic dispatch: this file is compiled once per target (foreach_target.h re-includes
+// it with HWY_NAMESPACE set to each), and HWY_EXPORT / HWY_DYNAMIC_DISPATCH pick the best one at
+// run time. See ops/simd.h for the numerical contract.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "ops/simd.cpp"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+
+#include <cstring>
+
+#include "ops/simd.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace fca::simd::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+using D = hn::ScalableTag<float>;
+using V = hn::Vec<D>;
+constexpr int kLanes = int(HWY_LANES(float));  // 16 (AVX3), 8 (AVX2), 4 (SSE4, EMU128), 1 (SCALAR)
+constexpr int kVectors = 16 / kLanes;           // vectors making up the 16 virtual lanes
+static_assert(16 % kLanes == 0, "16 virtual lanes must be a whole number of vectors");
+
+// exp_approx of ops/fast_math.h, lane by lane: the same operations in the same order.
+HWY_INLINE V ExpApprox(D d, V x) {
+  const hn::RebindToSigned<D> di;
+  x = hn::Min(hn::Max(x, hn::Set(d, -87.3f)), hn::Set(d, 88.3f));
+  const V magic = hn::Set(d, 12582912.0f);
+  const V n = hn::Sub(hn::Add(hn::Mul(x, hn::Set(d, 1.44269504088896341f)), magic), magic);
+  const V r = hn::Sub(hn::Sub(x, hn::Mul(n, hn::Set(d, 0.693359375f))), hn::Mul(n, hn::Set(d, -2.12194440e-4f)));
+  V p = hn::Set(d, 1.9875691500e-4f);
+  p = hn::Add(hn::Mul(p, r), hn::Set(d, 1.3981999507e-3f));
+  p = hn::Add(hn::Mul(p, r), hn::Set(d, 8.3334519073e-3f));
+  p = hn::Add(hn::Mul(p, r), hn::Set(d, 4.1665795894e-2f));
+  p = hn::Add(hn::Mul(p, r), hn::Set(d, 1.6666665459e-1f));
+  p = hn::Add(hn::Mul(p, r), hn::Set(d, 5.0000001201e-1f));
+  const V y = hn::Add(hn::Add(hn::Mul(hn::Mul(p, r), r), r), hn::Set(d, 1.0f));
+  const auto exponent = hn::ShiftLeft<23>(hn::Add(hn::ConvertTo(di, n), hn::Set(di, 127)));
+  return hn::Mul(y, hn::BitCast(d, exponent));
+}
+
+// tanh_approx: 1 - 2 / (e^{2x} + 1).
+HWY_INLINE V TanhApprox(D d, V x) {
+  const V e = ExpApprox(d, hn::Mul(hn::Set(d, 2.0f), x));
+  return hn::Sub(hn::Set(d, 1.0f), hn::Div(hn::Set(d, 2.0f), hn::Add(e, hn::Set(d, 1.0f))));
+}
+
+constexpr float kSqrt2OverPi = float(0.7978845608028654);
+
+HWY_INLINE V GeluForward(D d, V x) {
+  const V cube = hn::Mul(hn::Mul(hn::Mul(hn::Set(d, 0.044715f), x), x), x);
+  const V th = TanhApprox(d, hn::Mul(hn::Set(d, kSqrt2OverPi), hn::Add(x, cube)));
+  return hn::Mul(hn::Mul(hn::Set(d, 0.5f), x), hn::Add(hn::Set(d, 1.0f), th));
+}
+
+HWY_INLINE V GeluBackward(D d, V dy, V x) {
+  const V half = hn::Set(d, 0.5f), one = hn::Set(d, 1.0f);
+  const V cube = hn::Mul(hn::Mul(hn::Mul(hn::Set(d, 0.044715f), x), x), x);
+  const V th = TanhApprox(d, hn::Mul(hn::Set(d, kSqrt2OverPi), hn::Add(x, cube)));
+  const V dtanh_arg = hn::Mul(hn::Set(d, kSqrt2OverPi), hn::Add(one, hn::Mul(hn::Mul(hn::Set(d, float(3 * 0.044715)), x), x)));
+  const V left = hn::Mul(half, hn::Add(one, th));
+  const V right = hn::Mul(hn::Mul(hn::Mul(half, x), hn::Sub(one, hn::Mul(th, th))), dtanh_arg);
+  return hn::Mul(dy, hn::Add(left, right));
+}
+
+// The 16 virtual lanes: accumulators stored in lane order, then the tail and the final sum as
+// the scalar templates do them.
+struct Lanes16 {
+  HWY_ALIGN float lane[16];
+  float total() const {
+    float s = 0;
+    for (int k = 0; k < 16; ++k) s += lane[k];
+    return s;
+  }
+};
+
+HWY_INLINE void StoreLanes(D d, const V* acc, Lanes16& out) {
+  for (int k = 0; k < kVectors; ++k) hn::Store(acc[k], d, out.lane + k * kLanes);
+}
+
+float LaneSum(const float* x, int n) {
+  const D d;
+  V acc[kVectors];
+  for (auto& a : acc) a = hn::Zero(d);
+  int i = 0;
+  for (; i + 16 <= n; i += 16)
+    for (int k = 0; k < kVectors; ++k) acc[k] = hn::Add(acc[k], hn::LoadU(d, x + i + k * kLanes));
+  Lanes16 l;
+  StoreLanes(d, acc, l);
+  for (; i < n; ++i) l.lane[i & 15] += x[i];
+  return l.total();
+}
+
+float LaneDot(const float* x, const float* y, int n) {
+  const D d;
+  V acc[kVectors];
+  for (auto& a : acc) a = hn::Zero(d);
+  int i = 0;
+  for (; i + 16 <= n; i += 16)
+    for (int k = 0; k < kVectors; ++k)
+      acc[k] = hn::Add(acc[k], hn::Mul(hn::LoadU(d, x + i + k * kLanes), hn::LoadU(d, y + i + k * kLanes)));
+  Lanes16 l;
+  StoreLanes(d, acc, l);
+  for (; i < n; ++i) l.lane[i & 15] += x[i] * y[i];
+  return l.total();
+}
+
+float LaneMax(const float* x, int n) {
+  const D d;
+  V acc[kVectors];
+  for (auto& a : acc) a = hn::Set(d, x[0]);
+  int i = 0;
+  for (; i + 16 <= n; i += 16)
+    for (int k = 0; k < kVectors; ++k) acc[k] = hn::Max(acc[k], hn::LoadU(d, x + i + k * kLanes));
+  Lanes16 l;
+  StoreLanes(d, acc, l);
+  for (; i < n; ++i) l.lane[i & 15] = l.lane[i & 15] < x[i] ? x[i] : l.lane[i & 15];
+  float m = l.lane[0];
+  for (int k = 1; k < 16; ++k) m = m < l.lane[k] ? l.lane[k] : m;
+  return m;
+}
+
+float ExpShiftedSum(float* row, int n, float shift) {
+  const D d;
+  const V s = hn::Set(d, shift);
+  V acc[kVectors];
+  for (auto& a : acc) a = hn::Zero(d);
+  int i = 0;
+  for (; i + 16 <= n; i += 16)
+    for (int k = 0; k < kVectors; ++k) {
+      float* p = row + i + k * kLanes;
+      const V e = ExpApprox(d, hn::Sub(hn::LoadU(d, p), s));
+      hn::StoreU(e, d, p);
+      acc[k] = hn::Add(acc[k], e);
+    }
+  Lanes16 l;
+  StoreLanes(d, acc, l);
+  // The tail through one padded vector per kLanes values: the same lane-wise operations.
+  for (; i < n; i += kLanes) {
+    const int m = n - i < kLanes ? n - i : kLanes;
+    HWY_ALIGN float buf[kLanes] = {};
+    std::memcpy(buf, row + i, sizeof(float) * size_t(m));
+    hn::Store(ExpApprox(d, hn::Sub(hn::Load(d, buf), s)), d, buf);
+    for (int j = 0; j < m; ++j) {
+      row[i + j] = buf[j];
+      l.lane[(i + j) & 15] += buf[j];
+    }
+  }
+  return l.total();
+}
+
+float LaneSquaredDeviationSum(const float* x, int n, float mean) {
+  const D d;
+  const V m = hn::Set(d, mean);
+  V acc[kVectors];
+  for (auto& a : acc) a = hn::Zero(d);
+  int i = 0;
+  for (; i + 16 <= n; i += 16)
+    for (int k = 0; k < kVectors; ++k) {
+      const V dev = hn::Sub(hn::LoadU(d, x + i + k * kLanes), m);
+      acc[k] = hn::Add(acc[k], hn::Mul(dev, dev));
+    }
+  Lanes16 l;
+  StoreLanes(d, acc, l);
+  for (; i < n; ++i) l.lane[i & 15] += (x[i] - mean) * (x[i] - mean);
+  return l.total();
+}
+
+// Element-wise map over n values: whole vectors, then the tail through one padded vector.
+template <class F>
+HWY_INLINE void Map1(float* out, const float* a, int64_t n, F f) {
+  const D d;
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) hn::StoreU(f(d, hn::LoadU(d, a + i)), d, out + i);
+  if (i < n) {
+    HWY_ALIGN float buf[kLanes] = {};
+    const size_t m = size_t(n - i);
+    std::memcpy(buf, a + i, sizeof(float) * m);
+    hn::Store(f(d, hn::Load(d, buf)), d, buf);
+    std::memcpy(out + i, buf, sizeof(float) * m);
+  }
+}
+
+void GeluTanhForward(float* out, const float* inp, int64_t n) {
+  Map1(out, inp, n, [](D d, V x) HWY_ATTR { return GeluForward(d, x); });
+}
+
+void GeluTanhBackward(float* dinp, const float* dout, const float* inp, int64_t n) {
+  const D d;
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    hn::StoreU(GeluBackward(d, hn::LoadU(d, dout + i), hn::LoadU(d, inp + i)), d, dinp + i);
+  if (i < n) {
+    HWY_ALIGN float bx[kLanes] = {}, bdy[kLanes] = {};
+    const size_t m = size_t(n - i);
+    std::memcpy(bx, inp + i, sizeof(float) * m);
+    std::memcpy(bdy, dout + i, sizeof(float) * m);
+    hn::Store(GeluBackward(d, hn::Load(d, bdy), hn::Load(d, bx)), d, bx);
+    std::memcpy(dinp + i, bx, sizeof(float) * m);
+  }
+}
+
+int64_t CurrentTarget() { return HWY_TARGET; }
+
+}  // namespace fca::simd::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace fca::simd {
+
+HWY_EXPORT(LaneSum);
+HWY_EXPORT(LaneDot);
+HWY_EXPORT(LaneMax);
+HWY_EXPORT(ExpShiftedSum);
+HWY_EXPORT(LaneSquaredDeviationSum);
+HWY_EXPORT(GeluTanhForward);
+HWY_EXPORT(GeluTanhBackward);
+HWY_EXPORT(CurrentTarget);
+
+std::string dispatched_target() { return hwy::TargetName(HWY_DYNAMIC_DISPATCH(CurrentTarget)()); }
+
+std::vector<Target> available_targets() {
+  std::vector<Target> out;
+  for (int64_t t : hwy::SupportedAndGeneratedTargets()) out.push_back({t, hwy::TargetName(t)});
+  return out;
+}
+
+void force_target(int64_t bit) { hwy::SetSupportedTargetsForTest(bit); }
+
+float lane_sum(const float* x, int n) { return HWY_DYNAMIC_DISPATCH(LaneSum)(x, n); }
+float lane_dot(const float* x, const float* y, int n) { return HWY_DYNAMIC_DISPATCH(LaneDot)(x, y, n); }
+float lane_max(const float* x, int n) { return HWY_DYNAMIC_DISPATCH(LaneMax)(x, n); }
+float exp_shifted_sum(float* row, int n, float shift) { return HWY_DYNAMIC_DISPATCH(ExpShiftedSum)(row, n, shift); }
+float lane_squared_deviation_sum(const float* x, int n, float mean) {
+  return HWY_DYNAMIC_DISPATCH(LaneSquaredDeviationSum)(x, n, mean);
+}
+void gelu_tanh_forward(float* out, const float* inp, int64_t n) { HWY_DYNAMIC_DISPATCH(GeluTanhForward)(out, inp, n); }
+void gelu_tanh_backward(float* dinp, const float* dout, const float* inp, int64_t n) {
+  HWY_DYNAMIC_DISPATCH(GeluTanhBackward)(dinp, dout, inp, n);
+}
+
+}  // namespace fca::simd
+#endif  // HWY_ONCE

@@ -1,0 +1,44 @@
+// Float kernels written once with Google Highway and dispatched at run time to the best target
+// this CPU supports among those compiled in (SSSE3, SSE4, AVX2, AVX-512 "AVX3", AVX3_DL on x86).
+//
+// Every kernel does the same float operations in the same order on every target: no fused
+// multiply-add (Mul then Add), reductions over 16 virtual lanes whatever the vector width (one
+// AVX-512 vector, two AVX2 vectors, four SSE4 vectors) combined in lane order, element-wise
+// functions lane by lane. Results are therefore bitwise identical across targets and equal to the
+// scalar templates of ops/fast_math.h (tests/simd_test.cpp forces each target and compares bits).
+// The one exception is the sign of a zero maximum (x86 max returns its second operand on ties of
+// +0 and -0), which no result of fca depends on.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace fca::simd {
+
+// The target the kernels dispatch to now, e.g. "AVX3", "AVX2", "SSE4" (recorded in provenance).
+std::string dispatched_target();
+// Targets compiled into this binary that this CPU supports: (Highway target bit, name).
+struct Target {
+  int64_t bit;
+  std::string name;
+};
+std::vector<Target> available_targets();
+// Tests only: dispatch to `bit` from now on (0: back to the CPU's best). Not thread-safe.
+void force_target(int64_t bit);
+
+// 16-lane sum, dot product and maximum of x[0..n) (n >= 1 for the maximum): the exact operation
+// order of lane_sum / lane_dot / lane_max in ops/fast_math.h.
+float lane_sum(const float* x, int n);
+float lane_dot(const float* x, const float* y, int n);
+float lane_max(const float* x, int n);
+// row[i] = exp_approx(row[i] - shift) for i < n; returns lane_sum(row, n) of the result.
+float exp_shifted_sum(float* row, int n, float shift);
+// 16-lane sum of (x[i] - mean)^2, i < n (LayerNorm's two-pass variance).
+float lane_squared_deviation_sum(const float* x, int n, float mean);
+
+// GELU, tanh approximation, element-wise over n values (one thread's share; callers split the
+// work across threads): the formulas of ops/elementwise.h with exp_approx/tanh_approx.
+void gelu_tanh_forward(float* out, const float* inp, int64_t n);
+void gelu_tanh_backward(float* dinp, const float* dout, const float* inp, int64_t n);
+
+}  // namespace fca::simd

@@ -1,0 +1,92 @@
+// The Highway kernels of ops/simd.h on every SIMD target compiled in and supported here: each
+// target is forced in turn and its results must be bitwise equal to the scalar definitions
+// (ops/fast_math.h templates and the GELU formulas), for lengths that exercise whole 16-lane
+// blocks, whole vectors and every tail.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cstring>
+#include <random>
+
+#include "ops/elementwise.h"
+#include "ops/fast_math.h"
+#include "ops/simd.h"
+
+namespace fca {
+namespace {
+
+std::vector<float> random_values(size_t n, float scale, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-scale, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = u(rng);
+  return v;
+}
+
+uint32_t bits(float x) { return std::bit_cast<uint32_t>(x); }
+
+constexpr float kSqrt2OverPi = float(0.7978845608028654);
+float gelu_scalar(float x) { return 0.5f * x * (1.0f + tanh_approx(kSqrt2OverPi * (x + 0.044715f * x * x * x))); }
+float gelu_grad_scalar(float dy, float x) {
+  const float th = tanh_approx(kSqrt2OverPi * (x + 0.044715f * x * x * x));
+  const float dtanh_arg = kSqrt2OverPi * (1.0f + float(3 * 0.044715) * x * x);
+  return dy * (0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * dtanh_arg);
+}
+
+class SimdTargets : public ::testing::Test {
+ protected:
+  void TearDown() override { simd::force_target(0); }
+};
+
+TEST_F(SimdTargets, EveryTargetIsBitwiseTheScalarDefinition) {
+  const auto targets = simd::available_targets();
+  ASSERT_FALSE(targets.empty());
+  std::string names;
+  for (const auto& t : targets) names += t.name + " ";
+  std::printf("SIMD targets compiled in and supported here: %s(best: %s)\n", names.c_str(), simd::dispatched_target().c_str());
+  const std::vector<int> lengths = {1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 100, 255, 256, 257, 1000};
+  for (const auto& target : targets) {
+    simd::force_target(target.bit);
+    ASSERT_EQ(simd::dispatched_target(), target.name);
+    SCOPED_TRACE(target.name);
+    for (int n : lengths) {
+      SCOPED_TRACE("n = " + std::to_string(n));
+      const auto x = random_values(size_t(n), 3.0f, uint32_t(n));
+      const auto y = random_values(size_t(n), 2.0f, uint32_t(n) + 7);
+      EXPECT_EQ(bits(simd::lane_sum(x.data(), n)), bits(lane_sum<float>(x.data(), n)));
+      EXPECT_EQ(bits(simd::lane_dot(x.data(), y.data(), n)), bits(lane_dot<float>(x.data(), y.data(), n)));
+      EXPECT_EQ(bits(simd::lane_max(x.data(), n)), bits(lane_max<float>(x.data(), n)));
+      EXPECT_EQ(bits(simd::lane_squared_deviation_sum(x.data(), n, 0.25f)),
+                bits(lane_squared_deviation_sum<float>(x.data(), n, 0.25f)));
+      // exp over the clamped range and beyond it (softmax rows shifted by their max are <= 0).
+      auto row = random_values(size_t(n), 100.0f, uint32_t(n) + 11);
+      auto expected = row;
+      for (auto& v : expected) v = exp_approx(v - 1.5f);
+      const float sum = simd::exp_shifted_sum(row.data(), n, 1.5f);
+      for (int i = 0; i < n; ++i) ASSERT_EQ(bits(row[size_t(i)]), bits(expected[size_t(i)])) << "exp at " << i;
+      EXPECT_EQ(bits(sum), bits(lane_sum<float>(expected.data(), n)));
+      // GELU forward and backward, element by element.
+      const auto a = random_values(size_t(n), 6.0f, uint32_t(n) + 13);
+      std::vector<float> out(static_cast<size_t>(n)), grad(static_cast<size_t>(n));
+      simd::gelu_tanh_forward(out.data(), a.data(), n);
+      simd::gelu_tanh_backward(grad.data(), y.data(), a.data(), n);
+      for (int i = 0; i < n; ++i) {
+        ASSERT_EQ(bits(out[size_t(i)]), bits(gelu_scalar(a[size_t(i)]))) << "GELU at " << i;
+        ASSERT_EQ(bits(grad[size_t(i)]), bits(gelu_grad_scalar(y[size_t(i)], a[size_t(i)]))) << "GELU' at " << i;
+      }
+    }
+  }
+}
+
+TEST_F(SimdTargets, TheThreadedGeluIsTheKernel) {
+  // gelu_tanh_forward<float> splits the work into chunks across threads: same bits as one call.
+  const int64_t n = 3 * 4096 + 77;
+  const auto x = random_values(size_t(n), 5.0f, 3);
+  std::vector<float> threaded(static_cast<size_t>(n)), single(static_cast<size_t>(n));
+  gelu_tanh_forward(threaded.data(), x.data(), n);
+  simd::gelu_tanh_forward(single.data(), x.data(), n);
+  EXPECT_EQ(0, std::memcmp(threaded.data(), single.data(), sizeof(float) * size_t(n)));
+}
+
+}  // namespace
+}  // namespace fca
