@@ -55,7 +55,7 @@ def parse_args():
     ap.add_argument("--seq", type=int, default=256, help="T, tokens per window")
     ap.add_argument("--batch", type=int, default=8, help="B, windows per pass")
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--steps", type=int, default=10, help="timed repetitions")
+    ap.add_argument("--steps", type=int, default=10, help="timed repetitions (fca: --runs)")
     ap.add_argument("--warmup", type=int, default=3, help="untimed repetitions before those")
     ap.add_argument("--seed", type=int, default=0, help="seed of the weights and the token ids")
     ap.add_argument("--json-out", help="also write the results to this JSON file")
@@ -223,7 +223,7 @@ def main() -> None:
             common = ["--model", ckpt, "--batch", str(args.batch), "--warmup", str(args.warmup),
                       "--threads", str(args.threads), "--json"]
             fca_forward = fca_bench([args.fca, "bench", "forward", "--runs", str(args.steps)] + common)
-            fca_train = fca_bench([args.fca, "bench", "train", "--steps", str(args.steps)] + common)
+            fca_train = fca_bench([args.fca, "bench", "train", "--runs", str(args.steps)] + common)
 
     for kind, pt, fca in (("forward", pt_forward, fca_forward), ("train", pt_train, fca_train)):
         pt["tokens_per_s"] = tokens / pt["median_s"]

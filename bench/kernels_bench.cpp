@@ -3,6 +3,8 @@
 // Run: build/fca_kernels_bench (make bench). FLOP convention: a multiply-add is 2 FLOPs.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "core/rng.h"
@@ -59,6 +61,23 @@ void BM_AttentionBackward(benchmark::State& state) {
 }
 BENCHMARK(BM_AttentionBackward)->Unit(benchmark::kMillisecond)->UseRealTime();
 
+// The yardsticks of the memory-bound kernels: the same bytes read and written (8 per element) by a
+// plain copy split across the threads like the kernels, at the kernels' size (2M floats, 16 MB in
+// and out: what the cache hierarchy delivers to them) and at 64M floats (512 MB: main memory).
+void BM_Copy(benchmark::State& state) {
+  const int64_t n = state.range(0), chunk = 4096;
+  auto x = random_vector(size_t(n), 5);
+  std::vector<float> y(x.size());
+  for (auto _ : state) {
+#pragma omp parallel for schedule(static)
+    for (int64_t c = 0; c < (n + chunk - 1) / chunk; ++c)
+      std::memcpy(y.data() + c * chunk, x.data() + c * chunk, sizeof(float) * size_t(std::min(chunk, n - c * chunk)));
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.SetBytesProcessed(int64_t(state.iterations()) * n * 8);
+}
+BENCHMARK(BM_Copy)->Arg(int64_t(kN) * 4 * kD)->Arg(int64_t(1) << 26)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
 void BM_GeluForward(benchmark::State& state) {
   auto x = random_vector(size_t(kN) * 4 * kD, 5);
   std::vector<float> y(x.size());
@@ -74,6 +93,29 @@ void BM_LayerNormForward(benchmark::State& state) {
   state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(x.size()) * 8);
 }
 BENCHMARK(BM_LayerNormForward)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+void BM_GeluBackward(benchmark::State& state) {
+  auto x = random_vector(size_t(kN) * 4 * kD, 5), dy = random_vector(x.size(), 9);
+  std::vector<float> dx(x.size());
+  for (auto _ : state) gelu_tanh_backward(dx.data(), dy.data(), x.data(), int64_t(x.size()));
+  state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(x.size()) * 12);
+}
+BENCHMARK(BM_GeluBackward)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+// The causal softmax of the default attention (B H = 32 score matrices of T x T): 8 bytes per
+// element of the causal triangle read and written.
+void BM_CausalSoftmax(benchmark::State& state) {
+  const auto scores = random_vector(size_t(kB) * kH * kT * kT, 10, 3.0);
+  std::vector<float> p(scores.size());
+  for (auto _ : state) {
+    state.PauseTiming();
+    std::copy(scores.begin(), scores.end(), p.begin());
+    state.ResumeTiming();
+    causal_softmax(p.data(), kB * kH, kT);
+  }
+  state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(kB) * kH * (int64_t(kT) * (kT + 1) / 2) * 8);
+}
+BENCHMARK(BM_CausalSoftmax)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 }  // namespace
 }  // namespace fca

@@ -3,7 +3,11 @@
 // (--model: MUDD folder, moe, mod) goes through the registry, FLOPs counted at the GEMM calls.
 #include <sys/resource.h>
 
+#include <algorithm>
+#include <array>
+#include <chrono>
 #include <cstdio>
+#include <functional>
 #include <memory>
 
 #include "cli/common.h"
@@ -11,6 +15,7 @@
 #include "core/rng.h"
 #include "core/sha256.h"
 #include "core/exec_counters.h"
+#include "core/phase_timer.h"
 #include "core/file_io.h"
 #include "exec/gated_flops.h"
 #include "exec/timing.h"
@@ -32,13 +37,13 @@ struct BenchFlags {
   std::string arch = "gated";   // train only: the family of the fresh model
 };
 
-void add_bench_flags(CLI::App& cmd, BenchFlags& f, const char* runs_name) {
+void add_bench_flags(CLI::App& cmd, BenchFlags& f) {
   f.shape.add_to(cmd);
   cmd.add_option("--model", f.model, "Checkpoint or MUDD folder (forward only) to benchmark (default: a fresh model of the shape flags)");
   cmd.add_option("--seed", f.seed, "Initialisation seed of the fresh model")->check(unsigned_integer)->capture_default_str();
   cmd.add_option("--batch", f.batch, "Windows per pass")->check(positive_number)->capture_default_str();
   cmd.add_option("--tokens", f.seq, "Tokens per window (0 = the model's seq_len)")->check(non_negative_number)->capture_default_str();
-  cmd.add_option(runs_name, f.runs, "Timed repetitions")->check(positive_number)->capture_default_str();
+  cmd.add_option("--runs", f.runs, "Timed repetitions (passes or training steps)")->check(positive_number)->capture_default_str();
   cmd.add_option("--warmup", f.warmup, "Untimed warm-up repetitions")->check(non_negative_number)->capture_default_str();
   cmd.add_flag("--json", f.json, "Print one JSON object instead of a table");
   add_threads_flag(cmd, f.threads);
@@ -53,8 +58,31 @@ GatedModel<float> bench_model(const BenchFlags& f) {
   return f.model.empty() ? GatedModel<float>::initialized(f.shape.config(), f.seed) : GatedModel<float>::load(f.model);
 }
 
+// Where the time of one pass goes: `runs` more passes with the phase timer installed (after the
+// timed runs, so the timing itself does not disturb them); seconds per pass by phase, and the rest
+// (work outside any kernel scope: residual adds and copies in the model code) as "other".
+struct Breakdown {
+  std::array<double, kPhaseCount> seconds{};
+  double total = 0, other = 0;
+};
+
+Breakdown profile_phases(const std::function<void()>& pass, int runs) {
+  PhaseTimes times;
+  Breakdown b;
+  const auto start = std::chrono::steady_clock::now();
+  {
+    const PhaseTiming timing(times);
+    for (int r = 0; r < runs; ++r) pass();
+  }
+  b.total = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / runs;
+  double accounted = 0;
+  for (int p = 0; p < kPhaseCount; ++p) accounted += b.seconds[size_t(p)] = times.seconds[size_t(p)] / runs;
+  b.other = std::max(0.0, b.total - accounted);
+  return b;
+}
+
 void report(const BenchFlags& f, const char* what, const nlohmann::ordered_json& config, const std::string& name, int T,
-            const TimingStats& s, double flops, size_t state_bytes) {
+            const TimingStats& s, double flops, size_t state_bytes, const Breakdown& breakdown) {
   const double peak = measure_sgemm_peak_gflops();
   const double tokens_per_s = double(f.batch) * T / s.median;
   const double gflops = flops / s.median / 1e9;
@@ -74,6 +102,12 @@ void report(const BenchFlags& f, const char* what, const nlohmann::ordered_json&
   j["sgemm_peak_gflops"] = peak;
   j["peak_ratio"] = gflops / peak;
   j["run_state_mib"] = double(state_bytes) / (1 << 20);
+  nlohmann::ordered_json parts;
+  for (int p = 0; p < kPhaseCount; ++p)
+    parts[kPhaseNames[p]] = {{"ms", 1e3 * breakdown.seconds[size_t(p)]}, {"share", breakdown.seconds[size_t(p)] / breakdown.total}};
+  parts["other"] = {{"ms", 1e3 * breakdown.other}, {"share", breakdown.other / breakdown.total}};
+  j["breakdown"] = parts;
+  j["breakdown_pass_ms"] = 1e3 * breakdown.total;
   j["max_rss_mib"] = double(usage.ru_maxrss) / 1024;
   auto prov = provenance_base();
   if (!f.model.empty() && family_of(f.model).name != "mudd") prov["model_sha256"] = sha256_file(f.model);
@@ -86,6 +120,11 @@ void report(const BenchFlags& f, const char* what, const nlohmann::ordered_json&
   std::printf("  median %.4f s  [p10 %.4f, p90 %.4f]  over %d runs\n", s.median, s.p10, s.p90, s.runs);
   std::printf("  %.0f tokens/s   %.1f GFLOP/s model   SGEMM peak %.1f GFLOP/s   ratio %.1f%%\n", tokens_per_s, gflops, peak,
               100 * gflops / peak);
+  std::printf("  breakdown of a pass (%.2f ms, profiled):", 1e3 * breakdown.total);
+  for (int p = 0; p < kPhaseCount; ++p)
+    std::printf("  %s %.2f ms (%.0f%%)", kPhaseNames[p], 1e3 * breakdown.seconds[size_t(p)],
+                100 * breakdown.seconds[size_t(p)] / breakdown.total);
+  std::printf("  other %.2f ms (%.0f%%)\n", 1e3 * breakdown.other, 100 * breakdown.other / breakdown.total);
 }
 
 }  // namespace
@@ -96,7 +135,7 @@ void add_bench_command(CLI::App& app) {
 
   auto fwd = std::make_shared<BenchFlags>();
   CLI::App* forward = bench->add_subcommand("forward", "Time inference forward passes (live controller)");
-  add_bench_flags(*forward, *fwd, "--runs");
+  add_bench_flags(*forward, *fwd);
   forward->add_option("--source", fwd->source, "Coefficient source: live (controller) or replay (recorded coefficients)")
       ->check(CLI::IsMember({"live", "replay"}))
       ->capture_default_str();
@@ -120,15 +159,14 @@ void add_bench_command(CLI::App& app) {
         model->run_live(tokens.data(), targets.data(), fwd->batch, T, &recorded, 0, nll.data());
       }
       const bool replay = fwd->source == "replay";
-      const TimingStats s = time_runs(
-          [&] {
-            if (replay) model->run_replay(tokens.data(), targets.data(), fwd->batch, T, recorded, nll.data());
-            else model->run_live(tokens.data(), targets.data(), fwd->batch, T, nullptr, 0, nll.data());
-          },
-          fwd->warmup, fwd->runs);
+      const auto pass = [&] {
+        if (replay) model->run_replay(tokens.data(), targets.data(), fwd->batch, T, recorded, nll.data());
+        else model->run_live(tokens.data(), targets.data(), fwd->batch, T, nullptr, 0, nll.data());
+      };
+      const TimingStats s = time_runs(pass, fwd->warmup, fwd->runs);
       report(*fwd, replay ? "forward-replay" : "forward", nlohmann::ordered_json::parse(model->config_json()),
              model->description() + " (" + std::to_string(model->parameter_count()) + " parameters)", T, s,
-             double(counters.gemm_flops.load()), model->run_state_bytes());
+             double(counters.gemm_flops.load()), model->run_state_bytes(), profile_phases(pass, fwd->runs));
       return;
     }
     const GatedModel<float> model = bench_model(*fwd);
@@ -145,17 +183,17 @@ void add_bench_command(CLI::App& app) {
     ReplayedCoefficients<float> replayed(recorded);
     CoefficientSource<float>& source =
         fwd->source == "replay" ? static_cast<CoefficientSource<float>&>(replayed) : static_cast<CoefficientSource<float>&>(live);
-    const TimingStats s = time_runs([&] { gated_forward(model, rs, tokens.data(), fwd->batch, T, source); },
-                                    fwd->warmup, fwd->runs);
+    const auto pass = [&] { gated_forward(model, rs, tokens.data(), fwd->batch, T, source); };
+    const TimingStats s = time_runs(pass, fwd->warmup, fwd->runs);
     report(*fwd, fwd->source == "replay" ? "forward-replay" : "forward", nlohmann::ordered_json::parse(model.config().to_json()),
            gated_name(model.config()), T, s, gated_forward_flops(model.config(), fwd->batch, T, model.config().n_layer),
-           rs.bytes());
+           rs.bytes(), profile_phases(pass, fwd->runs));
   });
 
   auto trn = std::make_shared<BenchFlags>();
   trn->runs = 10;
   CLI::App* train = bench->add_subcommand("train", "Time training steps (forward, backward, clipping, AdamW)");
-  add_bench_flags(*train, *trn, "--steps");
+  add_bench_flags(*train, *trn);
   train->add_option("--arch", trn->arch, "Family of the fresh model: gated, or moe (E 8, k 2) / mod (c 0.125) of the shape flags")
       ->check(CLI::IsMember({"gated", "moe", "mod"}))
       ->capture_default_str();
@@ -185,9 +223,10 @@ void add_bench_command(CLI::App& app) {
         CountingScope scope(counters);
         model->step(inputs.data(), targets.data(), 1, 1e-4);
       }
-      const TimingStats s = time_runs([&] { model->step(inputs.data(), targets.data(), 1, 1e-4); }, trn->warmup, trn->runs);
+      const auto pass = [&] { model->step(inputs.data(), targets.data(), 1, 1e-4); };
+      const TimingStats s = time_runs(pass, trn->warmup, trn->runs);
       report(*trn, "train", model->config_json(), trn->arch + " L " + std::to_string(o.moe.n_layer) + " D " + std::to_string(o.moe.d_model),
-             T, s, double(counters.gemm_flops.load()), model->run_state_bytes());
+             T, s, double(counters.gemm_flops.load()), model->run_state_bytes(), profile_phases(pass, trn->runs));
       return;
     }
     GatedModel<float> model = bench_model(*trn);
@@ -200,9 +239,10 @@ void add_bench_command(CLI::App& app) {
       targets[i] = int32_t(rng.below(kByteVocab));
     }
     // A fixed batch and learning rate, as in bench/compare_pytorch.py's PyTorch step.
-    const TimingStats s = time_runs([&] { step.run(inputs.data(), targets.data(), 1, 1e-4); }, trn->warmup, trn->runs);
+    const auto pass = [&] { step.run(inputs.data(), targets.data(), 1, 1e-4); };
+    const TimingStats s = time_runs(pass, trn->warmup, trn->runs);
     report(*trn, "train", nlohmann::ordered_json::parse(model.config().to_json()), gated_name(model.config()), T, s,
-           gated_train_flops(model.config(), trn->batch, T), step.run_state_bytes());
+           gated_train_flops(model.config(), trn->batch, T), step.run_state_bytes(), profile_phases(pass, trn->runs));
   });
 }
 

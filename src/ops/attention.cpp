@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "core/exec_counters.h"
+#include "core/phase_timer.h"
 #include "ops/fast_math.h"
 #include "ops/gemm.h"
 
@@ -22,13 +23,7 @@ void causal_softmax_row(T* row, int t, int Tn, T* logp, const T* prev_logp, T* f
   const T mx = lane_max(row, n);
   if (logp != nullptr)
     for (int u = 0; u < n; ++u) logp[u] = row[u] - mx;
-  T sum;
-  if constexpr (std::is_same_v<T, float>) {
-    sum = simd::exp_shifted_sum(row, n, mx);  // the loop below and lane_sum, fused, in SIMD
-  } else {
-    for (int u = 0; u < n; ++u) row[u] = fast_exp(row[u] - mx);
-    sum = lane_sum(row, n);
-  }
+  const T sum = exp_shifted_sum(row, row, n, mx);  // row[u] = exp(row[u] - mx), and its 16-lane sum
   const T inv = T(1) / sum;
   for (int u = 0; u < n; ++u) row[u] *= inv;
   for (int u = n; u < Tn; ++u) row[u] = 0;
@@ -73,6 +68,7 @@ int64_t attention_statistics_flops(int B, int H, int Tn, bool with_kl) {
 
 template <typename T>
 void attention_forward(T* out, T* probs, const AttentionStats<T>* stats, const T* qkv, int B, int Tn, int D, int H) {
+  const PhaseScope phase_scope(Phase::attention);
   if (stats != nullptr) count_controller_flops(attention_statistics_flops(B, H, Tn, stats->prev_logp != nullptr));
   const int dh = D / H;
   const T scale = T(1) / std::sqrt(T(dh));
@@ -102,8 +98,19 @@ void attention_forward(T* out, T* probs, const AttentionStats<T>* stats, const T
 }
 
 template <typename T>
+void causal_softmax(T* scores, int heads, int Tn) {
+  const PhaseScope phase_scope(Phase::attention);
+#pragma omp parallel for schedule(static)
+  for (int h = 0; h < heads; ++h)
+    for (int t = 0; t < Tn; ++t)
+      causal_softmax_row<T>(scores + (int64_t(h) * Tn + t) * Tn, t, Tn, nullptr, nullptr, nullptr);
+}
+template void causal_softmax<float>(float*, int, int);
+
+template <typename T>
 void attention_backward(T* dqkv, T* scratch, const T* dout, const T* probs, const T* qkv, int B, int Tn, int D,
                         int H) {
+  const PhaseScope phase_scope(Phase::attention);
   const int dh = D / H;
   const T scale = T(1) / std::sqrt(T(dh));
   const int ld = 3 * D;

@@ -22,6 +22,11 @@ struct AttentionStats {
 // the masked part of each diagonal block. The FLOP counts of exec/ use it.
 int64_t attention_executed_pairs(int Tn);
 
+// The causal softmax of attention_forward on its own: each of `heads` [Tn, Tn] score matrices,
+// row t over keys u <= t in place (zeros beyond t). For the kernel benchmarks.
+template <typename T>
+void causal_softmax(T* scores, int heads, int Tn);
+
 // Controller FLOPs of the statistics over B x H heads of Tn rows (the convention of
 // core/exec_counters.h); with_kl when the previous layer's logp is given.
 int64_t attention_statistics_flops(int B, int H, int Tn, bool with_kl);

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "ops/fast_math.h"
+#include "core/phase_timer.h"
 
 namespace fca {
 namespace {
@@ -17,6 +18,7 @@ constexpr int64_t kGeluChunk = 4096;
 
 template <>
 void gelu_tanh_forward<float>(float* out, const float* inp, int64_t n) {
+  const PhaseScope phase_scope(Phase::elementwise);
   const int64_t chunks = (n + kGeluChunk - 1) / kGeluChunk;
 #pragma omp parallel for schedule(static)
   for (int64_t c = 0; c < chunks; ++c)
@@ -25,6 +27,7 @@ void gelu_tanh_forward<float>(float* out, const float* inp, int64_t n) {
 
 template <>
 void gelu_tanh_backward<float>(float* dinp, const float* dout, const float* inp, int64_t n) {
+  const PhaseScope phase_scope(Phase::elementwise);
   const int64_t chunks = (n + kGeluChunk - 1) / kGeluChunk;
 #pragma omp parallel for schedule(static)
   for (int64_t c = 0; c < chunks; ++c)
@@ -34,6 +37,7 @@ void gelu_tanh_backward<float>(float* dinp, const float* dout, const float* inp,
 
 template <typename T>
 void gelu_tanh_forward(T* out, const T* inp, int64_t n) {
+  const PhaseScope phase_scope(Phase::elementwise);
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < n; ++i) {
     const T x = inp[i];
@@ -43,6 +47,7 @@ void gelu_tanh_forward(T* out, const T* inp, int64_t n) {
 
 template <typename T>
 void gelu_tanh_backward(T* dinp, const T* dout, const T* inp, int64_t n) {
+  const PhaseScope phase_scope(Phase::elementwise);
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < n; ++i) {
     const T x = inp[i];
@@ -54,6 +59,7 @@ void gelu_tanh_backward(T* dinp, const T* dout, const T* inp, int64_t n) {
 
 template <typename T>
 void gated_residual_forward(T* h_next, const T* h, const T* g, const T* F, int64_t N, int C) {
+  const PhaseScope phase_scope(Phase::elementwise);
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
     const T gn = g[n];
@@ -66,6 +72,7 @@ void gated_residual_forward(T* h_next, const T* h, const T* g, const T* F, int64
 
 template <typename T>
 void gated_residual_backward(T* dF, T* dg, const T* dh_next, const T* g, const T* F, int64_t N, int C) {
+  const PhaseScope phase_scope(Phase::elementwise);
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
     const T gn = g[n];

@@ -6,12 +6,14 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/phase_timer.h"
 #include "ops/fast_math.h"
 
 namespace fca {
 
 template <typename T>
 void embedding_forward(T* h0, const int32_t* tokens, const T* wte, const T* wpe, int B, int Tn, int C) {
+  const PhaseScope phase_scope(Phase::elementwise);
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < int64_t(B) * Tn; ++n) {
     const T* e = wte + int64_t(tokens[n]) * C;
@@ -23,6 +25,7 @@ void embedding_forward(T* h0, const int32_t* tokens, const T* wte, const T* wpe,
 
 template <typename T>
 void embedding_backward(T* dwte, T* dwpe, const T* dh0, const int32_t* tokens, int B, int Tn, int C) {
+  const PhaseScope phase_scope(Phase::elementwise);
   const int blocks = (C + 15) / 16;
 #pragma omp parallel for schedule(static)
   for (int blk = 0; blk < blocks; ++blk) {
@@ -41,6 +44,7 @@ void embedding_backward(T* dwte, T* dwpe, const T* dh0, const int32_t* tokens, i
 
 template <typename T>
 void cross_entropy_forward(T* losses, const T* logits, const int32_t* targets, int64_t N, int V) {
+  const PhaseScope phase_scope(Phase::elementwise);
 #pragma omp parallel
   {
     std::vector<T> e(static_cast<size_t>(V));  // one row's exponentials, per thread
@@ -48,21 +52,20 @@ void cross_entropy_forward(T* losses, const T* logits, const int32_t* targets, i
     for (int64_t n = 0; n < N; ++n) {
       const T* z = logits + n * V;
       const T mx = lane_max(z, V);
-      for (int v = 0; v < V; ++v) e[size_t(v)] = fast_exp(z[v] - mx);
-      losses[n] = mx + std::log(lane_sum(e.data(), V)) - z[targets[n]];
+      losses[n] = mx + std::log(exp_shifted_sum(e.data(), z, V, mx)) - z[targets[n]];
     }
   }
 }
 
 template <typename T>
 void cross_entropy_backward(T* dlogits, const T* logits, const int32_t* targets, T scale, int64_t N, int V) {
+  const PhaseScope phase_scope(Phase::elementwise);
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
     const T* z = logits + n * V;
     T* dz = dlogits + n * V;
     const T mx = lane_max(z, V);
-    for (int v = 0; v < V; ++v) dz[v] = fast_exp(z[v] - mx);  // may alias z: each z[v] is read before dz[v] is written
-    const T factor = scale / lane_sum(dz, V);
+    const T factor = scale / exp_shifted_sum(dz, z, V, mx);  // dz may alias z
     for (int v = 0; v < V; ++v) dz[v] *= factor;
     dz[targets[n]] -= scale;
   }

@@ -102,12 +102,24 @@ inline T lane_squared_deviation_sum(const T* x, int n, T mean) {
   return s;
 }
 
+// out[i] = exp(x[i] - shift) for i < n (out may alias x); returns lane_sum(out, n).
+template <typename T>
+inline T exp_shifted_sum(T* out, const T* x, int n, T shift) {
+  for (int i = 0; i < n; ++i) out[i] = fast_exp(x[i] - shift);
+  return lane_sum(out, n);
+}
+
 // Float: the dispatched SIMD kernels (bitwise equal to the templates above).
 inline float lane_sum(const float* x, int n) { return simd::lane_sum(x, n); }
 inline float lane_dot(const float* x, const float* y, int n) { return simd::lane_dot(x, y, n); }
 inline float lane_max(const float* x, int n) { return simd::lane_max(x, n); }
 inline float lane_squared_deviation_sum(const float* x, int n, float mean) {
   return simd::lane_squared_deviation_sum(x, n, mean);
+}
+
+inline float exp_shifted_sum(float* out, const float* x, int n, float shift) {
+  if (out != x) std::copy(x, x + n, out);
+  return simd::exp_shifted_sum(out, n, shift);
 }
 
 }  // namespace fca

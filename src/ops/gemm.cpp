@@ -3,6 +3,7 @@
 #include <cblas.h>
 
 #include "core/exec_counters.h"
+#include "core/phase_timer.h"
 
 namespace fca {
 
@@ -18,6 +19,7 @@ inline void count_gemm(int M, int N, int K) {
 template <>
 void gemm<float>(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
                  const float* B, int ldb, float beta, float* C, int ldc) {
+  const PhaseScope phase_scope(Phase::gemm);
   count_gemm(M, N, K);
   cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, M, N,
               K, alpha, A, lda, B, ldb, beta, C, ldc);
@@ -26,6 +28,7 @@ void gemm<float>(bool trans_a, bool trans_b, int M, int N, int K, float alpha, c
 template <>
 void gemm<double>(bool trans_a, bool trans_b, int M, int N, int K, double alpha, const double* A, int lda,
                   const double* B, int ldb, double beta, double* C, int ldc) {
+  const PhaseScope phase_scope(Phase::gemm);
   count_gemm(M, N, K);
   cblas_dgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, M, N,
               K, alpha, A, lda, B, ldb, beta, C, ldc);
@@ -49,6 +52,7 @@ void add_column_sums(T* out, const T* in, int64_t N, int C) {
 
 template <typename T>
 void linear_forward(T* y, const T* x, const T* weight, const T* bias, int N, int in, int out) {
+  const PhaseScope phase_scope(Phase::elementwise);
   if (bias != nullptr) {
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; ++n)
@@ -60,6 +64,7 @@ void linear_forward(T* y, const T* x, const T* weight, const T* bias, int N, int
 template <typename T>
 void linear_backward(T* dx, T* dweight, T* dbias, const T* dy, const T* x, const T* weight, int N, int in,
                      int out, bool accumulate_dx) {
+  const PhaseScope phase_scope(Phase::elementwise);
   if (dx != nullptr) gemm<T>(false, false, N, in, out, T(1), dy, out, weight, in, accumulate_dx ? T(1) : T(0), dx, in);
   gemm<T>(true, false, out, in, N, T(1), dy, out, x, in, T(1), dweight, in);
   if (dbias != nullptr) add_column_sums(dbias, dy, N, out);

@@ -3,11 +3,13 @@
 #include <cmath>
 
 #include "ops/fast_math.h"
+#include "core/phase_timer.h"
 
 namespace fca {
 
 template <typename T>
 void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, const T* bias, int64_t N, int C) {
+  const PhaseScope phase_scope(Phase::elementwise);
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
     const T* x = inp + n * C;
@@ -26,6 +28,7 @@ void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, 
 template <typename T>
 void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* mean, const T* rstd,
                         const T* weight, int64_t N, int C) {
+  const PhaseScope phase_scope(Phase::elementwise);
   // Input gradient, row-parallel: dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)).
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {

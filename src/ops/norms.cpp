@@ -3,10 +3,13 @@
 #include <cmath>
 #include <cstring>
 
+#include "core/phase_timer.h"
+
 namespace fca {
 
 template <typename T>
 void rmsnorm_forward(T* out, T* rstd, const T* x, const T* scale, int64_t N, int G, int C, int64_t stride, double eps) {
+  const PhaseScope phase_scope(Phase::elementwise);
 #pragma omp parallel for schedule(static)
   for (int64_t row = 0; row < N * G; ++row) {
     const int64_t off = (row / G) * stride + (row % G) * C;
@@ -26,6 +29,7 @@ void rmsnorm_forward(T* out, T* rstd, const T* x, const T* scale, int64_t N, int
 template <typename T>
 void rmsnorm_backward(T* dx, T* dscale, const T* dy, const T* x, const T* rstd, const T* scale, int64_t N, int G, int C,
                       int64_t stride) {
+  const PhaseScope phase_scope(Phase::elementwise);
 #pragma omp parallel for schedule(static)
   for (int64_t row = 0; row < N * G; ++row) {
     const int64_t off = (row / G) * stride + (row % G) * C;
@@ -52,12 +56,14 @@ void rmsnorm_backward(T* dx, T* dscale, const T* dy, const T* x, const T* rstd, 
 
 template <typename T>
 void gelu_erf_forward(T* out, const T* inp, int64_t n) {
+  const PhaseScope phase_scope(Phase::elementwise);
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < n; ++i) out[i] = T(0.5) * inp[i] * (T(1) + std::erf(inp[i] * T(0.70710678118654752)));
 }
 
 template <typename T>
 void gelu_erf_backward(T* dinp, const T* dout, const T* inp, int64_t n) {
+  const PhaseScope phase_scope(Phase::elementwise);
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < n; ++i) {
     const T x = inp[i];
@@ -127,12 +133,14 @@ void rope_tables(T* cos_table, T* sin_table, int positions, int rot, double base
 
 template <typename T>
 void rope_forward(T* x, const T* cos_table, const T* sin_table, int B, int Tn, int H, int dh, int rot, int64_t stride) {
+  const PhaseScope phase_scope(Phase::elementwise);
   rotate(x, cos_table, sin_table, B, Tn, H, dh, rot, stride, T(1));
 }
 
 template <typename T>
 void rope_backward(T* dx, const T* cos_table, const T* sin_table, int B, int Tn, int H, int dh, int rot,
                    int64_t stride) {
+  const PhaseScope phase_scope(Phase::elementwise);
   rotate(dx, cos_table, sin_table, B, Tn, H, dh, rot, stride, T(-1));  // the transpose of a rotation is the inverse
 }
 

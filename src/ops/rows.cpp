@@ -4,17 +4,20 @@
 #include <cstring>
 
 #include "ops/gemm.h"
+#include "core/phase_timer.h"
 
 namespace fca {
 
 template <typename T>
 void gather_rows(T* out, const T* x, const int32_t* rows, int64_t R, int C) {
+  const PhaseScope phase_scope(Phase::elementwise);
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < R; ++r) std::memcpy(out + r * C, x + int64_t(rows[r]) * C, sizeof(T) * size_t(C));
 }
 
 template <typename T>
 void scatter_add_rows(T* y, const T* src, const int32_t* rows, const T* weights, int64_t R, int C) {
+  const PhaseScope phase_scope(Phase::elementwise);
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < R; ++r) {
     T* dst = y + int64_t(rows[r]) * C;
@@ -26,6 +29,7 @@ void scatter_add_rows(T* y, const T* src, const int32_t* rows, const T* weights,
 
 template <typename T>
 void combine_rows(T* y, const T* src, const int32_t* rows, const T* weights, int64_t N, int S, int C, bool accumulate) {
+  const PhaseScope phase_scope(Phase::elementwise);
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
     T* out = y + n * C;
@@ -41,6 +45,7 @@ void combine_rows(T* y, const T* src, const int32_t* rows, const T* weights, int
 template <typename T>
 void combine_rows_backward(T* dsrc, T* dweights, const T* dy, const T* src, const int32_t* rows, const T* weights,
                            int64_t N, int S, int C) {
+  const PhaseScope phase_scope(Phase::elementwise);
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
     const T* g = dy + n * C;

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/phase_timer.h"
 
 namespace fca {
 
@@ -11,6 +12,7 @@ AdamW::AdamW(const std::vector<TensorSlot>& layout, size_t buffer_size, AdamWOpt
     : layout_(layout), options_(options), m_(buffer_size, 0.0f), v_(buffer_size, 0.0f) {}
 
 void AdamW::step(float* params, const float* grads, double lr) {
+  const PhaseScope phase_scope(Phase::optimizer);
   ++t_;
   const double bias1 = 1.0 - std::pow(options_.beta1, double(t_));
   const double bias2 = 1.0 - std::pow(options_.beta2, double(t_));
@@ -43,6 +45,7 @@ double learning_rate(int64_t step, int64_t total, int64_t warmup, double peak_lr
 }
 
 double clip_and_step(AdamW& optimizer, float* params, float* grads, size_t n, double loss, double clip, double lr) {
+  const PhaseScope phase_scope(Phase::optimizer);
   const double norm = global_norm(grads, n);
   if (!std::isfinite(loss) || !std::isfinite(norm))
     throw Error("training diverged (loss " + std::to_string(loss) + ", gradient norm " + std::to_string(norm) +

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "core/phase_timer.h"
 #include "core/exec_counters.h"
 
 namespace fca {
@@ -16,6 +17,7 @@ T sigmoid(T z) {
 
 template <typename T>
 void GateController<T>::evaluate(int layer, const BatchPosition& batch, const T* phi, T* g) const {
+  const PhaseScope phase_scope(Phase::controller);
   count_controller_evaluation(batch);
   const int64_t N = int64_t(batch.batch) * batch.tokens;
   switch (config_.gate) {

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/phase_timer.h"
 #include "core/exec_counters.h"
 #include "models/gated/block.h"
 #include "ops/attention.h"
@@ -19,6 +20,7 @@ namespace {
 // phi[n, 0..2] = mean over heads of the attention statistics; phi[n, 3] = ||F_n|| / (||h_n|| + 1e-6).
 template <typename T>
 void featuregate_features(T* phi, const T* head_features, const T* update, const T* h, int B, int Tn, int H, int D) {
+  const PhaseScope phase_scope(Phase::controller);
   // Per row: the head sums 3H and means 3, two sums of squares 4D, two square roots, an add, a divide.
   count_controller_flops(int64_t(B) * Tn * (3 * int64_t(H) + 4 * int64_t(D) + 7));
 #pragma omp parallel for schedule(static)

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/phase_timer.h"
 #include "core/exec_counters.h"
 
 namespace fca {
@@ -21,6 +22,7 @@ CoefficientShape mod_record_shape(const ModConfig& c, int tokens) {
 template <typename T>
 void ModLiveRouting<T>::select(int layer, const BatchPosition& batch, int K, const T* h, T* scores, int32_t* rows,
                                T* weights) {
+  const PhaseScope phase_scope(Phase::controller);
   const ModConfig& c = model_.config();
   const int D = c.d_model, Tn = batch.tokens;
   const T* w = model_.weights().router_weight[size_t(layer)];

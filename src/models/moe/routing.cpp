@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "core/phase_timer.h"
 #include "core/exec_counters.h"
 #include "ops/gemm.h"
 
@@ -39,6 +40,7 @@ void check_expert_record(const int32_t* experts, int k, int E, const std::string
 
 template <typename T>
 void MoeLiveRouting<T>::route(int layer, const BatchPosition& batch, const T* m, T* probs, int32_t* experts, T* weights) {
+  const PhaseScope phase_scope(Phase::controller);
   const MoeConfig& c = model_.config();
   const int64_t N = int64_t(batch.batch) * batch.tokens;
   const int E = c.n_expert, k = c.top_k;

@@ -1,6 +1,7 @@
 #include "models/mudd/coefficients.h"
 
 #include "core/error.h"
+#include "core/phase_timer.h"
 #include "core/exec_counters.h"
 #include "ops/gemm.h"
 #include "ops/norms.h"
@@ -18,6 +19,7 @@ CoefficientTensor make_mudd_coefficients(const MuddConfig& c, int windows, int t
 template <typename T>
 void mudd_da_generator(const MuddConfig& c, const MuddDaWeights<T>& da, const T* newest, const BatchPosition& batch,
                        const MuddDaSaved<T>& saved, T* alpha) {
+  const PhaseScope phase_scope(Phase::controller);
   count_controller_evaluation(batch);
   const int64_t N = int64_t(batch.batch) * batch.tokens;
   const int D = c.dim, width = da.streams * da.sources;
