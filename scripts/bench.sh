@@ -4,6 +4,7 @@
 set -euo pipefail
 build=${1:-build}
 "$build/fca_kernels_bench"
+"$build/fca_blas_bench"
 "$build/fca" bench forward --threads 2
 "$build/fca" bench train --threads 2
 /usr/bin/python3 bench/compare_pytorch.py --fca "$build/fca" --threads 2
