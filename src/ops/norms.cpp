@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "core/phase_timer.h"
+#include "ops/fast_math.h"
 
 namespace fca {
 
@@ -15,8 +16,7 @@ void rmsnorm_forward(T* out, T* rstd, const T* x, const T* scale, int64_t N, int
     const int64_t off = (row / G) * stride + (row % G) * C;
     const T* xr = x + off;
     T* yr = out + off;
-    T sq = 0;
-    for (int c = 0; c < C; ++c) sq += xr[c] * xr[c];
+    const T sq = lane_dot(xr, xr, C);  // 16-lane sum of squares (ops/fast_math.h): vectorised, fixed order
     const T r = T(1) / std::sqrt(sq / T(C) + T(eps));
     if (rstd != nullptr) rstd[row] = r;
     if (scale != nullptr)

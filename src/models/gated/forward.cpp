@@ -11,6 +11,7 @@
 #include "ops/attention.h"
 #include "ops/elementwise.h"
 #include "ops/embedding.h"
+#include "ops/fast_math.h"
 #include "ops/gemm.h"
 #include "ops/layernorm.h"
 
@@ -31,11 +32,7 @@ void featuregate_features(T* phi, const T* head_features, const T* update, const
       const T* f = head_features + ((b * H + hh) * Tn + t) * 3;
       for (int i = 0; i < 3; ++i) acc[i] += f[i];
     }
-    T update_sq = 0, hidden_sq = 0;
-    for (int c = 0; c < D; ++c) {
-      update_sq += update[n * D + c] * update[n * D + c];
-      hidden_sq += h[n * D + c] * h[n * D + c];
-    }
+    const T update_sq = lane_dot(update + n * D, update + n * D, D), hidden_sq = lane_dot(h + n * D, h + n * D, D);
     T* out = phi + n * 4;
     for (int i = 0; i < 3; ++i) out[i] = acc[i] / T(H);
     out[3] = std::sqrt(update_sq) / (std::sqrt(hidden_sq) + T(1e-6));
