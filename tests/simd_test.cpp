@@ -88,5 +88,18 @@ TEST_F(SimdTargets, TheThreadedGeluIsTheKernel) {
   EXPECT_EQ(0, std::memcmp(threaded.data(), single.data(), sizeof(float) * size_t(n)));
 }
 
+TEST_F(SimdTargets, TheFusedBiasGeluIsBiasThenGelu) {
+  const int64_t N = 37;
+  const int C = 100;
+  const auto x = random_values(size_t(N * C), 4.0f, 5), b = random_values(size_t(C), 1.0f, 6);
+  std::vector<float> pre = x, act(x.size()), separate(x.size()), expected_pre = x;
+  bias_gelu_tanh_forward(pre.data(), act.data(), b.data(), N, C);
+  for (int64_t n = 0; n < N; ++n)
+    for (int c = 0; c < C; ++c) expected_pre[size_t(n * C + c)] += b[size_t(c)];
+  gelu_tanh_forward(separate.data(), expected_pre.data(), N * C);
+  EXPECT_EQ(0, std::memcmp(pre.data(), expected_pre.data(), sizeof(float) * pre.size()));
+  EXPECT_EQ(0, std::memcmp(act.data(), separate.data(), sizeof(float) * act.size()));
+}
+
 }  // namespace
 }  // namespace fca

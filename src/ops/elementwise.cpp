@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "ops/fast_math.h"
 #include "core/phase_timer.h"
@@ -34,6 +35,24 @@ void gelu_tanh_backward<float>(float* dinp, const float* dout, const float* inp,
     simd::gelu_tanh_backward(dinp + c * kGeluChunk, dout + c * kGeluChunk, inp + c * kGeluChunk,
                              std::min(kGeluChunk, n - c * kGeluChunk));
 }
+
+template <typename T>
+void bias_gelu_tanh_forward(T* pre, T* act, const T* bias, int64_t N, int C) {
+  const PhaseScope phase_scope(Phase::elementwise);
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n) {
+    T* p = pre + n * C;
+    T* y = act + n * C;
+    for (int c = 0; c < C; ++c) p[c] += bias[c];
+    if constexpr (std::is_same_v<T, float>) {
+      simd::gelu_tanh_forward(y, p, C);  // the row is still in L1
+    } else {
+      for (int c = 0; c < C; ++c) y[c] = T(0.5) * p[c] * (T(1) + fast_tanh(kSqrt2OverPi<T> * (p[c] + T(0.044715) * p[c] * p[c] * p[c])));
+    }
+  }
+}
+template void bias_gelu_tanh_forward<float>(float*, float*, const float*, int64_t, int);
+template void bias_gelu_tanh_forward<double>(double*, double*, const double*, int64_t, int);
 
 template <typename T>
 void gelu_tanh_forward(T* out, const T* inp, int64_t n) {

@@ -27,8 +27,9 @@ void attention_half_forward(GatedBlockActivations<T>& a, const GatedBlockWeights
 
 template <typename T>
 void dense_mlp_forward(GatedBlockActivations<T>& a, const GatedBlockWeights<T>& p, int N, int D) {
-  linear_forward(a.fc_pre, a.ln2_out, p.fc_weight, p.fc_bias, N, D, 4 * D);
-  gelu_tanh_forward(a.fc_act, a.fc_pre, int64_t(N) * 4 * D);
+  // The fc GEMM writes its product alone (beta 0); the bias and GELU follow in one pass over its rows.
+  gemm<T>(false, true, N, 4 * D, D, T(1), a.ln2_out, D, p.fc_weight, D, T(0), a.fc_pre, 4 * D);
+  bias_gelu_tanh_forward(a.fc_pre, a.fc_act, p.fc_bias, N, 4 * D);
   // F_l = u_l + w_l: the MLP's GEMM accumulates onto a copy of u_l (beta = 1).
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < int64_t(N) * D; ++i) a.update[i] = a.u[i] + p.mlp_proj_bias[i % D];
