@@ -10,6 +10,7 @@
 
 #include "ops/elementwise.h"
 #include "ops/fast_math.h"
+#include "ops/layernorm.h"
 #include "ops/simd.h"
 
 namespace fca {
@@ -99,6 +100,21 @@ TEST_F(SimdTargets, TheFusedBiasGeluIsBiasThenGelu) {
   gelu_tanh_forward(separate.data(), expected_pre.data(), N * C);
   EXPECT_EQ(0, std::memcmp(pre.data(), expected_pre.data(), sizeof(float) * pre.size()));
   EXPECT_EQ(0, std::memcmp(act.data(), separate.data(), sizeof(float) * act.size()));
+}
+
+TEST_F(SimdTargets, TheFusedResidualLayerNormIsAddThenLayerNorm) {
+  const int64_t N = 19;
+  const int C = 72;
+  const auto a = random_values(size_t(N * C), 2.0f, 7), b = random_values(size_t(N * C), 2.0f, 8);
+  const auto w = random_values(size_t(C), 1.0f, 9), bias = random_values(size_t(C), 1.0f, 10);
+  std::vector<float> sum(a.size()), out(a.size()), mean(static_cast<size_t>(N)), rstd(static_cast<size_t>(N));
+  std::vector<float> sum2(a.size()), out2(a.size()), mean2(static_cast<size_t>(N)), rstd2(static_cast<size_t>(N));
+  residual_layernorm_forward(sum.data(), out.data(), mean.data(), rstd.data(), a.data(), b.data(), w.data(), bias.data(), N, C);
+  for (size_t i = 0; i < a.size(); ++i) sum2[i] = a[i] + b[i];
+  layernorm_forward(out2.data(), mean2.data(), rstd2.data(), sum2.data(), w.data(), bias.data(), N, C);
+  EXPECT_EQ(0, std::memcmp(sum.data(), sum2.data(), sizeof(float) * sum.size()));
+  EXPECT_EQ(0, std::memcmp(out.data(), out2.data(), sizeof(float) * out.size()));
+  EXPECT_EQ(0, std::memcmp(rstd.data(), rstd2.data(), sizeof(float) * rstd.size()));
 }
 
 }  // namespace

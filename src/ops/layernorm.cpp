@@ -7,21 +7,36 @@
 
 namespace fca {
 
+namespace {
+// One row: 16-lane sums (ops/fast_math.h), a fixed order that vectorises; a two-pass variance, so
+// no cancellation for rows with a large mean.
+template <typename T>
+inline void layernorm_row(T* y, T* mean, T* rstd, const T* x, const T* weight, const T* bias, int C) {
+  const T m = lane_sum(x, C) / T(C);
+  const T var = lane_squared_deviation_sum(x, C, m);
+  const T r = T(1) / std::sqrt(var / T(C) + T(kLayerNormEps));
+  for (int c = 0; c < C; ++c) y[c] = (x[c] - m) * r * weight[c] + bias[c];
+  *mean = m;
+  *rstd = r;
+}
+}  // namespace
+
 template <typename T>
 void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, const T* bias, int64_t N, int C) {
   const PhaseScope phase_scope(Phase::elementwise);
 #pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n) layernorm_row(out + n * C, mean + n, rstd + n, inp + n * C, weight, bias, C);
+}
+
+template <typename T>
+void residual_layernorm_forward(T* sum, T* out, T* mean, T* rstd, const T* a, const T* b, const T* weight, const T* bias,
+                                int64_t N, int C) {
+  const PhaseScope phase_scope(Phase::elementwise);
+#pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
-    const T* x = inp + n * C;
-    // 16-lane sums (ops/fast_math.h): a fixed order that vectorises; a two-pass variance, so no
-    // cancellation for rows with a large mean.
-    const T m = lane_sum(x, C) / T(C);
-    const T var = lane_squared_deviation_sum(x, C, m);
-    const T r = T(1) / std::sqrt(var / T(C) + T(kLayerNormEps));
-    T* y = out + n * C;
-    for (int c = 0; c < C; ++c) y[c] = (x[c] - m) * r * weight[c] + bias[c];
-    mean[n] = m;
-    rstd[n] = r;
+    T* s = sum + n * C;
+    for (int c = 0; c < C; ++c) s[c] = a[n * C + c] + b[n * C + c];
+    layernorm_row(out + n * C, mean + n, rstd + n, s, weight, bias, C);  // the row is still in L1
   }
 }
 
@@ -70,6 +85,10 @@ void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* i
   }
 }
 
+template void residual_layernorm_forward<float>(float*, float*, float*, float*, const float*, const float*, const float*,
+                                                const float*, int64_t, int);
+template void residual_layernorm_forward<double>(double*, double*, double*, double*, const double*, const double*,
+                                                 const double*, const double*, int64_t, int);
 template void layernorm_forward<float>(float*, float*, float*, const float*, const float*, const float*, int64_t, int);
 template void layernorm_forward<double>(double*, double*, double*, const double*, const double*, const double*, int64_t, int);
 template void layernorm_backward<float>(float*, float*, float*, const float*, const float*, const float*, const float*,

@@ -10,6 +10,12 @@ inline constexpr double kLayerNormEps = 1e-5;
 template <typename T>
 void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, const T* bias, int64_t N, int C);
 
+// The residual add and the LayerNorm after it in one pass over the rows: sum = a + b [N, C] (kept:
+// it is the LayerNorm's input for backward), then out, mean, rstd as layernorm_forward(sum).
+template <typename T>
+void residual_layernorm_forward(T* sum, T* out, T* mean, T* rstd, const T* a, const T* b, const T* weight, const T* bias,
+                                int64_t N, int C);
+
 // dinp[N,C] += d/dinp (accumulates: LayerNorm inputs are residual-stream values);
 // dweight, dbias [C] += parameter gradients.
 template <typename T>

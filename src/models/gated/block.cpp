@@ -20,9 +20,7 @@ void attention_half_forward(GatedBlockActivations<T>& a, const GatedBlockWeights
   linear_forward(a.qkv, a.ln1_out, p.qkv_weight, p.qkv_bias, N, D, 3 * D);
   attention_forward(a.attn_out, a.probs, stats, a.qkv, B, Tn, D, H);
   linear_forward(a.u, a.attn_out, p.proj_weight, p.proj_bias, N, D, D);
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < int64_t(N) * D; ++i) a.ln2_in[i] = h[i] + a.u[i];
-  layernorm_forward(a.ln2_out, a.ln2_mean, a.ln2_rstd, a.ln2_in, p.ln2_weight, p.ln2_bias, N, D);
+  residual_layernorm_forward(a.ln2_in, a.ln2_out, a.ln2_mean, a.ln2_rstd, h, a.u, p.ln2_weight, p.ln2_bias, N, D);
 }
 
 template <typename T>
