@@ -164,6 +164,11 @@ TEST_F(Report, WrongTypesDeepInsideAreErrors) {
           "profiles.static_profile is not a rectangular");
   refused("gated-audit/audit.json", "ragged-gates.json", [](nlohmann::json& j) { j["profiles"]["layer_position_mean"][1] = nlohmann::json::array(); }, false,
           "profiles.layer_position_mean is not a non-empty rectangular array");
+  // Found by fuzz_report_inputs: a one-element ci95 was read at index 1 (heap-buffer-overflow).
+  refused("gated-audit/audit.json", "short-ci.json", [](nlohmann::json& j) { j["conditions"][1]["ci95"] = {0.5}; }, false,
+          "'/conditions/1/ci95' must be an interval [lower, upper] of two numbers");
+  refused("gated-audit/audit.json", "text-ci.json", [](nlohmann::json& j) { j["retention"]["ci95"] = {"a", 1}; }, false,
+          "'/retention/ci95' must be an interval");
 }
 
 // What a reader sees matches the audit.json it came from: every condition's DeltaNLL and CI in the

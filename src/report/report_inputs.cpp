@@ -46,6 +46,23 @@ void expect_fields(const nlohmann::json& j, const std::string& path, const std::
   }
 }
 
+// Every confidence interval anywhere in the document ("ci95" members) must be [lower, upper], two
+// numbers: the figures and tables index both ends (a shorter array was read out of bounds; found
+// by fuzz_report_inputs).
+void expect_intervals(const nlohmann::json& j, const std::string& path, const std::string& where = "") {
+  if (j.is_object()) {
+    for (const auto& [key, value] : j.items()) {
+      const std::string at = where + "/" + key;
+      if (key == "ci95" && !(value.is_array() && value.size() == 2 && value[0].is_number() && value[1].is_number()))
+        throw Error(path + ": '" + at + "' must be an interval [lower, upper] of two numbers, found " +
+                    value.dump().substr(0, 60));
+      expect_intervals(value, path, at);
+    }
+  } else if (j.is_array()) {
+    for (size_t i = 0; i < j.size(); ++i) expect_intervals(j[i], path, where + "/" + std::to_string(i));
+  }
+}
+
 }  // namespace
 
 ReportData load_report_data(const ReportInputs& in) {
@@ -62,6 +79,7 @@ ReportData load_report_data(const ReportInputs& in) {
                          "/provenance/fca_version", "/provenance/git_commit", "/provenance/threads", "/provenance/machine"});
     for (size_t i = 0; i < j["conditions"].size(); ++i)
       expect_fields(j["conditions"][i], p + " conditions[" + std::to_string(i) + "]", {"/name", "/delta_nll", "/ci95"});
+    expect_intervals(j, p);
     d.audits.push_back({p, std::move(j)});
   }
   for (const auto& p : in.execs) {
@@ -77,6 +95,7 @@ ReportData load_report_data(const ReportInputs& in) {
     nlohmann::json j = read_json(p);
     expect_schema(j, p, "fca-aggregate-v1");
     expect_fields(j, p, {"/figures", "/checkpoints", "/inputs"});
+    expect_intervals(j, p);
     d.aggregates.push_back({p, std::move(j)});
   }
   for (const auto& p : in.evals) {
