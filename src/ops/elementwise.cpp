@@ -5,6 +5,7 @@
 #include <type_traits>
 
 #include "ops/fast_math.h"
+#include "ops/simd.h"
 #include "core/phase_timer.h"
 
 namespace fca {
@@ -85,7 +86,11 @@ void gated_residual_forward(T* h_next, const T* h, const T* g, const T* F, int64
     const T* f = F + n * C;
     const T* x = h + n * C;
     T* y = h_next + n * C;
-    for (int c = 0; c < C; ++c) y[c] = x[c] + gn * f[c];
+    if constexpr (std::is_same_v<T, float>) {
+      simd::residual_row(y, x, gn, f, C);
+    } else {
+      for (int c = 0; c < C; ++c) y[c] = x[c] + gn * f[c];
+    }
   }
 }
 

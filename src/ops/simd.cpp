@@ -199,6 +199,86 @@ void GeluTanhBackward(float* dinp, const float* dout, const float* inp, int64_t 
   }
 }
 
+// Element-wise over n values: whole vectors, then the tail through padded vectors (the same lane
+// operations); `f(d, i_vectors...)` maps loaded inputs to the output.
+template <int kIn, class F>
+HWY_INLINE void MapN(float* out, const float* const (&in)[kIn], int64_t n, F f) {
+  const D d;
+  int64_t i = 0;
+  auto apply = [&](const float* const (&src)[kIn], float* dst, bool aligned_tail) HWY_ATTR {
+    V v[kIn];
+    for (int k = 0; k < kIn; ++k) v[k] = aligned_tail ? hn::Load(d, src[k]) : hn::LoadU(d, src[k]);
+    const V r = f(d, v);
+    if (aligned_tail) hn::Store(r, d, dst); else hn::StoreU(r, d, dst);
+  };
+  for (; i + kLanes <= n; i += kLanes) {
+    const float* src[kIn];
+    for (int k = 0; k < kIn; ++k) src[k] = in[k] + i;
+    apply(src, out + i, false);
+  }
+  if (i < n) {
+    const size_t m = size_t(n - i);
+    HWY_ALIGN float buf[kIn][kLanes] = {};
+    HWY_ALIGN float result[kLanes];
+    const float* src[kIn];
+    for (int k = 0; k < kIn; ++k) {
+      std::memcpy(buf[k], in[k] + i, sizeof(float) * m);
+      src[k] = buf[k];
+    }
+    apply(src, result, true);
+    std::memcpy(out + i, result, sizeof(float) * m);
+  }
+}
+
+void Scale(float* y, const float* x, float a, int64_t n) {
+  const float* const in[1] = {x};
+  MapN<1>(y, in, n, [a](D d, const V* v) HWY_ATTR { return hn::Mul(hn::Set(d, a), v[0]); });
+}
+
+void Axpy(float* y, const float* x, float a, int64_t n) {
+  const float* const in[2] = {y, x};
+  MapN<2>(y, in, n, [a](D d, const V* v) HWY_ATTR { return hn::Add(v[0], hn::Mul(hn::Set(d, a), v[1])); });
+}
+
+void ResidualRow(float* y, const float* h, float a, const float* f, int64_t n) {
+  const float* const in[2] = {h, f};
+  MapN<2>(y, in, n, [a](D d, const V* v) HWY_ATTR { return hn::Add(v[0], hn::Mul(hn::Set(d, a), v[1])); });
+}
+
+// One pass: m, v and p of each vector are updated together (a single read and write of each).
+HWY_INLINE void AdamWVector(D d, float* p, const float* g, float* m, float* v, const AdamWConstants& k, bool aligned) {
+  const V gv = aligned ? hn::Load(d, g) : hn::LoadU(d, g);
+  const V m0 = aligned ? hn::Load(d, m) : hn::LoadU(d, m), v0 = aligned ? hn::Load(d, v) : hn::LoadU(d, v);
+  const V p0 = aligned ? hn::Load(d, p) : hn::LoadU(d, p);
+  const V m1 = hn::Add(hn::Mul(hn::Set(d, k.b1), m0), hn::Mul(hn::Set(d, 1.0f - k.b1), gv));
+  const V v1 = hn::Add(hn::Mul(hn::Set(d, k.b2), v0), hn::Mul(hn::Mul(hn::Set(d, 1.0f - k.b2), gv), gv));
+  const V denominator = hn::Add(hn::Mul(hn::Sqrt(v1), hn::Set(d, k.inv_sqrt_bias2)), hn::Set(d, k.eps));
+  const V p1 = hn::Sub(hn::Mul(p0, hn::Set(d, k.decay)), hn::Div(hn::Mul(hn::Set(d, k.step_size), m1), denominator));
+  if (aligned) {
+    hn::Store(m1, d, m), hn::Store(v1, d, v), hn::Store(p1, d, p);
+  } else {
+    hn::StoreU(m1, d, m), hn::StoreU(v1, d, v), hn::StoreU(p1, d, p);
+  }
+}
+
+void AdamWUpdate(float* p, const float* g, float* m, float* v, int64_t n, const AdamWConstants& k) {
+  const D d;
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) AdamWVector(d, p + i, g + i, m + i, v + i, k, false);
+  if (i < n) {
+    const size_t r = size_t(n - i);
+    HWY_ALIGN float bp[kLanes] = {}, bg[kLanes] = {}, bm[kLanes] = {}, bv[kLanes] = {};
+    std::memcpy(bp, p + i, sizeof(float) * r);
+    std::memcpy(bg, g + i, sizeof(float) * r);
+    std::memcpy(bm, m + i, sizeof(float) * r);
+    std::memcpy(bv, v + i, sizeof(float) * r);
+    AdamWVector(d, bp, bg, bm, bv, k, true);
+    std::memcpy(p + i, bp, sizeof(float) * r);
+    std::memcpy(m + i, bm, sizeof(float) * r);
+    std::memcpy(v + i, bv, sizeof(float) * r);
+  }
+}
+
 int64_t CurrentTarget() { return HWY_TARGET; }
 
 }  // namespace fca::simd::HWY_NAMESPACE
@@ -214,6 +294,10 @@ HWY_EXPORT(ExpShiftedSum);
 HWY_EXPORT(LaneSquaredDeviationSum);
 HWY_EXPORT(GeluTanhForward);
 HWY_EXPORT(GeluTanhBackward);
+HWY_EXPORT(Scale);
+HWY_EXPORT(Axpy);
+HWY_EXPORT(ResidualRow);
+HWY_EXPORT(AdamWUpdate);
 HWY_EXPORT(CurrentTarget);
 
 std::string dispatched_target() { return hwy::TargetName(HWY_DYNAMIC_DISPATCH(CurrentTarget)()); }
@@ -236,6 +320,15 @@ float lane_squared_deviation_sum(const float* x, int n, float mean) {
 void gelu_tanh_forward(float* out, const float* inp, int64_t n) { HWY_DYNAMIC_DISPATCH(GeluTanhForward)(out, inp, n); }
 void gelu_tanh_backward(float* dinp, const float* dout, const float* inp, int64_t n) {
   HWY_DYNAMIC_DISPATCH(GeluTanhBackward)(dinp, dout, inp, n);
+}
+
+void scale(float* y, const float* x, float a, int64_t n) { HWY_DYNAMIC_DISPATCH(Scale)(y, x, a, n); }
+void axpy(float* y, const float* x, float a, int64_t n) { HWY_DYNAMIC_DISPATCH(Axpy)(y, x, a, n); }
+void residual_row(float* y, const float* h, float a, const float* f, int64_t n) {
+  HWY_DYNAMIC_DISPATCH(ResidualRow)(y, h, a, f, n);
+}
+void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, const AdamWConstants& k) {
+  HWY_DYNAMIC_DISPATCH(AdamWUpdate)(p, g, m, v, n, k);
 }
 
 }  // namespace fca::simd

@@ -41,4 +41,18 @@ float lane_squared_deviation_sum(const float* x, int n, float mean);
 void gelu_tanh_forward(float* out, const float* inp, int64_t n);
 void gelu_tanh_backward(float* dinp, const float* dout, const float* inp, int64_t n);
 
+// y[i] = a * x[i] (scale), y[i] += a * x[i] (axpy), y[i] = h[i] + a * f[i] (the gated residual row):
+// MUDD's source mixing and the gated residual, over n values.
+void scale(float* y, const float* x, float a, int64_t n);
+void axpy(float* y, const float* x, float a, int64_t n);
+void residual_row(float* y, const float* h, float a, const float* f, int64_t n);
+
+// One AdamW step over n values, the operations of train/adamw.cpp in its order:
+//   m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g g;
+//   p = p decay - step_size m / (sqrt(v) inv_sqrt_bias2 + eps).
+struct AdamWConstants {
+  float b1, b2, decay, step_size, inv_sqrt_bias2, eps;
+};
+void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, const AdamWConstants& k);
+
 }  // namespace fca::simd

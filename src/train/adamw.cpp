@@ -1,9 +1,11 @@
 #include "train/adamw.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
 #include "core/error.h"
+#include "ops/simd.h"
 #include "core/phase_timer.h"
 
 namespace fca {
@@ -27,11 +29,14 @@ void AdamW::step(float* params, const float* grads, double lr) {
     float* m = m_.data() + slot.offset;
     float* v = v_.data() + slot.offset;
     const int64_t n = int64_t(slot.numel);
+    // The dispatched SIMD update (ops/simd.h: the same operations, element by element) over fixed
+    // chunks; large tensors spread the chunks over the threads.
+    const simd::AdamWConstants k{b1, b2, decay, step_size, inv_sqrt_bias2, eps};
+    constexpr int64_t chunk = 16384;
 #pragma omp parallel for schedule(static) if (n > 65536)
-    for (int64_t i = 0; i < n; ++i) {
-      m[i] = b1 * m[i] + (1.0f - b1) * g[i];
-      v[i] = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
-      p[i] = p[i] * decay - step_size * m[i] / (std::sqrt(v[i]) * inv_sqrt_bias2 + eps);
+    for (int64_t c = 0; c < (n + chunk - 1) / chunk; ++c) {
+      const int64_t i = c * chunk;
+      simd::adamw_update(p + i, g + i, m + i, v + i, std::min(chunk, n - i), k);
     }
   }
 }

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include "core/error.h"
 #include "core/exec_counters.h"
@@ -12,6 +13,7 @@
 #include "ops/gemm.h"
 #include "ops/layernorm.h"
 #include "ops/norms.h"
+#include "ops/simd.h"
 
 namespace fca {
 
@@ -178,11 +180,16 @@ void mudd_forward(const MuddModel<T>& model, MuddRunState<T>& rs, const int32_t*
       for (int s = 0; s < C; ++s) {
         T* y = a.streams[s] + int64_t(n) * D;
         const T* x0 = rs.hidden[0] + int64_t(n) * D;
-        for (int d = 0; d < D; ++d) y[d] = al[s * S] * x0[d];
-        for (int j = 1; j < S; ++j) {  // sequential over sources, as the reference accumulates
-          const T aj = al[s * S + j];
-          const T* xj = rs.hidden[size_t(j)] + int64_t(n) * D;
-          for (int d = 0; d < D; ++d) y[d] += aj * xj[d];
+        if constexpr (std::is_same_v<T, float>) {  // the dispatched SIMD kernels: the same operations
+          simd::scale(y, x0, al[s * S], D);
+          for (int j = 1; j < S; ++j) simd::axpy(y, rs.hidden[size_t(j)] + int64_t(n) * D, al[s * S + j], D);
+        } else {
+          for (int d = 0; d < D; ++d) y[d] = al[s * S] * x0[d];
+          for (int j = 1; j < S; ++j) {  // sequential over sources, as the reference accumulates
+            const T aj = al[s * S + j];
+            const T* xj = rs.hidden[size_t(j)] + int64_t(n) * D;
+            for (int d = 0; d < D; ++d) y[d] += aj * xj[d];
+          }
         }
       }
     }
