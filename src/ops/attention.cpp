@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 #include "core/exec_counters.h"
 #include "core/phase_timer.h"
@@ -25,7 +26,11 @@ void causal_softmax_row(T* row, int t, int Tn, T* logp, const T* prev_logp, T* f
     for (int u = 0; u < n; ++u) logp[u] = row[u] - mx;
   const T sum = exp_shifted_sum(row, row, n, mx);  // row[u] = exp(row[u] - mx), and its 16-lane sum
   const T inv = T(1) / sum;
-  for (int u = 0; u < n; ++u) row[u] *= inv;
+  if constexpr (std::is_same_v<T, float>) {
+    simd::scale(row, row, inv, n);  // the same products, at the dispatched vector width
+  } else {
+    for (int u = 0; u < n; ++u) row[u] *= inv;
+  }
   for (int u = n; u < Tn; ++u) row[u] = 0;
   if (logp == nullptr) return;
 
