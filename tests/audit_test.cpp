@@ -224,6 +224,27 @@ TEST_F(AuditEndToEnd, AggregateAppliesCriteriaAndRefusesWhatDoesNotCombine) {
   refused({a1, dir.file("a2-config.json")}, "differ in /model/description");
 }
 
+TEST_F(AuditEndToEnd, ThePlanCountsEveryPassAndIsRecordedBesideTheMeasuredTime) {
+  const std::string m = model_of(GateKind::featuregate, 0);
+  const auto j = audit(m, "plan");
+  // 24 + 16 windows: the cache pass (40 live), exact replay (24 live + 24 replayed), four
+  // randomized conditions x 3 reps and four profile conditions x 1, over 24 windows each.
+  const auto& plan = j["provenance"]["run"]["plan"];
+  EXPECT_EQ(plan["live_windows"], 40 + 24);
+  EXPECT_EQ(plan["replay_windows"], 24 + 24 * (4 * 3 + 4));
+  EXPECT_EQ(plan["tokens"], (40 + 24 + 24 + 24 * 16) * 16);
+  EXPECT_GT(plan["gflop"].get<double>(), 0);
+  EXPECT_GT(plan["estimated_s"].get<double>(), 0);
+  const auto& measured = j["provenance"]["run"]["measured"];
+  EXPECT_GT(measured["seconds"].get<double>(), 0);
+  EXPECT_GT(measured["gflop_per_s"].get<double>(), 0);
+  // The settings list the conditions the plan counted.
+  EXPECT_EQ(j["settings"]["conditions"].size(), 8u);
+  // A reused cache has no live cache pass to plan.
+  const auto again = run_audit(*std::make_unique<GatedAuditable>(m, 8, 1 << 20), Corpus(dir.path()), options(m, "plan"));
+  EXPECT_EQ(again["provenance"]["run"]["plan"]["live_windows"], 24);
+}
+
 TEST_F(AuditEndToEnd, DenseIdentityEqualsCorrect) {
   const auto j = audit(model_of(GateKind::dense, 0), "dense");
   EXPECT_EQ(delta(j, "identity"), 0.0);

@@ -1,6 +1,8 @@
 #include "audit/audit.h"
 
+#include <chrono>
 #include <cmath>
+#include <optional>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -8,9 +10,11 @@
 
 #include "audit/cache.h"
 #include "audit/conditions.h"
+#include "audit/plan.h"
 #include "audit/routing_conditions.h"
 #include "audit/statistics.h"
 #include "core/error.h"
+#include "core/exec_counters.h"
 #include "core/file_io.h"
 #include "core/progress.h"
 #include "core/provenance.h"
@@ -172,9 +176,35 @@ nlohmann::ordered_json run_audit(AuditableModel& model, const Corpus& corpus, co
                         {"calib_split_sha256", valid.content_hash()}};
   provenance["seed"] = o.seed;
 
+  // The conditions to run: `correct` always (it is the baseline and the exact-replay pass). Routing
+  // records have their own table (routing_conditions.h); identity and layer_permutation are
+  // continuous-coefficient conditions only, the latter where every layer has the same valid
+  // (stream, source) coordinates (a property of the coefficient shape, known before the cache).
+  const bool routing = manifest.shape.kind != RecordKind::continuous;
+  const std::vector<std::string>& known = routing ? routing_condition_names() : all_condition_names();
+  std::vector<std::string> names = o.conditions.empty() ? known : o.conditions;
+  std::vector<std::string> skipped;
+  if (o.conditions.empty() && !routing && !layers_are_permutable(model.make_coefficients(1, T).view())) {
+    names.erase(std::remove(names.begin(), names.end(), "layer_permutation"), names.end());
+    skipped.push_back("layer_permutation");
+  }
+  if (o.conditions.empty() && routing) skipped = {"identity", "layer_permutation"};
+  names.erase(std::remove(names.begin(), names.end(), "correct"), names.end());
+
   std::filesystem::create_directories(o.out_dir);
   const std::string cache_path = o.cache_path.empty() ? o.out_dir + "/cache.safetensors" : o.cache_path;
   bool cache_reused = file_exists(cache_path);
+
+  // ---- The plan, before any pass: windows, tokens, FLOPs and time from a one-batch probe ----
+  int64_t replay_windows = W;  // exact replay's replayed half
+  for (const auto& n : names) replay_windows += int64_t(W) * (condition_randomized(n, routing) ? o.reps : 1);
+  const int64_t live_windows = (cache_reused ? 0 : int64_t(W) + calib.count()) + W;
+  const AuditPlan plan = plan_audit(model, eval, o.batch, live_windows, replay_windows);
+  std::fprintf(stderr, "%s\n", plan.summary().c_str());
+  ExecCounters pass_counters;
+  const auto passes_start = std::chrono::steady_clock::now();
+  std::optional<CountingScope> counting(std::in_place, pass_counters);
+
   if (!cache_reused)
     write_coefficient_cache(cache_path, manifest, model, eval, calib, o.batch, o.progress, provenance);
   const CoefficientCache cache(cache_path, manifest);
@@ -182,20 +212,6 @@ nlohmann::ordered_json run_audit(AuditableModel& model, const Corpus& corpus, co
   // rounding; it is used only if exact replay below reproduces its NLLs bit for bit.
   const bool cache_from_other_build = cache.manifest().build != manifest.build;
   const CoefficientView A = cache.evaluation();
-
-  // The conditions to run: `correct` always (it is the baseline and the exact-replay pass). Routing
-  // records have their own table (routing_conditions.h); identity and layer_permutation are
-  // continuous-coefficient conditions only.
-  const bool routing = manifest.shape.kind != RecordKind::continuous;
-  const std::vector<std::string>& known = routing ? routing_condition_names() : all_condition_names();
-  std::vector<std::string> names = o.conditions.empty() ? known : o.conditions;
-  std::vector<std::string> skipped;
-  if (o.conditions.empty() && !routing && !layers_are_permutable(A)) {
-    names.erase(std::remove(names.begin(), names.end(), "layer_permutation"), names.end());
-    skipped.push_back("layer_permutation");
-  }
-  if (o.conditions.empty() && routing) skipped = {"identity", "layer_permutation"};
-  names.erase(std::remove(names.begin(), names.end(), "correct"), names.end());
   CalibrationProfiles profiles{model.make_coefficients(1, T), model.make_coefficients(1, T),
                                model.make_coefficients(1, T), model.make_coefficients(1, T)};
   RoutingProfiles routing_profile;
@@ -210,9 +226,12 @@ nlohmann::ordered_json run_audit(AuditableModel& model, const Corpus& corpus, co
   }
   const AuditRandomness randomness(o.seed, W, T, o.reps);
   std::vector<std::unique_ptr<Condition>> conditions;
-  for (const auto& n : names)
+  for (const auto& n : names) {
     conditions.push_back(routing ? make_routing_condition(n, A, routing_profile, randomness)
                                  : make_condition(n, A, profiles, randomness));
+    if (conditions.back()->randomized() != condition_randomized(n, routing))
+      throw Error("internal error: condition " + n + " and the plan disagree on whether it is randomized");
+  }
 
   int64_t total = W;
   for (const auto& c : conditions) total += int64_t(W) * (c->randomized() ? o.reps : 1);
@@ -267,6 +286,14 @@ nlohmann::ordered_json run_audit(AuditableModel& model, const Corpus& corpus, co
     runs.push_back(std::move(run));
   }
   if (o.progress) bar.finish();
+  counting.reset();
+  const double passes_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - passes_start).count();
+  const double pass_flops = double(pass_counters.gemm_flops.load()) + double(pass_counters.controller_flops.load()) +
+                            double(pass_counters.mixing_flops.load());
+  std::fprintf(stderr, "%s\n", measured_summary(plan, passes_s, pass_flops).c_str());
+  // The plan and what the passes took: run facts, so they live in the provenance (like its
+  // timestamp), never in the results, which stay bitwise reproducible.
+  provenance["run"] = {{"plan", plan.to_json()}, {"measured", measured_json(plan, passes_s, pass_flops)}};
 
   // ---- Statistics ----
   const std::vector<double>& base = runs[0].nll[0];

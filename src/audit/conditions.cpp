@@ -168,6 +168,15 @@ const std::vector<std::string>& all_condition_names() {
   return names;
 }
 
+bool condition_randomized(const std::string& name, bool routing) {
+  static const std::vector<std::string> continuous{"cross_input", "token_shuffle", "cross_shuffle", "layer_permutation"};
+  // Routing records: structure_removed draws random routes (routing_conditions.h).
+  static const std::vector<std::string> routed{"cross_input",        "token_shuffle",      "cross_shuffle",
+                                               "assignment_cross_input", "assignment_shuffle", "structure_removed"};
+  const auto& table = routing ? routed : continuous;
+  return std::find(table.begin(), table.end(), name) != table.end();
+}
+
 bool layers_are_permutable(const CoefficientView& v) {
   for (int l = 1; l < v.shape.layers; ++l)
     for (int st = 0; st < v.shape.streams; ++st)

@@ -1,0 +1,95 @@
+#include "audit/plan.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <vector>
+
+#include "core/exec_counters.h"
+
+namespace fca {
+namespace {
+
+double flops_of(const ExecCounters& c) {
+  return double(c.gemm_flops.load()) + double(c.controller_flops.load()) + double(c.mixing_flops.load());
+}
+
+std::string fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+}  // namespace
+
+double AuditPlan::estimated_s() const {
+  return (double(live_windows) * live_batch_s + double(replay_windows) * replay_batch_s) / probe_batch;
+}
+
+double AuditPlan::planned_flops() const {
+  return (double(live_windows) * live_batch_flops + double(replay_windows) * replay_batch_flops) / probe_batch;
+}
+
+AuditPlan plan_audit(AuditableModel& model, const WindowSet& eval, int batch, int64_t live_windows, int64_t replay_windows) {
+  AuditPlan p;
+  p.live_windows = live_windows;
+  p.replay_windows = replay_windows;
+  p.tokens = eval.tokens;
+  p.probe_batch = std::min(batch, eval.count());
+  const int B = p.probe_batch, T = eval.tokens;
+  CoefficientTensor recorded = model.make_coefficients(B, T);
+  std::vector<double> nll(static_cast<size_t>(B));
+  using clock = std::chrono::steady_clock;
+  ExecCounters counters;
+  {
+    const CountingScope scope(counters);
+    const auto t0 = clock::now();
+    model.run_live(eval.inputs.data(), eval.targets.data(), B, T, &recorded, 0, nll.data());
+    p.live_batch_s = std::chrono::duration<double>(clock::now() - t0).count();
+  }
+  p.live_batch_flops = flops_of(counters);
+  counters.reset();
+  {
+    const CountingScope scope(counters);
+    const auto t0 = clock::now();
+    model.run_replay(eval.inputs.data(), eval.targets.data(), B, T, recorded, nll.data());
+    p.replay_batch_s = std::chrono::duration<double>(clock::now() - t0).count();
+  }
+  p.replay_batch_flops = flops_of(counters);
+  return p;
+}
+
+nlohmann::ordered_json AuditPlan::to_json() const {
+  return {{"live_windows", live_windows},
+          {"replay_windows", replay_windows},
+          {"tokens", planned_tokens()},
+          {"gflop", planned_flops() / 1e9},
+          {"estimated_s", estimated_s()},
+          {"probe", {{"batch", probe_batch}, {"live_s", live_batch_s}, {"replay_s", replay_batch_s}}}};
+}
+
+std::string AuditPlan::summary() const {
+  std::string s = "audit plan: " + std::to_string(live_windows) + " live + " + std::to_string(replay_windows) +
+                  " replayed windows of " + std::to_string(tokens) + " tokens (" + fmt("%.3g", double(planned_tokens())) +
+                  " tokens";
+  if (planned_flops() > 0) s += ", " + fmt("%.4g", planned_flops() / 1e9) + " GFLOP";
+  s += "); estimated " + fmt("%.1f", estimated_s()) + " s of forward passes (probe: " + std::to_string(probe_batch) +
+       " windows, " + fmt("%.3f", live_batch_s) + " s live, " + fmt("%.3f", replay_batch_s) + " s replayed)";
+  return s;
+}
+
+nlohmann::ordered_json measured_json(const AuditPlan& plan, double seconds, double flops) {
+  return {{"seconds", seconds},
+          {"tokens_per_s", double(plan.planned_tokens()) / seconds},
+          {"gflop_per_s", flops / 1e9 / seconds},
+          {"estimate_ratio", plan.estimated_s() / seconds}};
+}
+
+std::string measured_summary(const AuditPlan& plan, double seconds, double flops) {
+  std::string s = "audit passes: " + fmt("%.1f", seconds) + " s (estimated " + fmt("%.1f", plan.estimated_s()) + " s), " +
+                  fmt("%.0f", double(plan.planned_tokens()) / seconds) + " tokens/s";
+  if (flops > 0) s += ", " + fmt("%.1f", flops / 1e9 / seconds) + " GFLOP/s";
+  return s;
+}
+
+}  // namespace fca
