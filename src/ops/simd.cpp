@@ -77,31 +77,32 @@ HWY_INLINE void StoreLanes(D d, const V* acc, Lanes16& out) {
   for (int k = 0; k < kVectors; ++k) hn::Store(acc[k], d, out.lane + k * kLanes);
 }
 
-float LaneSum(const float* x, int n) {
+// The 16-lane sum of term(i) over i < n: `vector_term(i)` gives the vector of terms i .. i + kLanes
+// - 1, `scalar_term(i)` one term of the tail, both with the same float operations.
+template <class VectorTerm, class ScalarTerm>
+HWY_INLINE float LaneReduce(int n, VectorTerm vector_term, ScalarTerm scalar_term) {
   const D d;
   V acc[kVectors];
   for (auto& a : acc) a = hn::Zero(d);
   int i = 0;
   for (; i + 16 <= n; i += 16)
-    for (int k = 0; k < kVectors; ++k) acc[k] = hn::Add(acc[k], hn::LoadU(d, x + i + k * kLanes));
+    for (int k = 0; k < kVectors; ++k) acc[k] = hn::Add(acc[k], vector_term(i + k * kLanes));
   Lanes16 l;
   StoreLanes(d, acc, l);
-  for (; i < n; ++i) l.lane[i & 15] += x[i];
+  for (; i < n; ++i) l.lane[i & 15] += scalar_term(i);
   return l.total();
+}
+
+float LaneSum(const float* x, int n) {
+  const D d;
+  return LaneReduce(n, [&](int i) HWY_ATTR { return hn::LoadU(d, x + i); }, [&](int i) { return x[i]; });
 }
 
 float LaneDot(const float* x, const float* y, int n) {
   const D d;
-  V acc[kVectors];
-  for (auto& a : acc) a = hn::Zero(d);
-  int i = 0;
-  for (; i + 16 <= n; i += 16)
-    for (int k = 0; k < kVectors; ++k)
-      acc[k] = hn::Add(acc[k], hn::Mul(hn::LoadU(d, x + i + k * kLanes), hn::LoadU(d, y + i + k * kLanes)));
-  Lanes16 l;
-  StoreLanes(d, acc, l);
-  for (; i < n; ++i) l.lane[i & 15] += x[i] * y[i];
-  return l.total();
+  return LaneReduce(
+      n, [&](int i) HWY_ATTR { return hn::Mul(hn::LoadU(d, x + i), hn::LoadU(d, y + i)); },
+      [&](int i) { return x[i] * y[i]; });
 }
 
 float LaneMax(const float* x, int n) {
@@ -151,37 +152,13 @@ float ExpShiftedSum(float* row, int n, float shift) {
 float LaneSquaredDeviationSum(const float* x, int n, float mean) {
   const D d;
   const V m = hn::Set(d, mean);
-  V acc[kVectors];
-  for (auto& a : acc) a = hn::Zero(d);
-  int i = 0;
-  for (; i + 16 <= n; i += 16)
-    for (int k = 0; k < kVectors; ++k) {
-      const V dev = hn::Sub(hn::LoadU(d, x + i + k * kLanes), m);
-      acc[k] = hn::Add(acc[k], hn::Mul(dev, dev));
-    }
-  Lanes16 l;
-  StoreLanes(d, acc, l);
-  for (; i < n; ++i) l.lane[i & 15] += (x[i] - mean) * (x[i] - mean);
-  return l.total();
-}
-
-// Element-wise map over n values: whole vectors, then the tail through one padded vector.
-template <class F>
-HWY_INLINE void Map1(float* out, const float* a, int64_t n, F f) {
-  const D d;
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) hn::StoreU(f(d, hn::LoadU(d, a + i)), d, out + i);
-  if (i < n) {
-    HWY_ALIGN float buf[kLanes] = {};
-    const size_t m = size_t(n - i);
-    std::memcpy(buf, a + i, sizeof(float) * m);
-    hn::Store(f(d, hn::Load(d, buf)), d, buf);
-    std::memcpy(out + i, buf, sizeof(float) * m);
-  }
-}
-
-void GeluTanhForward(float* out, const float* inp, int64_t n) {
-  Map1(out, inp, n, [](D d, V x) HWY_ATTR { return GeluForward(d, x); });
+  return LaneReduce(
+      n,
+      [&](int i) HWY_ATTR {
+        const V dev = hn::Sub(hn::LoadU(d, x + i), m);
+        return hn::Mul(dev, dev);
+      },
+      [&](int i) { return (x[i] - mean) * (x[i] - mean); });
 }
 
 void GeluTanhBackward(float* dinp, const float* dout, const float* inp, int64_t n) {
@@ -230,14 +207,14 @@ HWY_INLINE void MapN(float* out, const float* const (&in)[kIn], int64_t n, F f) 
   }
 }
 
+void GeluTanhForward(float* out, const float* inp, int64_t n) {
+  const float* const in[1] = {inp};
+  MapN<1>(out, in, n, [](D d, const V* x) HWY_ATTR { return GeluForward(d, x[0]); });
+}
+
 void Scale(float* y, const float* x, float a, int64_t n) {
   const float* const in[1] = {x};
   MapN<1>(y, in, n, [a](D d, const V* v) HWY_ATTR { return hn::Mul(hn::Set(d, a), v[0]); });
-}
-
-void Axpy(float* y, const float* x, float a, int64_t n) {
-  const float* const in[2] = {y, x};
-  MapN<2>(y, in, n, [a](D d, const V* v) HWY_ATTR { return hn::Add(v[0], hn::Mul(hn::Set(d, a), v[1])); });
 }
 
 void ResidualRow(float* y, const float* h, float a, const float* f, int64_t n) {
@@ -295,7 +272,6 @@ HWY_EXPORT(LaneSquaredDeviationSum);
 HWY_EXPORT(GeluTanhForward);
 HWY_EXPORT(GeluTanhBackward);
 HWY_EXPORT(Scale);
-HWY_EXPORT(Axpy);
 HWY_EXPORT(ResidualRow);
 HWY_EXPORT(AdamWUpdate);
 HWY_EXPORT(CurrentTarget);
@@ -323,7 +299,8 @@ void gelu_tanh_backward(float* dinp, const float* dout, const float* inp, int64_
 }
 
 void scale(float* y, const float* x, float a, int64_t n) { HWY_DYNAMIC_DISPATCH(Scale)(y, x, a, n); }
-void axpy(float* y, const float* x, float a, int64_t n) { HWY_DYNAMIC_DISPATCH(Axpy)(y, x, a, n); }
+// y += a x is the residual row with h = y (each value is loaded before it is stored).
+void axpy(float* y, const float* x, float a, int64_t n) { HWY_DYNAMIC_DISPATCH(ResidualRow)(y, y, a, x, n); }
 void residual_row(float* y, const float* h, float a, const float* f, int64_t n) {
   HWY_DYNAMIC_DISPATCH(ResidualRow)(y, h, a, f, n);
 }
