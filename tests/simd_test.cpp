@@ -60,6 +60,8 @@ TEST_F(SimdTargets, EveryTargetIsBitwiseTheScalarDefinition) {
       EXPECT_EQ(bits(simd::lane_max(x.data(), n)), bits(lane_max<float>(x.data(), n)));
       EXPECT_EQ(bits(simd::lane_squared_deviation_sum(x.data(), n, 0.25f)),
                 bits(lane_squared_deviation_sum<float>(x.data(), n, 0.25f)));
+      EXPECT_EQ(bits(simd::lane_centered_product_sum(x.data(), y.data(), x.data(), n, 0.25f, 1.7f)),
+                bits(lane_centered_product_sum<float>(x.data(), y.data(), x.data(), n, 0.25f, 1.7f)));
       // exp over the clamped range and beyond it (softmax rows shifted by their max are <= 0).
       auto row = random_values(size_t(n), 100.0f, uint32_t(n) + 11);
       auto expected = row;

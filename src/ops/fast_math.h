@@ -102,6 +102,19 @@ inline T lane_squared_deviation_sum(const T* x, int n, T mean) {
   return s;
 }
 
+// 16-lane sum of ((a[i] * b[i]) * (x[i] - mean)) * scale: LayerNorm backward's sum of dxhat * xhat.
+template <typename T>
+inline T lane_centered_product_sum(const T* a, const T* b, const T* x, int n, T mean, T scale) {
+  T acc[16] = {};
+  int i = 0;
+  for (; i + 16 <= n; i += 16)
+    for (int k = 0; k < 16; ++k) acc[k] += ((a[i + k] * b[i + k]) * (x[i + k] - mean)) * scale;
+  for (; i < n; ++i) acc[i & 15] += ((a[i] * b[i]) * (x[i] - mean)) * scale;
+  T s = 0;
+  for (int k = 0; k < 16; ++k) s += acc[k];
+  return s;
+}
+
 // out[i] = exp(x[i] - shift) for i < n (out may alias x); returns lane_sum(out, n).
 template <typename T>
 inline T exp_shifted_sum(T* out, const T* x, int n, T shift) {
@@ -120,6 +133,10 @@ inline float lane_squared_deviation_sum(const float* x, int n, float mean) {
 inline float exp_shifted_sum(float* out, const float* x, int n, float shift) {
   if (out != x) std::copy(x, x + n, out);
   return simd::exp_shifted_sum(out, n, shift);
+}
+
+inline float lane_centered_product_sum(const float* a, const float* b, const float* x, int n, float mean, float scale) {
+  return simd::lane_centered_product_sum(a, b, x, n, mean, scale);
 }
 
 }  // namespace fca

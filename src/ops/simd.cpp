@@ -176,6 +176,18 @@ void GeluTanhBackward(float* dinp, const float* dout, const float* inp, int64_t 
   }
 }
 
+float LaneCenteredProductSum(const float* a, const float* b, const float* x, int n, float mean, float scale) {
+  const D d;
+  const V m = hn::Set(d, mean), s = hn::Set(d, scale);
+  return LaneReduce(
+      n,
+      [&](int i) HWY_ATTR {
+        const V ab = hn::Mul(hn::LoadU(d, a + i), hn::LoadU(d, b + i));
+        return hn::Mul(hn::Mul(ab, hn::Sub(hn::LoadU(d, x + i), m)), s);
+      },
+      [&](int i) { return ((a[i] * b[i]) * (x[i] - mean)) * scale; });
+}
+
 // Element-wise over n values: whole vectors, then the tail through padded vectors (the same lane
 // operations); `f(d, i_vectors...)` maps loaded inputs to the output.
 template <int kIn, class F>
@@ -269,6 +281,7 @@ HWY_EXPORT(LaneDot);
 HWY_EXPORT(LaneMax);
 HWY_EXPORT(ExpShiftedSum);
 HWY_EXPORT(LaneSquaredDeviationSum);
+HWY_EXPORT(LaneCenteredProductSum);
 HWY_EXPORT(GeluTanhForward);
 HWY_EXPORT(GeluTanhBackward);
 HWY_EXPORT(Scale);
@@ -289,6 +302,9 @@ void force_target(int64_t bit) { hwy::SetSupportedTargetsForTest(bit); }
 float lane_sum(const float* x, int n) { return HWY_DYNAMIC_DISPATCH(LaneSum)(x, n); }
 float lane_dot(const float* x, const float* y, int n) { return HWY_DYNAMIC_DISPATCH(LaneDot)(x, y, n); }
 float lane_max(const float* x, int n) { return HWY_DYNAMIC_DISPATCH(LaneMax)(x, n); }
+float lane_centered_product_sum(const float* a, const float* b, const float* x, int n, float mean, float scale) {
+  return HWY_DYNAMIC_DISPATCH(LaneCenteredProductSum)(a, b, x, n, mean, scale);
+}
 float exp_shifted_sum(float* row, int n, float shift) { return HWY_DYNAMIC_DISPATCH(ExpShiftedSum)(row, n, shift); }
 float lane_squared_deviation_sum(const float* x, int n, float mean) {
   return HWY_DYNAMIC_DISPATCH(LaneSquaredDeviationSum)(x, n, mean);

@@ -31,6 +31,8 @@ void force_target(int64_t bit);
 float lane_sum(const float* x, int n);
 float lane_dot(const float* x, const float* y, int n);
 float lane_max(const float* x, int n);
+// 16-lane sum of ((a[i] * b[i]) * (x[i] - mean)) * scale, i < n (LayerNorm backward).
+float lane_centered_product_sum(const float* a, const float* b, const float* x, int n, float mean, float scale);
 // row[i] = exp_approx(row[i] - shift) for i < n; returns lane_sum(row, n) of the result.
 float exp_shifted_sum(float* row, int n, float shift);
 // 16-lane sum of (x[i] - mean)^2, i < n (LayerNorm's two-pass variance).
