@@ -22,6 +22,16 @@
 namespace fca {
 namespace {
 
+// One gated forward pass over `tokens` (B = tokens / T windows) with `counters` reset and installed.
+void counted_pass(ExecCounters& counters, const GatedModel<float>& model, GatedRunState<float>& rs,
+                  const std::vector<int32_t>& tokens, CoefficientSource<float>& source,
+                  const std::vector<uint8_t>* executed = nullptr) {
+  const int T = model.config().seq_len, B = int(tokens.size()) / T;
+  counters.reset();
+  const CountingScope scope(counters);
+  gated_forward(model, rs, tokens.data(), B, T, source, 0, executed);
+}
+
 TEST(ExecCounters, CountersAgreeWithTheStructure) {
   set_threads(2);
   for (GateKind kind : {GateKind::dense, GateKind::fixed, GateKind::uniform, GateKind::layerstatic, GateKind::featuregate}) {
@@ -33,10 +43,7 @@ TEST(ExecCounters, CountersAgreeWithTheStructure) {
     GatedRunState<float> rs(c, B, T, false);
     ExecCounters counters;
     LiveCoefficients<float> live(model);
-    {
-      CountingScope scope(counters);
-      gated_forward(model, rs, tokens.data(), B, T, live);
-    }
+    counted_pass(counters, model, rs, tokens, live);
     EXPECT_EQ(counters.blocks_executed, 3) << gate_kind_name(kind);
     // One per layer; featuregate's features are controller code too (features, then the gate).
     EXPECT_EQ(counters.controller_evaluations, kind == GateKind::featuregate ? 6 : 3) << gate_kind_name(kind);
@@ -49,11 +56,7 @@ TEST(ExecCounters, CountersAgreeWithTheStructure) {
     std::fill(g.values().begin(), g.values().end(), 0.5f);
     ReplayedCoefficients<float> replayed(g);
     const std::vector<uint8_t> executed{1, 0, 1};
-    counters.reset();
-    {
-      CountingScope scope(counters);
-      gated_forward(model, rs, tokens.data(), B, T, replayed, 0, &executed);
-    }
+    counted_pass(counters, model, rs, tokens, replayed, &executed);
     EXPECT_EQ(counters.blocks_executed, 2);
     EXPECT_EQ(counters.controller_evaluations, 0);
     EXPECT_EQ(double(counters.gemm_flops), gated_forward_flops(c, B, T, 2));
@@ -90,10 +93,7 @@ TEST(ExecCounters, ControllerAndMixingFlopsAreCountedWhereTheyRun) {
     GatedRunState<float> rs(c, B, T, false);
     LiveCoefficients<float> live(model);
     ExecCounters counters;
-    {
-      CountingScope scope(counters);
-      gated_forward(model, rs, tokens.data(), B, T, live);
-    }
+    counted_pass(counters, model, rs, tokens, live);
     EXPECT_EQ(double(counters.controller_flops), expected) << gate_kind_name(kind);
     EXPECT_EQ(double(counters.controller_flops), gated_controller_flops(c, B, T, 2)) << gate_kind_name(kind);
     EXPECT_EQ(double(counters.mixing_flops), 2048.0) << gate_kind_name(kind);
@@ -102,11 +102,7 @@ TEST(ExecCounters, ControllerAndMixingFlopsAreCountedWhereTheyRun) {
     // Replayed: the controller's arithmetic never runs; the mixing does.
     CoefficientTensor g(B, gated_coefficient_shape(c, T));
     ReplayedCoefficients<float> replayed(g);
-    counters.reset();
-    {
-      CountingScope scope(counters);
-      gated_forward(model, rs, tokens.data(), B, T, replayed);
-    }
+    counted_pass(counters, model, rs, tokens, replayed);
     EXPECT_EQ(counters.controller_flops, 0) << gate_kind_name(kind);
     EXPECT_EQ(double(counters.mixing_flops), 2048.0) << gate_kind_name(kind);
   }
@@ -172,10 +168,7 @@ TEST(ExecCounters, TheGatedCheckFailsOnAMissedBlockOrControllerWork) {
   GatedRunState<float> rs(c, B, T, false);
   LiveCoefficients<float> live(model);
   ExecCounters counters;
-  {
-    CountingScope scope(counters);
-    gated_forward(model, rs, tokens.data(), B, T, live);
-  }
+  counted_pass(counters, model, rs, tokens, live);
   const ExpectedCounts right{2, gated_forward_flops(c, B, T, 2), gated_controller_flops(c, B, T, 2), gated_mixing_flops(c, B, T, 2)};
   EXPECT_NO_THROW(check_counters("live", counters, right));
   ExpectedCounts replay = right;

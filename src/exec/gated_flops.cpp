@@ -31,6 +31,7 @@ double gated_controller_flops(const GatedConfig& c, int B, int T, int layers) {
   const double kl = Tn * (Tn + 1) + Tn;
   const double features = N * (3.0 * H + 4.0 * D + 7.0);
   const double gate = N * 12.0;  // b + w . phi (8) and the sigmoid (4)
+  if (layers == 0) return 0;  // no block ran, so no controller did
   return layers * (double(B) * H * statistics + features + gate) + (layers - 1) * double(B) * H * kl;
 }
 
