@@ -230,6 +230,18 @@ def main() -> None:
         results[kind] = {"pytorch": pt, "fca": fca,
                          "speedup": pt["median_s"] / fca["median_s"] if fca is not None else None}
     print_table(results)
+    # Both sides load the same OpenBLAS (Debian's torch links libopenblas too) in the same
+    # environment, so they run the same GEMM kernels; fca names them in its provenance, and
+    # OPENBLAS_CORETYPE, when set, forces them for both (docs/building.md).
+    coretype = os.environ.get("OPENBLAS_CORETYPE")
+    results["openblas_coretype_env"] = coretype
+    if fca_forward is not None:
+        build = fca_forward.get("provenance", {}).get("build", "")
+        blas = next((part for part in build.split("; ") if part.startswith("OpenBLAS")), "unknown")
+        results["blas"] = blas
+        print(f"GEMM kernels, the same library and environment for both: {blas}")
+    else:
+        print(f"OPENBLAS_CORETYPE: {coretype or 'not set (OpenBLAS detects the CPU)'}")
 
     if args.json_out:
         tmp = f"{args.json_out}.tmp{os.getpid()}"

@@ -69,6 +69,35 @@ TEST_F(SimdTargets, EveryTargetIsBitwiseTheScalarDefinition) {
       const float sum = simd::exp_shifted_sum(row.data(), n, 1.5f);
       for (int i = 0; i < n; ++i) ASSERT_EQ(bits(row[size_t(i)]), bits(expected[size_t(i)])) << "exp at " << i;
       EXPECT_EQ(bits(sum), bits(lane_sum<float>(expected.data(), n)));
+      // The fused softmax row against the separate scalar definitions, without and with statistics.
+      {
+        const auto scores = random_values(size_t(n), 8.0f, uint32_t(n) + 23);
+        const auto prev = random_values(size_t(n), 4.0f, uint32_t(n) + 29);
+        std::vector<float> want_p = scores;
+        std::vector<float> want_logp(static_cast<size_t>(n));
+        const float mx = lane_max<float>(want_p.data(), n);
+        for (int i = 0; i < n; ++i) want_logp[size_t(i)] = want_p[size_t(i)] - mx;
+        const float want_sum = exp_shifted_sum<float>(want_p.data(), want_p.data(), n, mx);
+        for (auto& v : want_p) v = (1.0f / want_sum) * v;
+        const float log_sum = std::log(want_sum);
+        for (auto& v : want_logp) v -= log_sum;
+        for (int with_prev = 0; with_prev < 2; ++with_prev) {
+          std::vector<float> p = scores;
+          std::vector<float> logp(static_cast<size_t>(n));
+          const simd::SoftmaxRowStats st = simd::softmax_row(p.data(), n, logp.data(), with_prev ? prev.data() : nullptr);
+          ASSERT_EQ(0, std::memcmp(p.data(), want_p.data(), sizeof(float) * size_t(n))) << "softmax p";
+          ASSERT_EQ(0, std::memcmp(logp.data(), want_logp.data(), sizeof(float) * size_t(n))) << "softmax logp";
+          EXPECT_EQ(bits(st.max), bits(mx));
+          EXPECT_EQ(bits(st.sum), bits(want_sum));
+          EXPECT_EQ(bits(st.log_sum), bits(log_sum));
+          EXPECT_EQ(bits(st.neg_entropy), bits(lane_dot<float>(want_p.data(), want_logp.data(), n)));
+          EXPECT_EQ(bits(st.cross), bits(with_prev ? lane_dot<float>(want_p.data(), prev.data(), n) : 0.0f));
+        }
+        std::vector<float> p = scores;
+        const simd::SoftmaxRowStats st = simd::softmax_row(p.data(), n, nullptr, nullptr);
+        ASSERT_EQ(0, std::memcmp(p.data(), want_p.data(), sizeof(float) * size_t(n))) << "softmax p without stats";
+        EXPECT_EQ(bits(st.sum), bits(want_sum));
+      }
       // Mixing, residual and AdamW, element by element.
       {
         std::vector<float> got(static_cast<size_t>(n)), want(static_cast<size_t>(n));

@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "core/threads.h"
+#include "ops/gemm.h"
 #include "ops/simd.h"
 #include "fca/version.h"
 
@@ -49,7 +50,9 @@ std::string build_description() {
 #endif
   // The SIMD target the kernels dispatch to on this machine decides their speed, not their bits
   // (ops/simd.h); it is recorded so that a reader knows which code ran.
-  return std::string("g++ ") + __VERSION__ + "; " + isa + "; " + FCA_BUILD_FLAGS + "; simd " + simd::dispatched_target();
+  // GEMM's bits depend on the OpenBLAS kernels (ops/gemm.h), which are chosen at run time.
+  return std::string("g++ ") + __VERSION__ + "; " + isa + "; " + FCA_BUILD_FLAGS + "; simd " + simd::dispatched_target() +
+         "; " + blas_description();
 }
 
 std::string fca_version_string() { return std::string("fca ") + FCA_VERSION + " (commit " + FCA_GIT_COMMIT + ")"; }

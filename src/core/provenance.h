@@ -9,9 +9,9 @@ namespace fca {
 nlohmann::ordered_json provenance_base();
 std::string fca_version_string();  // "fca 0.1.0 (commit abc123...)"
 // What the build's numerics depend on: compiler, the instruction sets it targeted and the flags,
-// e.g. "g++ 12.2.0; x86-64 sse4.2 avx avx2 fma; -O3 -DNDEBUG -march=native -ffp-contract=off".
-// Two builds with the same description round every fca kernel the same way (OpenBLAS picks its
-// kernels at run time from the CPU, which provenance records separately).
+// the SIMD target the kernels dispatch to and the OpenBLAS kernels GEMM runs, e.g. "g++ 12.2.0;
+// x86-64; -O3 -DNDEBUG -ffp-contract=off; simd AVX3; OpenBLAS 0.3.21 SkylakeX (...)". Two runs
+// with the same description round every kernel the same way.
 std::string build_description();
 
 }  // namespace fca

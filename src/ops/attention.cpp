@@ -21,26 +21,30 @@ namespace {
 template <typename T>
 void causal_softmax_row(T* row, int t, int Tn, T* logp, const T* prev_logp, T* features) {
   const int n = t + 1;
-  const T mx = lane_max(row, n);
-  if (logp != nullptr)
-    for (int u = 0; u < n; ++u) logp[u] = row[u] - mx;
-  const T sum = exp_shifted_sum(row, row, n, mx);  // row[u] = exp(row[u] - mx), and its 16-lane sum
-  const T inv = T(1) / sum;
+  T mx, log_sum, neg_entropy, cross = 0;
   if constexpr (std::is_same_v<T, float>) {
-    simd::scale(row, row, inv, n);  // the same products, at the dispatched vector width
+    // The same operations as the template path below, fused into three passes over the row.
+    const simd::SoftmaxRowStats st = simd::softmax_row(row, n, logp, prev_logp);
+    mx = st.max, log_sum = st.log_sum, neg_entropy = st.neg_entropy, cross = st.cross;
   } else {
-    for (int u = 0; u < n; ++u) row[u] *= inv;
+    mx = lane_max(row, n);
+    if (logp != nullptr)
+      for (int u = 0; u < n; ++u) logp[u] = row[u] - mx;
+    const T sum = exp_shifted_sum(row, row, n, mx);  // row[u] = exp(row[u] - mx), and its 16-lane sum
+    const T inv = T(1) / sum;
+    for (int u = 0; u < n; ++u) row[u] = inv * row[u];
+    if (logp != nullptr) {
+      // logp = s - logsumexp(s), from the shifted scores: never the log of an underflowed probability.
+      log_sum = std::log(sum);
+      for (int u = 0; u < n; ++u) logp[u] -= log_sum;
+      neg_entropy = lane_dot(row, logp, n);
+      if (prev_logp != nullptr) cross = lane_dot(row, prev_logp, n);
+    }
   }
   for (int u = n; u < Tn; ++u) row[u] = 0;
   if (logp == nullptr) return;
-
-  // logp = s - logsumexp(s), from the shifted scores: never the log of an underflowed probability.
-  const T log_sum = std::log(sum);
-  for (int u = 0; u < n; ++u) logp[u] -= log_sum;
-  for (int u = n; u < Tn; ++u) logp[u] = 0;
-  const T neg_entropy = lane_dot(row, logp, n);
-  T kl = 0;
-  if (prev_logp != nullptr) kl = neg_entropy - lane_dot(row, prev_logp, n);
+  // logp beyond t is never read (the next layer's KL reads u <= t), so it is not written.
+  const T kl = prev_logp != nullptr ? neg_entropy - cross : T(0);
   const T log_positions = std::log(T(n));
   features[0] = t == 0 ? T(0) : -neg_entropy / log_positions;
   features[1] = kl;

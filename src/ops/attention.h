@@ -12,7 +12,8 @@ namespace fca {
 // Statistics of the attention distributions for the featuregate controller; all per (b, h, t).
 template <typename T>
 struct AttentionStats {
-  T* logp = nullptr;             // [B,H,T,T] log-softmax of this layer (u <= t), for the next layer's KL
+  T* logp = nullptr;             // [B,H,T,T] log-softmax of this layer (written for u <= t only), for the
+                                 //          next layer's KL
   const T* prev_logp = nullptr;  // [B,H,T,T] the previous layer's logp, or null at layer 0 (KL = 0)
   T* head_features = nullptr;    // [B,H,T,3]: entropy / log(t+1) (0 at t = 0), KL(p || p_prev),
                                  //            logsumexp_u s - log(t+1)

@@ -2,6 +2,8 @@
 
 #include <cblas.h>
 
+#include <cstdlib>
+
 #include "core/exec_counters.h"
 #include "core/phase_timer.h"
 
@@ -15,6 +17,15 @@ inline void count_gemm(int M, int N, int K) {
   }
 }
 }  // namespace
+
+std::string blas_description() {
+  std::string version = openblas_get_config();  // "OpenBLAS 0.3.21 NO_LAPACKE DYNAMIC_ARCH ..."
+  const size_t second_space = version.find(' ', version.find(' ') + 1);
+  if (second_space != std::string::npos) version.resize(second_space);
+  const char* forced = std::getenv("OPENBLAS_CORETYPE");
+  const std::string source = forced != nullptr && *forced != 0 ? std::string("OPENBLAS_CORETYPE=") + forced : "detected";
+  return version + " " + openblas_get_corename() + " (" + source + ")";
+}
 
 template <>
 void gemm<float>(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,

@@ -3,8 +3,15 @@
 // build of OpenBLAS runs single-threaded in the calling thread.
 #pragma once
 #include <cstdint>
+#include <string>
 
 namespace fca {
+
+// The OpenBLAS build and the kernels it runs, e.g. "OpenBLAS 0.3.21 Cooperlake (detected)" or
+// "OpenBLAS 0.3.21 Haswell (OPENBLAS_CORETYPE=Haswell)". GEMM's bits and speed depend on the
+// kernels, which OpenBLAS (DYNAMIC_ARCH) picks at load time from the CPU or from the environment
+// variable OPENBLAS_CORETYPE, so provenance records them (docs/building.md).
+std::string blas_description();
 
 template <typename T>
 void gemm(bool trans_a, bool trans_b, int M, int N, int K, T alpha, const T* A, int lda, const T* B,

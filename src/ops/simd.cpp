@@ -6,7 +6,9 @@
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 
+#include <cmath>
 #include <cstring>
+#include <utility>
 
 #include "ops/simd.h"
 
@@ -77,20 +79,39 @@ HWY_INLINE void StoreLanes(D d, const V* acc, Lanes16& out) {
   for (int k = 0; k < kVectors; ++k) hn::Store(acc[k], d, out.lane + k * kLanes);
 }
 
-// The 16-lane sum of term(i) over i < n: `vector_term(i)` gives the vector of terms i .. i + kLanes
-// - 1, `scalar_term(i)` one term of the tail, both with the same float operations.
-template <class VectorTerm, class ScalarTerm>
-HWY_INLINE float LaneReduce(int n, VectorTerm vector_term, ScalarTerm scalar_term) {
+// The 16-lane sums of kSums terms over i < n: `vector_terms(i, t)` sets t[s] to the vector of term s
+// for i .. i + kLanes - 1, `scalar_terms(i, t)` sets t[s] to term s of one tail element, both with the
+// same float operations (either may also store: each position is visited once, in order).
+template <int kSums, class VectorTerms, class ScalarTerms>
+HWY_INLINE void LaneReduceN(int n, VectorTerms vector_terms, ScalarTerms scalar_terms, float (&sums)[kSums]) {
   const D d;
-  V acc[kVectors];
-  for (auto& a : acc) a = hn::Zero(d);
+  V acc[kSums][kVectors];
+  for (auto& per_sum : acc)
+    for (auto& a : per_sum) a = hn::Zero(d);
   int i = 0;
   for (; i + 16 <= n; i += 16)
-    for (int k = 0; k < kVectors; ++k) acc[k] = hn::Add(acc[k], vector_term(i + k * kLanes));
-  Lanes16 l;
-  StoreLanes(d, acc, l);
-  for (; i < n; ++i) l.lane[i & 15] += scalar_term(i);
-  return l.total();
+    for (int k = 0; k < kVectors; ++k) {
+      V t[kSums];
+      vector_terms(i + k * kLanes, t);
+      for (int s = 0; s < kSums; ++s) acc[s][k] = hn::Add(acc[s][k], t[s]);
+    }
+  Lanes16 l[kSums];
+  for (int s = 0; s < kSums; ++s) StoreLanes(d, acc[s], l[s]);
+  for (; i < n; ++i) {
+    float t[kSums];
+    scalar_terms(i, t);
+    for (int s = 0; s < kSums; ++s) l[s].lane[i & 15] += t[s];
+  }
+  for (int s = 0; s < kSums; ++s) sums[s] = l[s].total();
+}
+
+// One sum: `vector_term(i)` and `scalar_term(i)` return the term.
+template <class VectorTerm, class ScalarTerm>
+HWY_INLINE float LaneReduce(int n, VectorTerm vector_term, ScalarTerm scalar_term) {
+  float sum[1];
+  LaneReduceN<1>(
+      n, [&](int i, V* t) HWY_ATTR { t[0] = vector_term(i); }, [&](int i, float* t) { t[0] = scalar_term(i); }, sum);
+  return sum[0];
 }
 
 float LaneSum(const float* x, int n) {
@@ -120,7 +141,9 @@ float LaneMax(const float* x, int n) {
   return m;
 }
 
-float ExpShiftedSum(float* row, int n, float shift) {
+// row[i] = exp_approx(row[i] - shift), and shifted[i] = row[i] - shift on entry when shifted is not
+// null; returns the 16-lane sum of the exponentials.
+HWY_INLINE float ExpShiftedSumStore(float* row, float* shifted, int n, float shift) {
   const D d;
   const V s = hn::Set(d, shift);
   V acc[kVectors];
@@ -129,7 +152,9 @@ float ExpShiftedSum(float* row, int n, float shift) {
   for (; i + 16 <= n; i += 16)
     for (int k = 0; k < kVectors; ++k) {
       float* p = row + i + k * kLanes;
-      const V e = ExpApprox(d, hn::Sub(hn::LoadU(d, p), s));
+      const V x = hn::Sub(hn::LoadU(d, p), s);
+      if (shifted != nullptr) hn::StoreU(x, d, shifted + i + k * kLanes);
+      const V e = ExpApprox(d, x);
       hn::StoreU(e, d, p);
       acc[k] = hn::Add(acc[k], e);
     }
@@ -140,7 +165,13 @@ float ExpShiftedSum(float* row, int n, float shift) {
     const int m = n - i < kLanes ? n - i : kLanes;
     HWY_ALIGN float buf[kLanes] = {};
     std::memcpy(buf, row + i, sizeof(float) * size_t(m));
-    hn::Store(ExpApprox(d, hn::Sub(hn::Load(d, buf), s)), d, buf);
+    const V x = hn::Sub(hn::Load(d, buf), s);
+    if (shifted != nullptr) {
+      HWY_ALIGN float xs[kLanes];
+      hn::Store(x, d, xs);
+      std::memcpy(shifted + i, xs, sizeof(float) * size_t(m));
+    }
+    hn::Store(ExpApprox(d, x), d, buf);
     for (int j = 0; j < m; ++j) {
       row[i + j] = buf[j];
       l.lane[(i + j) & 15] += buf[j];
@@ -148,6 +179,8 @@ float ExpShiftedSum(float* row, int n, float shift) {
   }
   return l.total();
 }
+
+float ExpShiftedSum(float* row, int n, float shift) { return ExpShiftedSumStore(row, nullptr, n, shift); }
 
 float LaneSquaredDeviationSum(const float* x, int n, float mean) {
   const D d;
@@ -268,6 +301,69 @@ void AdamWUpdate(float* p, const float* g, float* m, float* v, int64_t n, const 
   }
 }
 
+// The softmax row of ops/simd.h in three passes over the row (maximum; shift, exponential and sum;
+// normalisation with the statistics' products), each operation the one of the separate kernels.
+SoftmaxRowStats SoftmaxRow(float* row, int n, float* logp, const float* prev_logp) {
+  const D d;
+  SoftmaxRowStats st;
+  st.max = LaneMax(row, n);
+  st.sum = ExpShiftedSumStore(row, logp, n, st.max);
+  const float inv = 1.0f / st.sum;
+  if (logp == nullptr) {
+    Scale(row, row, inv, n);
+    return st;
+  }
+  st.log_sum = std::log(st.sum);
+  const V vinv = hn::Set(d, inv), vlog_sum = hn::Set(d, st.log_sum);
+  // p = inv * e (Scale's product), logp -= log_sum, then the products p * logp and p * prev_logp.
+  auto normalise = [&](int i) HWY_ATTR {
+    const V p = hn::Mul(vinv, hn::LoadU(d, row + i));
+    const V lp = hn::Sub(hn::LoadU(d, logp + i), vlog_sum);
+    hn::StoreU(p, d, row + i);
+    hn::StoreU(lp, d, logp + i);
+    return std::pair<V, V>(p, lp);
+  };
+  auto normalise_one = [&](int i) {
+    const float p = inv * row[i], lp = logp[i] - st.log_sum;
+    row[i] = p;
+    logp[i] = lp;
+    return std::pair<float, float>(p, lp);
+  };
+  if (prev_logp == nullptr) {
+    float sums[1];
+    LaneReduceN<1>(
+        n,
+        [&](int i, V* t) HWY_ATTR {
+          const auto [p, lp] = normalise(i);
+          t[0] = hn::Mul(p, lp);
+        },
+        [&](int i, float* t) {
+          const auto [p, lp] = normalise_one(i);
+          t[0] = p * lp;
+        },
+        sums);
+    st.neg_entropy = sums[0];
+    return st;
+  }
+  float sums[2];
+  LaneReduceN<2>(
+      n,
+      [&](int i, V* t) HWY_ATTR {
+        const auto [p, lp] = normalise(i);
+        t[0] = hn::Mul(p, lp);
+        t[1] = hn::Mul(p, hn::LoadU(d, prev_logp + i));
+      },
+      [&](int i, float* t) {
+        const auto [p, lp] = normalise_one(i);
+        t[0] = p * lp;
+        t[1] = p * prev_logp[i];
+      },
+      sums);
+  st.neg_entropy = sums[0];
+  st.cross = sums[1];
+  return st;
+}
+
 int64_t CurrentTarget() { return HWY_TARGET; }
 
 }  // namespace fca::simd::HWY_NAMESPACE
@@ -280,6 +376,7 @@ HWY_EXPORT(LaneSum);
 HWY_EXPORT(LaneDot);
 HWY_EXPORT(LaneMax);
 HWY_EXPORT(ExpShiftedSum);
+HWY_EXPORT(SoftmaxRow);
 HWY_EXPORT(LaneSquaredDeviationSum);
 HWY_EXPORT(LaneCenteredProductSum);
 HWY_EXPORT(GeluTanhForward);
@@ -306,6 +403,9 @@ float lane_centered_product_sum(const float* a, const float* b, const float* x, 
   return HWY_DYNAMIC_DISPATCH(LaneCenteredProductSum)(a, b, x, n, mean, scale);
 }
 float exp_shifted_sum(float* row, int n, float shift) { return HWY_DYNAMIC_DISPATCH(ExpShiftedSum)(row, n, shift); }
+SoftmaxRowStats softmax_row(float* row, int n, float* logp, const float* prev_logp) {
+  return HWY_DYNAMIC_DISPATCH(SoftmaxRow)(row, n, logp, prev_logp);
+}
 float lane_squared_deviation_sum(const float* x, int n, float mean) {
   return HWY_DYNAMIC_DISPATCH(LaneSquaredDeviationSum)(x, n, mean);
 }

@@ -35,6 +35,16 @@ float lane_max(const float* x, int n);
 float lane_centered_product_sum(const float* a, const float* b, const float* x, int n, float mean, float scale);
 // row[i] = exp_approx(row[i] - shift) for i < n; returns lane_sum(row, n) of the result.
 float exp_shifted_sum(float* row, int n, float shift);
+// One causal softmax row (ops/attention.cpp). On entry row[0..n) holds scores s; on exit the
+// probabilities p = exp_approx(s - max) * (1 / sum), sum = the 16-lane sum of the exponentials (n
+// >= 1). Without logp that is all (max and sum are returned). With logp, also logp[i] = (s[i] - max)
+// - log(sum), neg_entropy = lane_dot(p, logp) and, with prev_logp, cross = lane_dot(p, prev_logp):
+// the operations of lane_max, exp_shifted_sum, scale and lane_dot in ops/fast_math.h, fused into
+// three passes.
+struct SoftmaxRowStats {
+  float max = 0, sum = 0, log_sum = 0, neg_entropy = 0, cross = 0;
+};
+SoftmaxRowStats softmax_row(float* row, int n, float* logp, const float* prev_logp);
 // 16-lane sum of (x[i] - mean)^2, i < n (LayerNorm's two-pass variance).
 float lane_squared_deviation_sum(const float* x, int n, float mean);
 

@@ -30,7 +30,11 @@ void dense_mlp_forward(GatedBlockActivations<T>& a, const GatedBlockWeights<T>& 
   bias_gelu_tanh_forward(a.fc_pre, a.fc_act, p.fc_bias, N, 4 * D);
   // F_l = u_l + w_l: the MLP's GEMM accumulates onto a copy of u_l (beta = 1).
 #pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < int64_t(N) * D; ++i) a.update[i] = a.u[i] + p.mlp_proj_bias[i % D];
+  for (int n = 0; n < N; ++n) {  // by row: no index division per element, and the loop vectorises
+    const T* u = a.u + int64_t(n) * D;
+    T* update = a.update + int64_t(n) * D;
+    for (int d = 0; d < D; ++d) update[d] = u[d] + p.mlp_proj_bias[d];
+  }
   gemm<T>(false, true, N, D, 4 * D, T(1), a.fc_act, 4 * D, p.mlp_proj_weight, 4 * D, T(1), a.update, D);
 }
 
