@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # make bench: kernel benchmarks, fca's model benchmarks, and the side-by-side PyTorch comparison,
-# all at the default shape (L 6, D 256, H 4, T 256, B 8, featuregate) on 2 threads.
+# at the default shape (L 6, D 256, H 4, T 256, B 8, featuregate) on 2 threads, then the audit.
 set -euo pipefail
 build=${1:-build}
 "$build/fca_kernels_bench"
@@ -8,3 +8,6 @@ build=${1:-build}
 "$build/fca" bench forward --threads 2
 "$build/fca" bench train --threads 2
 /usr/bin/python3 bench/compare_pytorch.py --fca "$build/fca" --threads 2
+# The audit itself against a hand-written PyTorch audit (L 4, D 128, H 4, T 128, 128 + 128 windows,
+# 5 repetitions): featuregate and MUDD, trained for a few seconds by fca first.
+/usr/bin/python3 bench/compare_audit_pytorch.py --fca "$build/fca" --threads 2
