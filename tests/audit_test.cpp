@@ -15,6 +15,7 @@
 #include "core/safetensors.h"
 #include "core/threads.h"
 #include "models/gated/auditable.h"
+#include "models/mudd/auditable.h"
 #include "test_util.h"
 #include "train/trainer.h"
 
@@ -265,6 +266,73 @@ TEST_F(AuditEndToEnd, TrainedFeatureGateHasPenaltiesAndIsDeterministic) {
   double total = 0;
   for (auto& [k, v] : a["variance"]["shares"].items()) total += v.get<double>();
   EXPECT_NEAR(total, 1.0, 1e-9);
+}
+
+// Condition replays of one window batch share the embedding and block 0 (prefix reuse); the audit
+// must come out bitwise the same as one that recomputes every block, for the gated family and MUDD.
+TEST_F(AuditEndToEnd, PrefixReuseGivesBitwiseTheSameAudit) {
+  TrainOptions t;
+  t.arch = "mudd";
+  t.mudd.n_layer = 3, t.mudd.dim = 16, t.mudd.n_head = 2, t.mudd.head_dim = 8, t.mudd.vocab_size = 256;
+  t.mudd.block_size = 16, t.mudd.intermediate_size = 64;
+  t.batch = 4;
+  t.steps = 10;
+  t.eval_every = 0;
+  t.progress = false;
+  t.out = dir.file("mudd");
+  train_model(t, Corpus(dir.path()));
+  for (const std::string family : {"gated", "mudd"}) {
+    SCOPED_TRACE(family);
+    const std::string m = family == "gated" ? model_of(GateKind::featuregate, 30) : t.out;
+    nlohmann::ordered_json result[2];
+    for (int reuse = 0; reuse < 2; ++reuse) {
+      AuditOptions o = options(m, family + (reuse ? "-reuse" : "-full"));
+      o.prefix_reuse = reuse == 1;
+      std::unique_ptr<AuditableModel> model;
+      if (family == "gated") model = std::make_unique<GatedAuditable>(m, o.batch, 1 << 20);
+      else model = std::make_unique<MuddAuditable>(m, o.batch, 1 << 20);
+      result[reuse] = run_audit(*model, Corpus(dir.path()), o);
+    }
+    for (const char* section : {"conditions", "factor_effects", "retention", "criteria", "variance", "baseline", "exact_replay"})
+      EXPECT_EQ(result[0][section], result[1][section]) << section;
+    EXPECT_EQ(testing::read_bytes(dir.file(family + "-full/windows.csv")), testing::read_bytes(dir.file(family + "-reuse/windows.csv")));
+    // 24 windows in 3 batches of 8. Per batch, 3 randomisations of cross_input, token_shuffle and
+    // cross_shuffle, the 4 fixed profiles and (gated) 3 layer permutations: every replay but the
+    // batch's first follows a pass over the same windows.
+    const int replays_per_batch = 9 + 4 + (family == "gated" ? 3 : 0);
+    EXPECT_EQ(result[1]["provenance"]["run"]["prefix_reuse"]["replays_reusing_block_0"], 3 * (replays_per_batch - 1));
+    EXPECT_EQ(result[0]["provenance"]["run"]["prefix_reuse"]["replays_reusing_block_0"], 0);
+  }
+}
+
+// The kept prefix is only used for the windows it was computed from: a replay of other windows
+// recomputes it, and a replay of the same windows reuses it with bitwise the same NLL.
+TEST_F(AuditEndToEnd, PrefixReuseNeedsTheSameWindows) {
+  const std::string m = model_of(GateKind::featuregate, 0);
+  GatedAuditable model(m, 4, 1 << 20), fresh(m, 4, 1 << 20);
+  const int B = 2, T = 16;
+  std::vector<int32_t> x(size_t(B) * T), y(size_t(B) * T), targets(size_t(B) * T, 7);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = int32_t(i % 251), y[i] = int32_t((i * 7 + 3) % 256);
+  CoefficientTensor g = model.make_coefficients(B, T);
+  std::fill(g.values().begin(), g.values().end(), 0.5f);
+  double first[2], second[2], expected[2];
+  model.set_prefix_reuse(true);
+  model.run_replay(x.data(), targets.data(), B, T, g, first);
+  model.run_replay(y.data(), targets.data(), B, T, g, second);
+  EXPECT_EQ(model.prefix_reuses(), 0) << "other windows must not reuse the kept prefix";
+  fresh.run_replay(y.data(), targets.data(), B, T, g, expected);
+  EXPECT_EQ(second[0], expected[0]);
+  EXPECT_EQ(second[1], expected[1]);
+  std::fill(g.values().begin(), g.values().end(), 0.9f);
+  model.run_replay(y.data(), targets.data(), B, T, g, second);
+  EXPECT_EQ(model.prefix_reuses(), 1);
+  fresh.run_replay(y.data(), targets.data(), B, T, g, expected);
+  EXPECT_EQ(second[0], expected[0]);
+  EXPECT_EQ(second[1], expected[1]);
+  // Disabled (live passes, exec, training), nothing is reused.
+  model.set_prefix_reuse(false);
+  model.run_replay(y.data(), targets.data(), B, T, g, second);
+  EXPECT_EQ(model.prefix_reuses(), 1);
 }
 
 TEST_F(AuditEndToEnd, CacheIsReusedAndMismatchesAreRefused) {

@@ -262,29 +262,41 @@ nlohmann::ordered_json run_audit(AuditableModel& model, const Corpus& corpus, co
   if (exact.controller_evaluations != 0)
     throw Error("the controller was evaluated " + std::to_string(exact.controller_evaluations) + " times during replay");
 
+  // Window batch by window batch, every condition and randomisation of the batch in turn: the
+  // replays of one batch then share what precedes the first coefficient (prefix reuse). Each
+  // window's NLL depends only on its batch and coefficients, never on this order.
   for (const auto& c : conditions) {
     ConditionRun run;
     run.name = c->name();
     run.randomized = c->randomized();
-    const int reps = run.randomized ? o.reps : 1;
-    const int64_t before = model.replay_controller_evaluations();
-    run.nll.assign(size_t(reps), std::vector<double>(size_t(W)));
-    for (int r = 0; r < reps; ++r)
-      for (int w0 = 0; w0 < W; w0 += o.batch) {
-        const int B = std::min(o.batch, W - w0);
-        CoefficientTensor batch = model.make_coefficients(B, T);
-        for (int b = 0; b < B; ++b) c->coefficients(w0 + b, r, batch, b);
-        const int64_t off = int64_t(w0) * T;
+    run.nll.assign(size_t(run.randomized ? o.reps : 1), std::vector<double>(size_t(W)));
+    runs.push_back(std::move(run));
+  }
+  const int64_t reuses_before = model.prefix_reuses();
+  model.set_prefix_reuse(o.prefix_reuse);
+  for (int w0 = 0; w0 < W; w0 += o.batch) {
+    const int B = std::min(o.batch, W - w0);
+    const int64_t off = int64_t(w0) * T;
+    CoefficientTensor batch = model.make_coefficients(B, T);
+    for (size_t ci = 0; ci < conditions.size(); ++ci) {
+      const Condition& c = *conditions[ci];
+      ConditionRun& run = runs[ci + 1];
+      for (int r = 0; r < int(run.nll.size()); ++r) {
+        for (int b = 0; b < B; ++b) c.coefficients(w0 + b, r, batch, b);
+        const int64_t evaluations = model.replay_controller_evaluations();
         model.run_replay(eval.inputs.data() + off, eval.targets.data() + off, B, T, batch, run.nll[size_t(r)].data() + w0);
+        run.controller_evaluations += model.replay_controller_evaluations() - evaluations;
         done += B;
-        if (o.progress) bar.update(done, run.name);
       }
-    run.controller_evaluations = model.replay_controller_evaluations() - before;
+      if (o.progress) bar.update(done, run.name);
+    }
+  }
+  model.set_prefix_reuse(false);
+  const int64_t prefix_reuses = model.prefix_reuses() - reuses_before;
+  for (const auto& run : runs)
     if (run.controller_evaluations != 0)
       throw Error("the controller was evaluated " + std::to_string(run.controller_evaluations) + " times while replaying " +
                   run.name + "; a frozen-controller condition must never reach it");
-    runs.push_back(std::move(run));
-  }
   if (o.progress) bar.finish();
   counting.reset();
   const double passes_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - passes_start).count();
@@ -293,7 +305,9 @@ nlohmann::ordered_json run_audit(AuditableModel& model, const Corpus& corpus, co
   std::fprintf(stderr, "%s\n", measured_summary(plan, passes_s, pass_flops).c_str());
   // The plan and what the passes took: run facts, so they live in the provenance (like its
   // timestamp), never in the results, which stay bitwise reproducible.
-  provenance["run"] = {{"plan", plan.to_json()}, {"measured", measured_json(plan, passes_s, pass_flops)}};
+  provenance["run"] = {{"plan", plan.to_json()},
+                       {"measured", measured_json(plan, passes_s, pass_flops)},
+                       {"prefix_reuse", {{"enabled", o.prefix_reuse}, {"replays_reusing_block_0", prefix_reuses}}}};
 
   // ---- Statistics ----
   const std::vector<double>& base = runs[0].nll[0];

@@ -30,6 +30,10 @@ struct AuditOptions {
   double small_penalty = 0.002;      // static_profile penalty "practically small" iff upper CI < this
   double high_retention = 0.95;      // retention "high" iff lower CI > this
   double replay_tolerance = 0.0;     // exact replay must be bitwise (0); only for other backends
+  // Condition replays of one window batch start after the part of the pass that precedes the
+  // first coefficient, computed once per batch (models/prefix_reuse.h). Results are bitwise the
+  // same either way; off recomputes everything (for checking that claim).
+  bool prefix_reuse = true;
   bool progress = true;
 };
 

@@ -21,6 +21,7 @@ void add_audit_command(CLI::App& app) {
     double external_timeout = 600;
     int threads = 0;
     bool no_progress = false;
+    bool no_prefix_reuse = false;
   };
   auto f = std::make_shared<Flags>();
   AuditOptions& a = f->audit;
@@ -50,10 +51,13 @@ void add_audit_command(CLI::App& app) {
       ->check(non_negative_number)->capture_default_str();
   cmd->add_option("--out", a.out_dir, "Output folder (audit.json, windows.csv, audit.md)")->required();
   cmd->add_flag("--no-progress", f->no_progress, "No progress bar");
+  cmd->add_flag("--no-prefix-reuse", f->no_prefix_reuse,
+                "Recompute the embedding and block 0 in every condition replay (bitwise the same results, slower)");
   add_threads_flag(*cmd, f->threads);
   cmd->callback([f] {
     apply_threads(f->threads);
     AuditOptions options = f->audit;
+    options.prefix_reuse = !f->no_prefix_reuse;
     options.progress = !f->no_progress;
     std::stringstream list(f->conditions);
     for (std::string item; std::getline(list, item, ',');)

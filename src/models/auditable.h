@@ -45,6 +45,12 @@ class AuditableModel {
   virtual std::string last_logits_sha256() const { return {}; }
   // Controller evaluations made by run_replay since construction (must stay 0).
   virtual int64_t replay_controller_evaluations() const = 0;
+  // While enabled, a run_replay of the same windows as the model's last pass may start after the
+  // part of the pass that precedes the first coefficient (models/prefix_reuse.h), with bitwise the
+  // same results. The audit enables it for its condition replays only. Models without the ability
+  // ignore it; prefix_reuses() counts the passes that did reuse.
+  virtual void set_prefix_reuse(bool) {}
+  virtual int64_t prefix_reuses() const { return 0; }
 
   // The coefficients that make the controller a no-op (gated: g = 1; MUDD: one-hot newest source),
   // written into window 0 of `out`.

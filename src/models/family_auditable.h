@@ -39,6 +39,13 @@ class FamilyAuditable : public AuditableModel {
     replay_evaluations_ += rs_.controller_evaluations - before;
     Traits::loss(rs_, targets, window_nll);
   }
+  void set_prefix_reuse(bool enabled) override {
+    if constexpr (requires { rs_.prefix; }) rs_.prefix.enabled = enabled;
+  }
+  int64_t prefix_reuses() const override {
+    if constexpr (requires { rs_.prefix; }) return rs_.prefix.reused_passes;
+    return 0;
+  }
   const float* last_logits() const override { return rs_.logits; }
   int64_t replay_controller_evaluations() const override { return replay_evaluations_; }
   size_t run_state_bytes() const override { return rs_.bytes(); }

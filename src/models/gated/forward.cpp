@@ -49,9 +49,13 @@ void gated_forward(const GatedModel<T>& model, GatedRunState<T>& rs, const int32
   const int D = c.d_model, H = c.n_head, L = c.n_layer;
   const int N = B * Tn;
   const auto& w = model.weights();
+  const bool controller_inputs = source.needs_controller_inputs();
+  // h_0 and block 0's update F_0 depend on the tokens alone (prefix_reuse.h); a replay of the
+  // windows of the last pass starts at block 0's gate.
+  const bool reuse_block0 = !controller_inputs && executed_blocks == nullptr && rs.batch == B && rs.tokens == Tn &&
+                            rs.prefix.reusable(tokens, B, Tn, rs.tokens_in);
   rs.batch = B;
   rs.tokens = Tn;
-  const bool controller_inputs = source.needs_controller_inputs();
   if (executed_blocks != nullptr) {
     if (int(executed_blocks->size()) != c.n_layer)
       throw Error("block mask has " + std::to_string(executed_blocks->size()) + " entries for " +
@@ -63,11 +67,23 @@ void gated_forward(const GatedModel<T>& model, GatedRunState<T>& rs, const int32
   ExecCounters* counters = exec_counters();
   const BatchPosition position{first_window, B, Tn, &rs.controller_evaluations};
 
-  stream_embed(rs, tokens, w.wte, w.wpe, B, Tn, D);
+  if (reuse_block0) {
+    ++rs.prefix.reused_passes;
+  } else {
+    rs.prefix.invalidate();
+    stream_embed(rs, tokens, w.wte, w.wpe, B, Tn, D);
+  }
   for (int l = 0; l < L; ++l) {
     const auto& p = w.blocks[l];
     auto& a = rs.blocks[l];
     const T* h = rs.hidden[l];
+    if (l == 0 && reuse_block0) {  // F_0 = rs.blocks[0].update from the last pass over these windows
+      T* g = rs.gates;
+      source.coefficients(0, position, nullptr, g);
+      gated_residual_forward(rs.hidden[1], h, g, a.update, N, D);
+      count_mixing_flops(2 * int64_t(N) * D);
+      continue;
+    }
     if (executed_blocks != nullptr && !(*executed_blocks)[size_t(l)]) {
       std::copy(h, h + int64_t(N) * D, rs.hidden[l + 1]);
       std::fill(rs.gates + int64_t(l) * N, rs.gates + int64_t(l + 1) * N, T(0));
@@ -77,6 +93,7 @@ void gated_forward(const GatedModel<T>& model, GatedRunState<T>& rs, const int32
     AttentionStats<T> stats{rs.logp[l % 2], l > 0 ? rs.logp[(l + 1) % 2] : nullptr, rs.head_features};
     attention_half_forward(a, p, h, B, Tn, D, H, controller_inputs ? &stats : nullptr);
     dense_mlp_forward(a, p, N, D);
+    if (l == 0) rs.prefix.computed(B, Tn);
     T* phi = controller_inputs ? rs.features + int64_t(l) * N * 4 : nullptr;
     if (controller_inputs) {  // the controller's first stage: its features (and the attention statistics above)
       featuregate_features(phi, rs.head_features, a.update, h, B, Tn, H, D);

@@ -2,6 +2,7 @@
 // carved from one arena sized once for the largest batch. Stable names (docs/model.md) address them:
 // hidden.{l} = h_l, blocks.{l}.gate = g_l, blocks.{l}.features = phi_l, logits.
 #pragma once
+#include "models/prefix_reuse.h"
 #include <omp.h>
 
 #include <cstdint>
@@ -105,7 +106,10 @@ struct GatedRunState : StreamState<T> {
   bool keep_all_layers;
   int batch = 0, tokens = 0;  // of the last forward pass
 
-  std::vector<GatedBlockActivations<T>> blocks;  // L entries (aliases of one set when not keeping all)
+  // L entries. Without keep_all_layers, block 0 has its own set (its update F_0 stays for prefix
+  // reuse) and blocks 1 .. L-1 share a second one.
+  std::vector<GatedBlockActivations<T>> blocks;
+  PrefixReuse prefix;      // h_0 and F_0 = blocks[0].update, kept for replays of the same windows
   T* gates;                // [L, N]   g_l
   T* features;             // [L, N, 4] phi_l (featuregate, live only)
   T* logp[2];              // [B, H, T', T'] log-softmax of the previous and current layer (featuregate)

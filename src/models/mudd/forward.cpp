@@ -100,6 +100,51 @@ void linear_rows(T* y, int ldy, const T* x, const T* W, const T* b, int N, int i
   gemm<T>(false, true, N, out, in, T(1), x, in, W, in, T(1), y, ldy);
 }
 
+// Block i: X_{i+1} from its input streams (X_0 for block 0; the Q, K, V, R streams of DA i-1).
+template <typename T>
+void block_forward(const MuddModel<T>& model, MuddRunState<T>& rs, int i, int B, int Tn) {
+  const MuddConfig& c = model.config();
+  const int D = c.dim, H = c.n_head, dh = c.head_dim, N = B * Tn;
+  const MuddBlockWeights<T>& p = model.weights().blocks[size_t(i)];
+  auto& a = rs.layers[size_t(i)];
+  // Block inputs: X_0 for block 0; the Q, K, V, R streams of DA i-1 otherwise.
+  const T* in[4];
+  for (int s = 0; s < 4; ++s) in[s] = i == 0 ? rs.hidden[0] : rs.layers[size_t(i - 1)].streams[s];
+  const T* R = in[3];
+  for (int s = 0; s < (i == 0 ? 1 : 3); ++s)
+    layernorm_forward(a.normed[s], a.ln_mean[s], a.ln_rstd[s], in[s], p.attention_norm_weight[s],
+                      p.attention_norm_bias[s], N, D);
+  const T* q_in = a.normed[0];
+  const T* k_in = i == 0 ? a.normed[0] : a.normed[1];
+  const T* v_in = i == 0 ? a.normed[0] : a.normed[2];
+  linear_rows(a.q_raw, D, q_in, p.wq, p.bq, N, D, D);
+  linear_rows(a.k_raw, D, k_in, p.wk, p.bk, N, D, D);
+  linear_rows(a.qkv + 2 * D, 3 * D, v_in, p.wv, p.bv, N, D, D);
+  // QK RMSNorm per head (scale shared by heads) into the packed buffer, then partial rotary.
+  T* q = a.qkv;
+  T* k = a.qkv + D;
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; ++n) {
+    std::memcpy(q + int64_t(n) * 3 * D, a.q_raw + int64_t(n) * D, sizeof(T) * D);
+    std::memcpy(k + int64_t(n) * 3 * D, a.k_raw + int64_t(n) * D, sizeof(T) * D);
+  }
+  rmsnorm_forward<T>(q, a.q_rstd, q, p.q_norm, N, H, dh, 3 * D, c.norm_eps);
+  rmsnorm_forward<T>(k, a.k_rstd, k, p.k_norm, N, H, dh, 3 * D, c.norm_eps);
+  rope_forward(q, rs.rope_cos, rs.rope_sin, B, Tn, H, dh, c.rotary_dims(), 3 * D);
+  rope_forward(k, rs.rope_cos, rs.rope_sin, B, Tn, H, dh, c.rotary_dims(), 3 * D);
+  attention_forward<T>(a.attn_out, a.probs, nullptr, a.qkv, B, Tn, D, H);
+  linear_rows(a.attn_proj, D, a.attn_out, p.wo, p.bo, N, D, D);
+  // FFN on the R stream (parallel residual), width F_i.
+  const int F = p.ffn_width;
+  layernorm_forward(a.ffn_in, a.ffn_mean, a.ffn_rstd, R, p.ffn_norm_weight, p.ffn_norm_bias, N, D);
+  linear_rows(a.ffn_pre, F, a.ffn_in, p.w1, p.b1, N, D, F);
+  gelu_erf_forward(a.ffn_act, a.ffn_pre, int64_t(N) * F);
+  linear_rows(a.ffn_out, D, a.ffn_act, p.w2, p.b2, N, F, D);
+  T* X = rs.hidden[size_t(i + 1)];
+#pragma omp parallel for schedule(static)
+  for (int64_t e = 0; e < int64_t(N) * D; ++e) X[e] = (R[e] + a.attn_proj[e]) + a.ffn_out[e];  // the reference's order
+}
+
 }  // namespace
 
 template <typename T>
@@ -112,7 +157,11 @@ void mudd_forward(const MuddModel<T>& model, MuddRunState<T>& rs, const int32_t*
   if (B <= 0 || Tn <= 0 || B > rs.max_batch || Tn > rs.max_tokens)
     throw Error("batch [" + std::to_string(B) + ", " + std::to_string(Tn) + "] does not fit the run state [" +
                 std::to_string(rs.max_batch) + ", " + std::to_string(rs.max_tokens) + "]");
-  const int D = c.dim, H = c.n_head, dh = c.head_dim, L = c.n_layer, N = B * Tn;
+  const int D = c.dim, L = c.n_layer, N = B * Tn;
+  // X_0 and block 0's output X_1 depend on the tokens alone (prefix_reuse.h): a replay of the
+  // windows of the last pass starts at DA module 0.
+  const bool reuse_block0 = rs.batch == B && rs.tokens == Tn && rs.prefix.reusable(tokens, B, Tn, rs.tokens_in);
+  if (!reuse_block0) rs.prefix.invalidate();
   for (int n = 0; n < N; ++n) {
     if (tokens[n] < 0 || tokens[n] >= c.vocab_size)
       throw Error("token id " + std::to_string(tokens[n]) + " is outside [0, " + std::to_string(c.vocab_size) + ")");
@@ -125,49 +174,21 @@ void mudd_forward(const MuddModel<T>& model, MuddRunState<T>& rs, const int32_t*
   ExecCounters* counters = exec_counters();
 
   // X_0 = E[tokens] (no positional embedding, no scaling).
+  if (reuse_block0) {
+    ++rs.prefix.reused_passes;
+  } else {
 #pragma omp parallel for schedule(static)
-  for (int n = 0; n < N; ++n) std::memcpy(rs.hidden[0] + int64_t(n) * D, w.embedding + int64_t(tokens[n]) * D, sizeof(T) * D);
+    for (int n = 0; n < N; ++n) std::memcpy(rs.hidden[0] + int64_t(n) * D, w.embedding + int64_t(tokens[n]) * D, sizeof(T) * D);
+  }
 
   for (int i = 0; i < L; ++i) {
-    const MuddBlockWeights<T>& p = w.blocks[size_t(i)];
-    auto& a = rs.layers[size_t(i)];
-    if (counters != nullptr) counters->blocks_executed.fetch_add(1, std::memory_order_relaxed);
-    // Block inputs: X_0 for block 0; the Q, K, V, R streams of DA i-1 otherwise.
-    const T* in[4];
-    for (int s = 0; s < 4; ++s) in[s] = i == 0 ? rs.hidden[0] : rs.layers[size_t(i - 1)].streams[s];
-    const T* R = in[3];
-    for (int s = 0; s < (i == 0 ? 1 : 3); ++s)
-      layernorm_forward(a.normed[s], a.ln_mean[s], a.ln_rstd[s], in[s], p.attention_norm_weight[s],
-                        p.attention_norm_bias[s], N, D);
-    const T* q_in = a.normed[0];
-    const T* k_in = i == 0 ? a.normed[0] : a.normed[1];
-    const T* v_in = i == 0 ? a.normed[0] : a.normed[2];
-    linear_rows(a.q_raw, D, q_in, p.wq, p.bq, N, D, D);
-    linear_rows(a.k_raw, D, k_in, p.wk, p.bk, N, D, D);
-    linear_rows(a.qkv + 2 * D, 3 * D, v_in, p.wv, p.bv, N, D, D);
-    // QK RMSNorm per head (scale shared by heads) into the packed buffer, then partial rotary.
-    T* q = a.qkv;
-    T* k = a.qkv + D;
-#pragma omp parallel for schedule(static)
-    for (int n = 0; n < N; ++n) {
-      std::memcpy(q + int64_t(n) * 3 * D, a.q_raw + int64_t(n) * D, sizeof(T) * D);
-      std::memcpy(k + int64_t(n) * 3 * D, a.k_raw + int64_t(n) * D, sizeof(T) * D);
+    if (i > 0 || !reuse_block0) {
+      block_forward(model, rs, i, B, Tn);
+      if (counters != nullptr) counters->blocks_executed.fetch_add(1, std::memory_order_relaxed);
+      if (i == 0) rs.prefix.computed(B, Tn);
     }
-    rmsnorm_forward<T>(q, a.q_rstd, q, p.q_norm, N, H, dh, 3 * D, c.norm_eps);
-    rmsnorm_forward<T>(k, a.k_rstd, k, p.k_norm, N, H, dh, 3 * D, c.norm_eps);
-    rope_forward(q, rs.rope_cos, rs.rope_sin, B, Tn, H, dh, c.rotary_dims(), 3 * D);
-    rope_forward(k, rs.rope_cos, rs.rope_sin, B, Tn, H, dh, c.rotary_dims(), 3 * D);
-    attention_forward<T>(a.attn_out, a.probs, nullptr, a.qkv, B, Tn, D, H);
-    linear_rows(a.attn_proj, D, a.attn_out, p.wo, p.bo, N, D, D);
-    // FFN on the R stream (parallel residual), width F_i.
-    const int F = p.ffn_width;
-    layernorm_forward(a.ffn_in, a.ffn_mean, a.ffn_rstd, R, p.ffn_norm_weight, p.ffn_norm_bias, N, D);
-    linear_rows(a.ffn_pre, F, a.ffn_in, p.w1, p.b1, N, D, F);
-    gelu_erf_forward(a.ffn_act, a.ffn_pre, int64_t(N) * F);
-    linear_rows(a.ffn_out, D, a.ffn_act, p.w2, p.b2, N, F, D);
+    auto& a = rs.layers[size_t(i)];
     T* X = rs.hidden[size_t(i + 1)];
-#pragma omp parallel for schedule(static)
-    for (int64_t e = 0; e < int64_t(N) * D; ++e) X[e] = (R[e] + a.attn_proj[e]) + a.ffn_out[e];  // the reference's order
 
     // DA module i: coefficients from the source, then the signed mixing over X_0 .. X_{i+1}.
     const int C = c.streams(i), S = c.sources(i);

@@ -2,6 +2,7 @@
 // residual, QK RMSNorm before partial rotary, per-stream LayerNorms, DA modules, signed unnormalised
 // mixing) with a live, recording or replayed coefficient source, and its backward pass.
 #pragma once
+#include "models/prefix_reuse.h"
 #include <cstdint>
 #include <vector>
 
@@ -46,6 +47,7 @@ struct MuddRunState {
   bool keep_all_layers;
   std::vector<MuddLayerActivations<T>> layers;  // L entries (aliases of one set when not keeping all)
   std::vector<T*> hidden;   // L+1 x [N, D]: the kept sources X_0 .. X_L
+  PrefixReuse prefix;       // X_0 and X_1 (block 0's output), kept for replays of the same windows
   std::vector<T*> alpha;    // L x [N, C_i * S_i]
   T *final_mean, *final_rstd, *final_normed;  // [N], [N], [N, D]
   T* logits;                // [N, V]; overwritten by dlogits in backward
