@@ -134,8 +134,45 @@ TEST_F(SimdTargets, EveryTargetIsBitwiseTheScalarDefinition) {
         ASSERT_EQ(bits(out[size_t(i)]), bits(gelu_scalar(a[size_t(i)]))) << "GELU at " << i;
         ASSERT_EQ(bits(grad[size_t(i)]), bits(gelu_grad_scalar(y[size_t(i)], a[size_t(i)]))) << "GELU' at " << i;
       }
+      // The erf GELU, forward and backward, over a range that crosses both branches and the clamp.
+      const auto wide = random_values(size_t(n), 14.0f, uint32_t(n) + 31);
+      simd::gelu_erf_forward(out.data(), wide.data(), n);
+      simd::gelu_erf_backward(grad.data(), y.data(), wide.data(), n);
+      for (int i = 0; i < n; ++i) {
+        const float x = wide[size_t(i)], z = x * float(0.70710678118654752);
+        const float cdf = 0.5f * one_plus_erf_approx(z);
+        const float pdf = float(0.39894228040143268) * exp_approx(-0.5f * x * x);
+        ASSERT_EQ(bits(out[size_t(i)]), bits(0.5f * x * one_plus_erf_approx(z))) << "erf GELU at " << i;
+        ASSERT_EQ(bits(grad[size_t(i)]), bits(y[size_t(i)] * (cdf + x * pdf))) << "erf GELU' at " << i;
+      }
     }
   }
+}
+
+// The erf GELU's 1 + erf(z) = erfc(-z) against libm in double: within a few float ulp of the value, relative,
+// on both sides of the branch at |z| = 1 and far into the negative tail where 1 + erf is tiny.
+TEST(ErfApprox, OnePlusErfIsWithinAFewUlpOfLibm) {
+  double worst = 0;
+  float worst_z = 0;
+  for (int i = -900000; i <= 900000; ++i) {
+    const float z = float(i) * 1e-5f;  // [-9, 9]
+    const double exact = std::erfc(-double(z));  // 1 + erf(z), without cancellation for z < 0
+    if (exact < 1e-30) continue;  // below float's normal range the value is flushed anyway
+    const double err = std::abs(double(one_plus_erf_approx(z)) - exact) / exact;
+    if (err > worst) worst = err, worst_z = z;
+  }
+  std::printf("1 + erf: max relative error %.3g at z = %g\n", worst, double(worst_z));
+  // exp_approx is within about 2 ulp and the erfc polynomial is exact to 4e-10, but a^2 rounds
+  // (relative 6e-8), which exp(-a^2) multiplies by a^2 <= 81: about 5e-6 at the far tail, where
+  // the GELU's value is below 1e-30 times x. Near the bulk (|z| < 3) the error is a few ulp.
+  EXPECT_LT(worst, 1e-5);
+  double bulk = 0;
+  for (int i = -300000; i <= 300000; ++i) {
+    const float z = float(i) * 1e-5f;
+    const double exact = std::erfc(-double(z));  // 1 + erf(z), without cancellation for z < 0
+    bulk = std::max(bulk, std::abs(double(one_plus_erf_approx(z)) - exact) / exact);
+  }
+  EXPECT_LT(bulk, 1e-6);
 }
 
 TEST_F(SimdTargets, TheThreadedGeluIsTheKernel) {

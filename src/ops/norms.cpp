@@ -1,10 +1,13 @@
 #include "ops/norms.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "core/phase_timer.h"
 #include "ops/fast_math.h"
+#include "ops/simd.h"
 
 namespace fca {
 
@@ -54,22 +57,42 @@ void rmsnorm_backward(T* dx, T* dscale, const T* dy, const T* x, const T* rstd, 
   }
 }
 
+// Float runs the SIMD kernels (one_plus_erf_approx, within a few ulp of libm's erf) in chunks of
+// a fixed size, so the split over threads never changes a value; double keeps std::erf and
+// std::exp (the finite-difference checks).
+constexpr int64_t kGeluChunk = 4096;
+
 template <typename T>
 void gelu_erf_forward(T* out, const T* inp, int64_t n) {
   const PhaseScope phase_scope(Phase::elementwise);
+  if constexpr (std::is_same_v<T, float>) {
+    const int64_t chunks = (n + kGeluChunk - 1) / kGeluChunk;
 #pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; ++i) out[i] = T(0.5) * inp[i] * (T(1) + std::erf(inp[i] * T(0.70710678118654752)));
+    for (int64_t c = 0; c < chunks; ++c)
+      simd::gelu_erf_forward(out + c * kGeluChunk, inp + c * kGeluChunk, std::min(kGeluChunk, n - c * kGeluChunk));
+  } else {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; ++i) out[i] = T(0.5) * inp[i] * (T(1) + std::erf(inp[i] * T(0.70710678118654752)));
+  }
 }
 
 template <typename T>
 void gelu_erf_backward(T* dinp, const T* dout, const T* inp, int64_t n) {
   const PhaseScope phase_scope(Phase::elementwise);
+  if constexpr (std::is_same_v<T, float>) {
+    const int64_t chunks = (n + kGeluChunk - 1) / kGeluChunk;
 #pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; ++i) {
-    const T x = inp[i];
-    const T cdf = T(0.5) * (T(1) + std::erf(x * T(0.70710678118654752)));
-    const T pdf = T(0.39894228040143268) * std::exp(T(-0.5) * x * x);
-    dinp[i] = dout[i] * (cdf + x * pdf);
+    for (int64_t c = 0; c < chunks; ++c)
+      simd::gelu_erf_backward(dinp + c * kGeluChunk, dout + c * kGeluChunk, inp + c * kGeluChunk,
+                              std::min(kGeluChunk, n - c * kGeluChunk));
+  } else {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; ++i) {
+      const T x = inp[i];
+      const T cdf = T(0.5) * (T(1) + std::erf(x * T(0.70710678118654752)));
+      const T pdf = T(0.39894228040143268) * std::exp(T(-0.5) * x * x);
+      dinp[i] = dout[i] * (cdf + x * pdf);
+    }
   }
 }
 

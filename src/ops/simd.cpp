@@ -10,6 +10,7 @@
 #include <cstring>
 #include <utility>
 
+#include "ops/fast_math.h"
 #include "ops/simd.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -47,6 +48,38 @@ HWY_INLINE V TanhApprox(D d, V x) {
 }
 
 constexpr float kSqrt2OverPi = float(0.7978845608028654);
+
+// one_plus_erf_approx of ops/fast_math.h, lane by lane: both branches, then a select.
+HWY_INLINE V OnePlusErf(D d, V z) {
+  const V zero = hn::Zero(d), one = hn::Set(d, 1.0f), two = hn::Set(d, 2.0f);
+  const V a = hn::Abs(z);
+  const auto negative = hn::Lt(z, zero);
+  const V a2 = hn::Mul(a, a);
+  V p = hn::Set(d, kErfSmall[5]);
+  for (int k = 4; k >= 0; --k) p = hn::Add(hn::Mul(p, a2), hn::Set(d, kErfSmall[k]));
+  const V e = hn::Mul(a, p);
+  const V small = hn::IfThenElse(negative, hn::Sub(one, e), hn::Add(one, e));
+  const V b = hn::Min(a, hn::Set(d, 9.0f));
+  const V t = hn::Div(one, hn::Add(one, hn::Mul(hn::Set(d, 0.5f), b)));
+  V q = hn::Set(d, kErfcLarge[9]);
+  for (int k = 8; k >= 0; --k) q = hn::Add(hn::Mul(q, t), hn::Set(d, kErfcLarge[k]));
+  const V c = hn::Mul(ExpApprox(d, hn::Neg(hn::Mul(b, b))), q);
+  const V large = hn::IfThenElse(negative, c, hn::Sub(two, c));
+  return hn::IfThenElse(hn::Lt(a, one), small, large);
+}
+
+constexpr float kInvSqrt2 = float(0.70710678118654752);
+constexpr float kInvSqrt2Pi = float(0.39894228040143268);
+
+// The exact GELU 0.5 x (1 + erf(x / sqrt 2)) and its derivative (1 + erf) / 2 + x pdf(x).
+HWY_INLINE V GeluErfForwardV(D d, V x) {
+  return hn::Mul(hn::Mul(hn::Set(d, 0.5f), x), OnePlusErf(d, hn::Mul(x, hn::Set(d, kInvSqrt2))));
+}
+HWY_INLINE V GeluErfBackwardV(D d, V dy, V x) {
+  const V cdf = hn::Mul(hn::Set(d, 0.5f), OnePlusErf(d, hn::Mul(x, hn::Set(d, kInvSqrt2))));
+  const V pdf = hn::Mul(hn::Set(d, kInvSqrt2Pi), ExpApprox(d, hn::Mul(hn::Mul(hn::Set(d, -0.5f), x), x)));
+  return hn::Mul(dy, hn::Add(cdf, hn::Mul(x, pdf)));
+}
 
 HWY_INLINE V GeluForward(D d, V x) {
   const V cube = hn::Mul(hn::Mul(hn::Mul(hn::Set(d, 0.044715f), x), x), x);
@@ -257,6 +290,16 @@ void GeluTanhForward(float* out, const float* inp, int64_t n) {
   MapN<1>(out, in, n, [](D d, const V* x) HWY_ATTR { return GeluForward(d, x[0]); });
 }
 
+void GeluErfForward(float* out, const float* inp, int64_t n) {
+  const float* const in[1] = {inp};
+  MapN<1>(out, in, n, [](D d, const V* x) HWY_ATTR { return GeluErfForwardV(d, x[0]); });
+}
+
+void GeluErfBackward(float* dinp, const float* dout, const float* inp, int64_t n) {
+  const float* const in[2] = {dout, inp};
+  MapN<2>(dinp, in, n, [](D d, const V* v) HWY_ATTR { return GeluErfBackwardV(d, v[0], v[1]); });
+}
+
 void Scale(float* y, const float* x, float a, int64_t n) {
   const float* const in[1] = {x};
   MapN<1>(y, in, n, [a](D d, const V* v) HWY_ATTR { return hn::Mul(hn::Set(d, a), v[0]); });
@@ -381,6 +424,8 @@ HWY_EXPORT(LaneSquaredDeviationSum);
 HWY_EXPORT(LaneCenteredProductSum);
 HWY_EXPORT(GeluTanhForward);
 HWY_EXPORT(GeluTanhBackward);
+HWY_EXPORT(GeluErfForward);
+HWY_EXPORT(GeluErfBackward);
 HWY_EXPORT(Scale);
 HWY_EXPORT(ResidualRow);
 HWY_EXPORT(AdamWUpdate);
@@ -414,6 +459,10 @@ void gelu_tanh_backward(float* dinp, const float* dout, const float* inp, int64_
   HWY_DYNAMIC_DISPATCH(GeluTanhBackward)(dinp, dout, inp, n);
 }
 
+void gelu_erf_forward(float* out, const float* inp, int64_t n) { HWY_DYNAMIC_DISPATCH(GeluErfForward)(out, inp, n); }
+void gelu_erf_backward(float* dinp, const float* dout, const float* inp, int64_t n) {
+  HWY_DYNAMIC_DISPATCH(GeluErfBackward)(dinp, dout, inp, n);
+}
 void scale(float* y, const float* x, float a, int64_t n) { HWY_DYNAMIC_DISPATCH(Scale)(y, x, a, n); }
 // y += a x is the residual row with h = y (each value is loaded before it is stored).
 void axpy(float* y, const float* x, float a, int64_t n) { HWY_DYNAMIC_DISPATCH(ResidualRow)(y, y, a, x, n); }

@@ -53,6 +53,11 @@ float lane_squared_deviation_sum(const float* x, int n, float mean);
 void gelu_tanh_forward(float* out, const float* inp, int64_t n);
 void gelu_tanh_backward(float* dinp, const float* dout, const float* inp, int64_t n);
 
+// The exact GELU 0.5 x (1 + erf(x / sqrt 2)) with one_plus_erf_approx (ops/fast_math.h), and its
+// derivative dy ((1 + erf) / 2 + x exp_approx(-x^2 / 2) / sqrt(2 pi)), element-wise over n values.
+void gelu_erf_forward(float* out, const float* inp, int64_t n);
+void gelu_erf_backward(float* dinp, const float* dout, const float* inp, int64_t n);
+
 // y[i] = a * x[i] (scale), y[i] += a * x[i] (axpy), y[i] = h[i] + a * f[i] (the gated residual row):
 // MUDD's source mixing and the gated residual, over n values.
 void scale(float* y, const float* x, float a, int64_t n);
