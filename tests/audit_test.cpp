@@ -271,15 +271,7 @@ TEST_F(AuditEndToEnd, TrainedFeatureGateHasPenaltiesAndIsDeterministic) {
 // Condition replays of one window batch share the embedding and block 0 (prefix reuse); the audit
 // must come out bitwise the same as one that recomputes every block, for the gated family and MUDD.
 TEST_F(AuditEndToEnd, PrefixReuseGivesBitwiseTheSameAudit) {
-  TrainOptions t;
-  t.arch = "mudd";
-  t.mudd.n_layer = 3, t.mudd.dim = 16, t.mudd.n_head = 2, t.mudd.head_dim = 8, t.mudd.vocab_size = 256;
-  t.mudd.block_size = 16, t.mudd.intermediate_size = 64;
-  t.batch = 4;
-  t.steps = 10;
-  t.eval_every = 0;
-  t.progress = false;
-  t.out = dir.file("mudd");
+  const TrainOptions t = testing::tiny_mudd_training(dir.file("mudd"), 3);
   train_model(t, Corpus(dir.path()));
   for (const std::string family : {"gated", "mudd"}) {
     SCOPED_TRACE(family);

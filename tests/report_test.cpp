@@ -49,16 +49,10 @@ class Report : public ::testing::Test {
     testing::write_corpus(dir->path(), 30000, 6000, 6000);
     const Corpus corpus(dir->path());
     for (const std::string arch : {"gated", "mudd"}) {
-      TrainOptions o;
+      // The same tiny training run for both: the MUDD shape, or the gated featuregate config.
+      TrainOptions o = testing::tiny_mudd_training(arch == "gated" ? dir->file("fg.safetensors") : dir->file("mudd"));
       o.arch = arch;
       o.config = testing::tiny_config(GateKind::featuregate);
-      o.mudd.n_layer = 2, o.mudd.dim = 16, o.mudd.n_head = 2, o.mudd.head_dim = 8, o.mudd.vocab_size = 256;
-      o.mudd.block_size = 16, o.mudd.intermediate_size = 64;
-      o.batch = 4;
-      o.steps = 10;
-      o.eval_every = 0;
-      o.progress = false;
-      o.out = arch == "gated" ? dir->file("fg.safetensors") : dir->file("mudd");
       train_model(o, corpus);
       AuditOptions a;
       a.model_path = o.out;

@@ -58,6 +58,19 @@ void write_corpus(const std::string& dir, size_t train_bytes, size_t valid_bytes
   write_text(dir + "/test.txt", pseudo_text(test_bytes, 3));
 }
 
+TrainOptions tiny_mudd_training(const std::string& out, int n_layer) {
+  TrainOptions o;
+  o.arch = "mudd";
+  o.mudd.n_layer = n_layer, o.mudd.dim = 16, o.mudd.n_head = 2, o.mudd.head_dim = 8, o.mudd.vocab_size = 256;
+  o.mudd.block_size = 16, o.mudd.intermediate_size = 64;
+  o.batch = 4;
+  o.steps = 10;
+  o.eval_every = 0;
+  o.progress = false;
+  o.out = out;
+  return o;
+}
+
 GatedConfig tiny_config(GateKind kind) {
   GatedConfig c;
   c.n_layer = 2;

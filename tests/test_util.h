@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "models/gated/config.h"
+#include "train/trainer.h"
 
 namespace fca::testing {
 
@@ -26,6 +27,9 @@ std::string read_bytes(const std::string& path);
 void write_corpus(const std::string& dir, size_t train_bytes, size_t valid_bytes, size_t test_bytes);
 // A small config of the given gate kind (L 2, D 16, H 2, T 16).
 GatedConfig tiny_config(GateKind kind);
+// Training options for a tiny byte-level MUDD model (L n_layer, D 16, H 2, T 16), 10 steps of
+// batch 4, written to the folder `out`.
+TrainOptions tiny_mudd_training(const std::string& out, int n_layer = 2);
 
 // Golden-fixture comparison: |ours - reference| <= atol + rtol * max|reference| over the tensor.
 // The default tolerances are derived in test_util.cpp.
