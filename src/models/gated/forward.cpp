@@ -52,8 +52,7 @@ void gated_forward(const GatedModel<T>& model, GatedRunState<T>& rs, const int32
   const bool controller_inputs = source.needs_controller_inputs();
   // h_0 and block 0's update F_0 depend on the tokens alone (prefix_reuse.h); a replay of the
   // windows of the last pass starts at block 0's gate.
-  const bool reuse_block0 = !controller_inputs && executed_blocks == nullptr && rs.batch == B && rs.tokens == Tn &&
-                            rs.prefix.reusable(tokens, B, Tn, rs.tokens_in);
+  const bool reuse_block0 = !controller_inputs && executed_blocks == nullptr && rs.prefix.reusable(tokens, B, Tn, rs.tokens_in);
   rs.batch = B;
   rs.tokens = Tn;
   if (executed_blocks != nullptr) {
@@ -77,27 +76,22 @@ void gated_forward(const GatedModel<T>& model, GatedRunState<T>& rs, const int32
     const auto& p = w.blocks[l];
     auto& a = rs.blocks[l];
     const T* h = rs.hidden[l];
-    if (l == 0 && reuse_block0) {  // F_0 = rs.blocks[0].update from the last pass over these windows
-      T* g = rs.gates;
-      source.coefficients(0, position, nullptr, g);
-      gated_residual_forward(rs.hidden[1], h, g, a.update, N, D);
-      count_mixing_flops(2 * int64_t(N) * D);
-      continue;
-    }
     if (executed_blocks != nullptr && !(*executed_blocks)[size_t(l)]) {
       std::copy(h, h + int64_t(N) * D, rs.hidden[l + 1]);
       std::fill(rs.gates + int64_t(l) * N, rs.gates + int64_t(l + 1) * N, T(0));
       continue;
     }
-    if (counters != nullptr) counters->blocks_executed.fetch_add(1, std::memory_order_relaxed);
-    AttentionStats<T> stats{rs.logp[l % 2], l > 0 ? rs.logp[(l + 1) % 2] : nullptr, rs.head_features};
-    attention_half_forward(a, p, h, B, Tn, D, H, controller_inputs ? &stats : nullptr);
-    dense_mlp_forward(a, p, N, D);
-    if (l == 0) rs.prefix.computed(B, Tn);
     T* phi = controller_inputs ? rs.features + int64_t(l) * N * 4 : nullptr;
-    if (controller_inputs) {  // the controller's first stage: its features (and the attention statistics above)
-      featuregate_features(phi, rs.head_features, a.update, h, B, Tn, H, D);
-      count_controller_evaluation(position);
+    if (l > 0 || !reuse_block0) {  // reused: F_0 = rs.blocks[0].update from the last pass over these windows
+      if (counters != nullptr) counters->blocks_executed.fetch_add(1, std::memory_order_relaxed);
+      AttentionStats<T> stats{rs.logp[l % 2], l > 0 ? rs.logp[(l + 1) % 2] : nullptr, rs.head_features};
+      attention_half_forward(a, p, h, B, Tn, D, H, controller_inputs ? &stats : nullptr);
+      dense_mlp_forward(a, p, N, D);
+      if (l == 0) rs.prefix.computed(B, Tn);
+      if (controller_inputs) {  // the controller's first stage: its features (and the attention statistics above)
+        featuregate_features(phi, rs.head_features, a.update, h, B, Tn, H, D);
+        count_controller_evaluation(position);
+      }
     }
     T* g = rs.gates + int64_t(l) * N;
     source.coefficients(l, position, phi, g);

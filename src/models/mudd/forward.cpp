@@ -160,7 +160,7 @@ void mudd_forward(const MuddModel<T>& model, MuddRunState<T>& rs, const int32_t*
   const int D = c.dim, L = c.n_layer, N = B * Tn;
   // X_0 and block 0's output X_1 depend on the tokens alone (prefix_reuse.h): a replay of the
   // windows of the last pass starts at DA module 0.
-  const bool reuse_block0 = rs.batch == B && rs.tokens == Tn && rs.prefix.reusable(tokens, B, Tn, rs.tokens_in);
+  const bool reuse_block0 = rs.prefix.reusable(tokens, B, Tn, rs.tokens_in);
   if (!reuse_block0) rs.prefix.invalidate();
   for (int n = 0; n < N; ++n) {
     if (tokens[n] < 0 || tokens[n] >= c.vocab_size)
