@@ -1,9 +1,11 @@
-// The blocked causal attention kernel against a direct double-precision implementation, at a
-// length that spans several row blocks (T = 150: blocks of 64, 64 and 22), forward (output,
-// probabilities, featuregate statistics) and backward (dq, dk, dv).
+// The tiled causal attention kernel against a direct double-precision implementation, at a length
+// with a partial last tile (T = 150: 18 tiles of 8 query rows and one of 6, keys rounded up to 16),
+// forward (output, probabilities, featuregate statistics) and backward (dq, dk, dv), in double and
+// in float (the Highway products), and its independence of the batch.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "core/rng.h"
@@ -100,9 +102,9 @@ TEST(Attention, BlockedKernelMatchesDirectFormulas) {
   const Naive ref = naive_attention(qkv, dout, prev);
 
   std::vector<double> out(ref.out.size()), probs(ref.probs.size()), logp(ref.probs.size()), feats(ref.feats.size()),
-      dqkv(qkv.size()), scratch(size_t(thread_count()) * T * T);
+      dqkv(qkv.size()), scratch(size_t(thread_count() * attention_scratch_per_thread(T, dh, true)));
   AttentionStats<double> stats{logp.data(), prev.data(), feats.data()};
-  attention_forward(out.data(), probs.data(), &stats, qkv.data(), B, T, D, H);
+  attention_forward(out.data(), probs.data(), scratch.data(), &stats, qkv.data(), B, T, D, H);
   attention_backward(dqkv.data(), scratch.data(), dout.data(), probs.data(), qkv.data(), B, T, D, H);
   // Double precision throughout; differences are summation-order rounding, ~1e-15 relative.
   expect_near_all("out", out, ref.out, 1e-12);
@@ -115,15 +117,68 @@ TEST(Attention, BlockedKernelMatchesDirectFormulas) {
 
   // Without statistics the output is bitwise the same (the replay guarantee at kernel level).
   std::vector<double> out2(out.size()), probs2(probs.size());
-  attention_forward<double>(out2.data(), probs2.data(), nullptr, qkv.data(), B, T, D, H);
+  attention_forward<double>(out2.data(), probs2.data(), scratch.data(), nullptr, qkv.data(), B, T, D, H);
   EXPECT_EQ(out, out2);
   EXPECT_EQ(probs, probs2);
 }
 
-TEST(Attention, ExecutedPairsCountTheBlocks) {
-  EXPECT_EQ(attention_executed_pairs(64), 64 * 64);
-  EXPECT_EQ(attention_executed_pairs(256), 64 * 64 * (1 + 2 + 3 + 4));
-  EXPECT_EQ(attention_executed_pairs(150), 64 * 64 + 64 * 128 + 22 * 150);
+TEST(Attention, FloatKernelsMatchDirectFormulasAndDoNotDependOnTheBatch) {
+  set_threads(2);
+  Rng rng(11);
+  std::vector<double> qkv(size_t(B) * T * 3 * D), dout(size_t(B) * T * D), prev(size_t(B) * H * T * T, 0);
+  for (auto& x : qkv) x = 1.5 * rng.normal();
+  for (auto& x : dout) x = rng.normal();
+  const Naive ref = naive_attention(qkv, dout, prev);
+  const std::vector<float> qkv_f(qkv.begin(), qkv.end()), dout_f(dout.begin(), dout.end());
+  auto run = [&](int batch, const float* q, const float* dy, std::vector<float>& out, std::vector<float>& probs,
+                 std::vector<float>& dqkv) {
+    out.assign(size_t(batch) * T * D, 0);
+    probs.assign(size_t(batch) * H * T * T, 0);
+    dqkv.assign(size_t(batch) * T * 3 * D, 0);
+    std::vector<float> scratch(size_t(thread_count() * attention_scratch_per_thread(T, dh, true)));
+    attention_forward<float>(out.data(), probs.data(), scratch.data(), nullptr, q, batch, T, D, H);
+    attention_backward<float>(dqkv.data(), scratch.data(), dy, probs.data(), q, batch, T, D, H);
+  };
+  std::vector<float> out, probs, dqkv;
+  run(B, qkv_f.data(), dout_f.data(), out, probs, dqkv);
+  // Float rounding of sums over up to T = 150 terms of size ~1 (inputs rounded to float too):
+  // errors of a few 1e-6 on values of order 1; 1e-4 leaves headroom without hiding a wrong term.
+  auto worst = [](const std::vector<float>& ours, const std::vector<double>& want) {
+    double w = 0;
+    for (size_t i = 0; i < want.size(); ++i) w = std::max(w, std::abs(double(ours[i]) - want[i]));
+    return w;
+  };
+  EXPECT_LE(worst(out, ref.out), 1e-4);
+  EXPECT_LE(worst(probs, ref.probs), 1e-5);
+  EXPECT_LE(worst(dqkv, ref.dqkv), 1e-4);
+  for (int t = 0; t < T; ++t)
+    for (int u = t + 1; u < T; ++u) ASSERT_EQ(probs[size_t(t) * T + u], 0.0f);
+
+  // The second window alone (batch 1) gives bitwise its results in the batch of two: each (window,
+  // head) is computed the same way whatever the batch.
+  std::vector<float> out1, probs1, dqkv1;
+  run(1, qkv_f.data() + size_t(T) * 3 * D, dout_f.data() + size_t(T) * D, out1, probs1, dqkv1);
+  EXPECT_EQ(0, std::memcmp(out1.data(), out.data() + size_t(T) * D, sizeof(float) * out1.size()));
+  EXPECT_EQ(0, std::memcmp(probs1.data(), probs.data() + size_t(H) * T * T, sizeof(float) * probs1.size()));
+  EXPECT_EQ(0, std::memcmp(dqkv1.data(), dqkv.data() + size_t(T) * 3 * D, sizeof(float) * dqkv1.size()));
+}
+
+TEST(Attention, ExecutedPairsCountTheTiles) {
+  // Tiles of 8 query rows; tile [r0, r1) runs keys [0, r1) rounded up to 16 and capped at T.
+  auto by_rule = [](int Tn) {
+    int64_t pairs = 0;
+    for (int r0 = 0; r0 < Tn; r0 += 8) {
+      const int r1 = std::min(Tn, r0 + 8);
+      pairs += int64_t(r1 - r0) * std::min(Tn, (r1 + 15) / 16 * 16);
+    }
+    return pairs;
+  };
+  EXPECT_EQ(attention_executed_pairs(64), 8 * 2 * (16 + 32 + 48 + 64));
+  EXPECT_EQ(attention_executed_pairs(256), 8 * 2 * 16 * (16 * 17 / 2));
+  EXPECT_EQ(attention_executed_pairs(150), 8 * 2 * 16 * (9 * 10 / 2) + 6 * 150);
+  for (int Tn : {1, 7, 9, 31, 128, 2048}) EXPECT_EQ(attention_executed_pairs(Tn), by_rule(Tn)) << Tn;
+  // Close to the causal triangle T (T + 1) / 2 at long windows.
+  EXPECT_LT(double(attention_executed_pairs(2048)), 1.01 * 2048.0 * 2049.0 / 2.0);
 }
 
 }  // namespace

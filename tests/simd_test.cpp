@@ -175,6 +175,39 @@ TEST(ErfApprox, OnePlusErfIsWithinAFewUlpOfLibm) {
   EXPECT_LT(bulk, 1e-6);
 }
 
+TEST_F(SimdTargets, TileMatmulIsOneFusedChainPerOutputOnEveryTarget) {
+  // Shapes with whole register tiles, row tails (m % 8, m % 4), vector pairs, single vectors and
+  // lane tails (n % 16, n % 8), in both layouts of A, with and without accumulation.
+  const int ld = 53;
+  const auto a = random_values(size_t(ld) * ld, 2.0f, 41), b = random_values(size_t(ld) * ld, 2.0f, 42);
+  const auto c0 = random_values(size_t(ld) * ld, 1.0f, 43);
+  for (const auto& target : simd::available_targets()) {
+    simd::force_target(target.bit);
+    SCOPED_TRACE(target.name);
+    const bool fma = target.name.rfind("AVX", 0) == 0;  // AVX2 and AVX-512 have fused multiply-add
+    for (int m : {1, 3, 4, 8, 9, 13})
+      for (int n : {1, 5, 8, 16, 17, 33, 47})
+        for (int k : {1, 7, 40})
+          for (bool transposed : {false, true})
+            for (bool accumulate : {false, true}) {
+              const int64_t a_row = transposed ? 1 : ld, a_col = transposed ? ld : 1;
+              std::vector<float> got = c0, want = c0;
+              simd::tile_matmul(got.data(), ld, a.data(), a_row, a_col, b.data(), ld, m, n, k, 0.7f, accumulate);
+              tile_matmul_reference<float>(want.data(), ld, a.data(), a_row, a_col, b.data(), ld, m, n, k, 0.7f,
+                                           accumulate);
+              for (size_t i = 0; i < got.size(); ++i) {
+                if (fma) {
+                  ASSERT_EQ(bits(got[i]), bits(want[i])) << "m " << m << " n " << n << " k " << k << " at " << i;
+                } else {
+                  // Separate rounding of each product: k roundings of terms up to 4 in sums up to
+                  // about 4 sqrt(k), within k * 2^-24 * 4 * k in the worst case.
+                  ASSERT_NEAR(got[i], want[i], 4e-6 * k * k + 1e-6) << "m " << m << " n " << n << " k " << k;
+                }
+              }
+            }
+  }
+}
+
 TEST_F(SimdTargets, TheThreadedGeluIsTheKernel) {
   // gelu_tanh_forward<float> splits the work into chunks across threads: same bits as one call.
   const int64_t n = 3 * 4096 + 77;

@@ -15,7 +15,7 @@ namespace fca {
 // comparisons, selection, sorting and copies as 0. The trunk's own element-wise work (LayerNorm,
 // softmax, GELU, residual adds, RoPE, loss) is not counted: it is the same in every mode.
 struct ExecCounters {
-  std::atomic<int64_t> gemm_flops{0};              // 2 * M * N * K per GEMM issued
+  std::atomic<int64_t> gemm_flops{0};              // 2 * M * N * K per matrix product issued
   std::atomic<int64_t> controller_flops{0};        // non-GEMM controller arithmetic, by the convention above
   std::atomic<int64_t> mixing_flops{0};            // non-GEMM arithmetic applying coefficients
   std::atomic<int64_t> gemm_calls{0};
@@ -41,6 +41,14 @@ inline std::atomic<ExecCounters*> installed_counters{nullptr};
 inline ExecCounters* exec_counters() { return detail::installed_counters.load(std::memory_order_relaxed); }
 
 // Called once per kernel call by the code doing the work, with that call's count in closed form.
+// Matrix products: the BLAS calls of ops/gemm.cpp (one product each) and attention's tiled
+// products (ops/attention.cpp: two per window and head, whatever the tiling).
+inline void count_gemm_flops(int64_t flops, int64_t products) {
+  if (ExecCounters* c = exec_counters()) {
+    c->gemm_flops.fetch_add(flops, std::memory_order_relaxed);
+    c->gemm_calls.fetch_add(products, std::memory_order_relaxed);
+  }
+}
 inline void count_controller_flops(int64_t flops) {
   if (ExecCounters* c = exec_counters()) c->controller_flops.fetch_add(flops, std::memory_order_relaxed);
 }

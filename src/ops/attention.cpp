@@ -5,12 +5,13 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <string>
 #include <type_traits>
 
+#include "core/error.h"
 #include "core/exec_counters.h"
 #include "core/phase_timer.h"
 #include "ops/fast_math.h"
-#include "ops/gemm.h"
 
 namespace fca {
 namespace {
@@ -53,13 +54,22 @@ void causal_softmax_row(T* row, int t, int Tn, T* logp, const T* prev_logp, T* f
 
 }  // namespace
 
-// Causal blocking: rows are processed in blocks of kRowBlock; block [r0, r1) only needs keys
-// [0, r1), so the products skip most of the masked upper triangle (5/8 of the full work at T = 256).
-constexpr int kRowBlock = 64;
+// Causal tiling: rows are processed in tiles of kRowTile; the scores of tile [r0, r1) are computed
+// for keys [0, keys_of_tile(r1)), the causal range rounded up to kKeyRound columns (whole vectors
+// on every target, so the count does not depend on the CPU) and capped at T; the masked rest of the
+// tile's rows is zeroed by the softmax. P V runs over the same keys (the zeros add nothing). At
+// T = 256 that executes 1.06x the causal triangle's pairs.
+constexpr int kRowTile = 8;
+constexpr int kKeyRound = 16;
+
+int keys_of_tile(int r1, int Tn) { return std::min(Tn, (r1 + kKeyRound - 1) / kKeyRound * kKeyRound); }
 
 int64_t attention_executed_pairs(int Tn) {
   int64_t pairs = 0;
-  for (int r0 = 0; r0 < Tn; r0 += kRowBlock) pairs += int64_t(std::min(Tn, r0 + kRowBlock) - r0) * std::min(Tn, r0 + kRowBlock);
+  for (int r0 = 0; r0 < Tn; r0 += kRowTile) {
+    const int r1 = std::min(Tn, r0 + kRowTile);
+    pairs += int64_t(r1 - r0) * keys_of_tile(r1, Tn);
+  }
   return pairs;
 }
 
@@ -75,33 +85,66 @@ int64_t attention_statistics_flops(int B, int H, int Tn, bool with_kl) {
   return int64_t(B) * H * per_head;
 }
 
+void check_attention_scratch_threads(int sized_for) {
+  if (omp_get_max_threads() > sized_for)
+    throw Error("attention: the run state's scratch was sized for " + std::to_string(sized_for) + " threads, now " +
+                std::to_string(omp_get_max_threads()) + " (create the run state after setting the thread count)");
+}
+
+namespace {
+
+// x^T of one head's [Tn, dh] columns of the qkv buffer (row stride ld) into buffer [dh, Tn], so that
+// products with x^T read contiguous rows.
 template <typename T>
-void attention_forward(T* out, T* probs, const AttentionStats<T>* stats, const T* qkv, int B, int Tn, int D, int H) {
+const T* transposed_head(T* buffer, const T* x, int64_t ld, int Tn, int dh) {
+  // 16 x 16 blocks: each block reads 16 cache lines of x and writes 16 rows of 16 values.
+  constexpr int kBlock = 16;
+  for (int u0 = 0; u0 < Tn; u0 += kBlock)
+    for (int i0 = 0; i0 < dh; i0 += kBlock) {
+      const int u1 = std::min(Tn, u0 + kBlock), i1 = std::min(dh, i0 + kBlock);
+      for (int i = i0; i < i1; ++i) {
+        T* row = buffer + int64_t(i) * Tn;
+        for (int u = u0; u < u1; ++u) row[u] = x[u * ld + i];
+      }
+    }
+  return buffer;
+}
+
+}  // namespace
+
+template <typename T>
+void attention_forward(T* out, T* probs, T* scratch, const AttentionStats<T>* stats, const T* qkv, int B, int Tn, int D,
+                       int H) {
   const PhaseScope phase_scope(Phase::attention);
   if (stats != nullptr) count_controller_flops(attention_statistics_flops(B, H, Tn, stats->prev_logp != nullptr));
   const int dh = D / H;
+  // Two products per (window, head), S = Q K^T and Y = P V, each over the executed pairs.
+  count_gemm_flops(2 * 2 * int64_t(B) * H * attention_executed_pairs(Tn) * dh, 2 * int64_t(B) * H);
   const T scale = T(1) / std::sqrt(T(dh));
   const int ld = 3 * D;
   const int64_t TT = int64_t(Tn) * Tn;
+  // Each (window, head) is one thread's work from start to end, so its results do not depend on
+  // the batch or the thread count.
 #pragma omp parallel for schedule(static)
   for (int bh = 0; bh < B * H; ++bh) {
     const int b = bh / H, h = bh % H;
     const T* q = qkv + int64_t(b) * Tn * ld + h * dh;
-    const T* k = q + D;
+    T* own = scratch + omp_get_thread_num() * attention_scratch_per_thread(Tn, dh, false);
+    const T* kt = transposed_head(own, q + D, ld, Tn, dh);  // [dh, Tn]
     const T* v = q + 2 * D;
     T* p = probs + bh * TT;
     T* y = out + int64_t(b) * Tn * D + h * dh;
-    for (int r0 = 0; r0 < Tn; r0 += kRowBlock) {
-      const int r1 = std::min(Tn, r0 + kRowBlock), rows = r1 - r0;
+    for (int r0 = 0; r0 < Tn; r0 += kRowTile) {
+      const int r1 = std::min(Tn, r0 + kRowTile), rows = r1 - r0, keys = keys_of_tile(r1, Tn);
       T* pb = p + int64_t(r0) * Tn;
-      gemm<T>(false, true, rows, r1, dh, scale, q + int64_t(r0) * ld, ld, k, ld, T(0), pb, Tn);  // S = scale Q K^T
+      tile_matmul(pb, Tn, q + int64_t(r0) * ld, ld, 1, kt, Tn, rows, keys, dh, scale, false);  // S = scale Q K^T
       for (int t = r0; t < r1; ++t) {
         T* logp = stats ? stats->logp + bh * TT + int64_t(t) * Tn : nullptr;
         const T* prev = stats && stats->prev_logp ? stats->prev_logp + bh * TT + int64_t(t) * Tn : nullptr;
         T* feat = stats ? stats->head_features + (int64_t(bh) * Tn + t) * 3 : nullptr;
         causal_softmax_row(p + int64_t(t) * Tn, t, Tn, logp, prev, feat);
       }
-      gemm<T>(false, false, rows, dh, r1, T(1), pb, Tn, v, ld, T(0), y + int64_t(r0) * D, D);  // Y = P V
+      tile_matmul(y + int64_t(r0) * D, D, pb, Tn, 1, v, ld, rows, dh, keys, T(1), false);  // Y = P V
     }
   }
 }
@@ -124,45 +167,54 @@ void attention_backward(T* dqkv, T* scratch, const T* dout, const T* probs, cons
   const T scale = T(1) / std::sqrt(T(dh));
   const int ld = 3 * D;
   const int64_t TT = int64_t(Tn) * Tn;
+  // Four products per (window, head): dP and dQ over the executed pairs, dV and dK over each key
+  // tile's queries t >= u0.
+  int64_t key_tile_pairs = 0;
+  for (int u0 = 0; u0 < Tn; u0 += kRowTile) key_tile_pairs += int64_t(std::min(Tn, u0 + kRowTile) - u0) * (Tn - u0);
+  count_gemm_flops(2 * 2 * int64_t(B) * H * (attention_executed_pairs(Tn) + key_tile_pairs) * dh, 4 * int64_t(B) * H);
 #pragma omp parallel for schedule(static)
   for (int bh = 0; bh < B * H; ++bh) {
     const int b = bh / H, h = bh % H;
     const int64_t row0 = int64_t(b) * Tn;
     const T* q = qkv + row0 * ld + h * dh;
     const T* k = q + D;
-    const T* v = q + 2 * D;
+    T* ds = scratch + omp_get_thread_num() * attention_scratch_per_thread(Tn, dh, true);  // [Tn, Tn]
+    const T* vt = transposed_head(ds + TT, q + 2 * D, ld, Tn, dh);                      // [dh, Tn]
     const T* dy = dout + row0 * D + h * dh;
     T* dq = dqkv + row0 * ld + h * dh;
     T* dk = dq + D;
     T* dv = dq + 2 * D;
     const T* p = probs + bh * TT;
-    T* ds = scratch + omp_get_thread_num() * TT;
-    // Row blocks from last to first: the last block reaches every key, so its dK and dV products
-    // initialise them (beta 0) and the earlier, shorter blocks accumulate (beta 1) in a fixed order.
-    const int last_r0 = (Tn - 1) / kRowBlock * kRowBlock;
-    for (int r0 = last_r0; r0 >= 0; r0 -= kRowBlock) {
-      const int r1 = std::min(Tn, r0 + kRowBlock), rows = r1 - r0;
-      const T beta = r1 == Tn ? T(0) : T(1);
-      const T* pb = p + int64_t(r0) * Tn;
+    // Query tiles: dP = dY V^T, then dS = P * (dP - rowsum(P * dP)) with zeros above the diagonal
+    // (up to the tile's keys, which covers every entry the key tiles below read), then dQ = s dS K.
+    for (int r0 = 0; r0 < Tn; r0 += kRowTile) {
+      const int r1 = std::min(Tn, r0 + kRowTile), rows = r1 - r0, keys = keys_of_tile(r1, Tn);
       T* dsb = ds + int64_t(r0) * Tn;
-      gemm<T>(false, true, rows, r1, dh, T(1), dy + int64_t(r0) * D, D, v, ld, T(0), dsb, Tn);  // dP = dY V^T
-      gemm<T>(true, false, r1, dh, rows, T(1), pb, Tn, dy + int64_t(r0) * D, D, beta, dv, ld);  // dV += P^T dY
-      for (int t = r0; t < r1; ++t) {  // dS = P * (dP - rowsum(P * dP)), zero above the diagonal
+      tile_matmul(dsb, Tn, dy + int64_t(r0) * D, D, 1, vt, Tn, rows, keys, dh, T(1), false);
+      for (int t = r0; t < r1; ++t) {
         const T* pr = p + int64_t(t) * Tn;
         T* r = ds + int64_t(t) * Tn;
         const T dot = lane_dot(pr, r, t + 1);
         for (int u = 0; u <= t; ++u) r[u] = pr[u] * (r[u] - dot);
-        for (int u = t + 1; u < r1; ++u) r[u] = 0;
+        for (int u = t + 1; u < keys; ++u) r[u] = 0;
       }
-      gemm<T>(false, false, rows, dh, r1, scale, dsb, Tn, k, ld, T(0), dq + int64_t(r0) * ld, ld);  // dQ = s dS K
-      gemm<T>(true, false, r1, dh, rows, scale, dsb, Tn, q + int64_t(r0) * ld, ld, beta, dk, ld);   // dK += s dS^T Q
+      tile_matmul(dq + int64_t(r0) * ld, ld, dsb, Tn, 1, k, ld, rows, dh, keys, scale, false);
+    }
+    // Key tiles [u0, u1): dV = P^T dY and dK = s dS^T Q over the queries t >= u0 (P and dS are zero
+    // for t < u), reading the transposes in place (A(i, p) = P[u0 + p, u0 + i]).
+    for (int u0 = 0; u0 < Tn; u0 += kRowTile) {
+      const int rows = std::min(Tn, u0 + kRowTile) - u0, queries = Tn - u0;
+      const int64_t at = int64_t(u0) * Tn + u0;
+      tile_matmul(dv + int64_t(u0) * ld, ld, p + at, 1, Tn, dy + int64_t(u0) * D, D, rows, dh, queries, T(1), false);
+      tile_matmul(dk + int64_t(u0) * ld, ld, ds + at, 1, Tn, q + int64_t(u0) * ld, ld, rows, dh, queries, scale, false);
     }
   }
 }
 
-template void attention_forward<float>(float*, float*, const AttentionStats<float>*, const float*, int, int, int, int);
-template void attention_forward<double>(double*, double*, const AttentionStats<double>*, const double*, int, int, int,
-                                        int);
+template void attention_forward<float>(float*, float*, float*, const AttentionStats<float>*, const float*, int, int, int,
+                                       int);
+template void attention_forward<double>(double*, double*, double*, const AttentionStats<double>*, const double*, int, int,
+                                        int, int);
 template void attention_backward<float>(float*, float*, const float*, const float*, const float*, int, int, int, int);
 template void attention_backward<double>(double*, double*, const double*, const double*, const double*, int, int, int,
                                          int);

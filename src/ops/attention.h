@@ -19,8 +19,8 @@ struct AttentionStats {
                                  //            logsumexp_u s - log(t+1)
 };
 
-// (query, key) pairs whose products the blocked kernels execute per head: the causal triangle plus
-// the masked part of each diagonal block. The FLOP counts of exec/ use it.
+// (query, key) pairs whose products the tiled kernels execute per head: the causal triangle plus the
+// masked part of each diagonal tile (ops/attention.cpp). The FLOP counts of exec/ use it.
 int64_t attention_executed_pairs(int Tn);
 
 // The causal softmax of attention_forward on its own: each of `heads` [Tn, Tn] score matrices,
@@ -32,11 +32,23 @@ void causal_softmax(T* scores, int heads, int Tn);
 // core/exec_counters.h); with_kl when the previous layer's logp is given.
 int64_t attention_statistics_flops(int B, int H, int Tn, bool with_kl);
 
-// stats may be null: then no statistic is computed, and out/probs are bitwise the same as with it.
-template <typename T>
-void attention_forward(T* out, T* probs, const AttentionStats<T>* stats, const T* qkv, int B, int Tn, int D, int H);
+// Scratch values attention_forward (backward false) or attention_backward (true) needs per OpenMP
+// thread at Tn tokens and head width dh: a head's K^T or V^T [dh, Tn], and backward's dS [Tn, Tn].
+inline int64_t attention_scratch_per_thread(int Tn, int dh, bool backward) {
+  return int64_t(dh) * Tn + (backward ? int64_t(Tn) * Tn : 0);
+}
 
-// dqkv [B*T, 3D] is overwritten; scratch holds one [T, T] buffer per OpenMP thread.
+// Throws unless the current OpenMP thread count fits scratch sized for `sized_for` threads.
+void check_attention_scratch_threads(int sized_for);
+
+// stats may be null: then no statistic is computed, and out/probs are bitwise the same as with it.
+// scratch: attention_scratch_per_thread(Tn, D / H, false) values per OpenMP thread.
+template <typename T>
+void attention_forward(T* out, T* probs, T* scratch, const AttentionStats<T>* stats, const T* qkv, int B, int Tn, int D,
+                       int H);
+
+// dqkv [B*T, 3D] is overwritten; scratch: attention_scratch_per_thread(Tn, D / H, true) values per
+// OpenMP thread.
 template <typename T>
 void attention_backward(T* dqkv, T* scratch, const T* dout, const T* probs, const T* qkv, int B, int Tn, int D,
                         int H);

@@ -152,6 +152,25 @@ inline T exp_shifted_sum(T* out, const T* x, int n, T shift) {
   return lane_sum(out, n);
 }
 
+// The small matrix product of simd::tile_matmul (see ops/simd.h for the operands): each output a
+// chain of fused multiply-adds over p in order from zero, times alpha, plus C when accumulating.
+template <typename T>
+void tile_matmul_reference(T* c, int64_t ldc, const T* a, int64_t a_row, int64_t a_col, const T* b, int64_t ldb, int m,
+                           int n, int k, T alpha, bool accumulate) {
+  for (int i = 0; i < m; ++i)
+    for (int j = 0; j < n; ++j) {
+      T acc = 0;
+      for (int p = 0; p < k; ++p) acc = std::fma(a[i * a_row + p * a_col], b[p * ldb + j], acc);
+      T& out = c[i * ldc + j];
+      out = accumulate ? out + alpha * acc : alpha * acc;
+    }
+}
+template <typename T>
+void tile_matmul(T* c, int64_t ldc, const T* a, int64_t a_row, int64_t a_col, const T* b, int64_t ldb, int m, int n,
+                 int k, T alpha, bool accumulate) {
+  tile_matmul_reference(c, ldc, a, a_row, a_col, b, ldb, m, n, k, alpha, accumulate);
+}
+
 // Float: the dispatched SIMD kernels (bitwise equal to the templates above).
 inline float lane_sum(const float* x, int n) { return simd::lane_sum(x, n); }
 inline float lane_dot(const float* x, const float* y, int n) { return simd::lane_dot(x, y, n); }
@@ -167,6 +186,11 @@ inline float exp_shifted_sum(float* out, const float* x, int n, float shift) {
 
 inline float lane_centered_product_sum(const float* a, const float* b, const float* x, int n, float mean, float scale) {
   return simd::lane_centered_product_sum(a, b, x, n, mean, scale);
+}
+
+inline void tile_matmul(float* c, int64_t ldc, const float* a, int64_t a_row, int64_t a_col, const float* b,
+                        int64_t ldb, int m, int n, int k, float alpha, bool accumulate) {
+  simd::tile_matmul(c, ldc, a, a_row, a_col, b, ldb, m, n, k, alpha, accumulate);
 }
 
 }  // namespace fca

@@ -9,15 +9,6 @@
 
 namespace fca {
 
-namespace {
-inline void count_gemm(int M, int N, int K) {
-  if (ExecCounters* c = exec_counters()) {
-    c->gemm_flops.fetch_add(2 * int64_t(M) * N * K, std::memory_order_relaxed);
-    c->gemm_calls.fetch_add(1, std::memory_order_relaxed);
-  }
-}
-}  // namespace
-
 std::string blas_description() {
   std::string version = openblas_get_config();  // "OpenBLAS 0.3.21 NO_LAPACKE DYNAMIC_ARCH ..."
   const size_t second_space = version.find(' ', version.find(' ') + 1);
@@ -31,7 +22,7 @@ template <>
 void gemm<float>(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
                  const float* B, int ldb, float beta, float* C, int ldc) {
   const PhaseScope phase_scope(Phase::gemm);
-  count_gemm(M, N, K);
+  count_gemm_flops(2 * int64_t(M) * N * K, 1);
   cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, M, N,
               K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
@@ -40,7 +31,7 @@ template <>
 void gemm<double>(bool trans_a, bool trans_b, int M, int N, int K, double alpha, const double* A, int lda,
                   const double* B, int ldb, double beta, double* C, int ldc) {
   const PhaseScope phase_scope(Phase::gemm);
-  count_gemm(M, N, K);
+  count_gemm_flops(2 * int64_t(M) * N * K, 1);
   cblas_dgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, M, N,
               K, alpha, A, lda, B, ldb, beta, C, ldc);
 }

@@ -64,6 +64,17 @@ void scale(float* y, const float* x, float a, int64_t n);
 void axpy(float* y, const float* x, float a, int64_t n);
 void residual_row(float* y, const float* h, float a, const float* f, int64_t n);
 
+// Small matrix products for attention's per-head tiles (ops/attention.cpp), where OpenBLAS's
+// packing costs more than the product: for i < m, j < n,
+//   C[i * ldc + j] = alpha * sum_{p < k} A(i, p) B(p, j)  (+ C[i * ldc + j] when accumulate),
+// with A(i, p) = a[i * a_row + p * a_col] (either layout, so A or its transpose) and B(p, j) =
+// b[p * ldb + j]. The one exception to the no-FMA rule above: each output is a chain of fused
+// multiply-adds over p = 0 .. k-1 in order, from zero, then times alpha. On targets with FMA (AVX2,
+// AVX-512) that is bitwise tile_matmul_reference<float> of ops/fast_math.h whatever m, n, the tiling
+// or the target; targets without it (SSE4, SSSE3) round the multiply and the add separately.
+void tile_matmul(float* c, int64_t ldc, const float* a, int64_t a_row, int64_t a_col, const float* b, int64_t ldb,
+                 int m, int n, int k, float alpha, bool accumulate);
+
 // One AdamW step over n values, the operations of train/adamw.cpp in its order:
 //   m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g g;
 //   p = p decay - step_size m / (sqrt(v) inv_sqrt_bias2 + eps).

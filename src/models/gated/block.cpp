@@ -13,12 +13,12 @@
 namespace fca {
 
 template <typename T>
-void attention_half_forward(GatedBlockActivations<T>& a, const GatedBlockWeights<T>& p, const T* h, int B, int Tn, int D,
-                            int H, const AttentionStats<T>* stats) {
+void attention_half_forward(GatedBlockActivations<T>& a, T* attn_scratch, const GatedBlockWeights<T>& p, const T* h,
+                            int B, int Tn, int D, int H, const AttentionStats<T>* stats) {
   const int N = B * Tn;
   layernorm_forward(a.ln1_out, a.ln1_mean, a.ln1_rstd, h, p.ln1_weight, p.ln1_bias, N, D);
   linear_forward(a.qkv, a.ln1_out, p.qkv_weight, p.qkv_bias, N, D, 3 * D);
-  attention_forward(a.attn_out, a.probs, stats, a.qkv, B, Tn, D, H);
+  attention_forward(a.attn_out, a.probs, attn_scratch, stats, a.qkv, B, Tn, D, H);
   linear_forward(a.u, a.attn_out, p.proj_weight, p.proj_bias, N, D, D);
   residual_layernorm_forward(a.ln2_in, a.ln2_out, a.ln2_mean, a.ln2_rstd, h, a.u, p.ln2_weight, p.ln2_bias, N, D);
 }
@@ -104,8 +104,8 @@ void stream_head_backward(StreamState<T>& s, T* dwte, T* dln_f_weight, T* dln_f_
 }
 
 #define FCA_INSTANTIATE(T)                                                                                           \
-  template void attention_half_forward<T>(GatedBlockActivations<T>&, const GatedBlockWeights<T>&, const T*, int, int, \
-                                          int, int, const AttentionStats<T>*);                                       \
+  template void attention_half_forward<T>(GatedBlockActivations<T>&, T*, const GatedBlockWeights<T>&, const T*, int,  \
+                                          int, int, int, const AttentionStats<T>*);                                  \
   template void dense_mlp_forward<T>(GatedBlockActivations<T>&, const GatedBlockWeights<T>&, int, int);               \
   template void dense_mlp_backward<T>(GatedBlockWeights<T>&, const BlockGradScratch<T>&,                              \
                                       const GatedBlockActivations<T>&, const GatedBlockWeights<T>&, const T*, int, int); \

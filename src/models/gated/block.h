@@ -12,17 +12,18 @@
 namespace fca {
 
 // Scratch buffers of a block's backward pass: [N, D] except d_wide [N, 4D] (or the MLP width) and
-// d_qkv [N, 3D]; attn_scratch one [T, T] per thread.
+// d_qkv [N, 3D]; attn_scratch attention_scratch_per_thread(T, dh, true) per thread.
 template <typename T>
 struct BlockGradScratch {
   T *d_u, *d_ln2_in, *d_small, *d_wide, *d_qkv, *attn_scratch;
 };
 
 // h [N, D] -> a.ln1_out, a.qkv, a.probs, a.attn_out, a.u, a.ln2_in = h + u, a.ln2_out = LN2(h + u).
-// stats: the featuregate controller's attention statistics, or null.
+// stats: the featuregate controller's attention statistics, or null; attn_scratch as
+// attention_forward's.
 template <typename T>
-void attention_half_forward(GatedBlockActivations<T>& a, const GatedBlockWeights<T>& p, const T* h, int B, int Tn, int D,
-                            int H, const AttentionStats<T>* stats);
+void attention_half_forward(GatedBlockActivations<T>& a, T* attn_scratch, const GatedBlockWeights<T>& p, const T* h,
+                            int B, int Tn, int D, int H, const AttentionStats<T>* stats);
 
 // a.fc_pre, a.fc_act and a.update = F = u + GELU(ln2_out Wfc^T + bfc) Wproj^T + bproj.
 template <typename T>

@@ -46,6 +46,7 @@ void gated_forward(const GatedModel<T>& model, GatedRunState<T>& rs, const int32
                    CoefficientSource<T>& source, int first_window, const std::vector<uint8_t>* executed_blocks) {
   const GatedConfig& c = model.config();
   check_batch_fits(B, Tn, c.seq_len, rs.max_batch, rs.max_tokens);
+  check_attention_scratch_threads(rs.scratch_threads);
   const int D = c.d_model, H = c.n_head, L = c.n_layer;
   const int N = B * Tn;
   const auto& w = model.weights();
@@ -85,7 +86,7 @@ void gated_forward(const GatedModel<T>& model, GatedRunState<T>& rs, const int32
     if (l > 0 || !reuse_block0) {  // reused: F_0 = rs.blocks[0].update from the last pass over these windows
       if (counters != nullptr) counters->blocks_executed.fetch_add(1, std::memory_order_relaxed);
       AttentionStats<T> stats{rs.logp[l % 2], l > 0 ? rs.logp[(l + 1) % 2] : nullptr, rs.head_features};
-      attention_half_forward(a, p, h, B, Tn, D, H, controller_inputs ? &stats : nullptr);
+      attention_half_forward(a, rs.attn_scratch, p, h, B, Tn, D, H, controller_inputs ? &stats : nullptr);
       dense_mlp_forward(a, p, N, D);
       if (l == 0) rs.prefix.computed(B, Tn);
       if (controller_inputs) {  // the controller's first stage: its features (and the attention statistics above)

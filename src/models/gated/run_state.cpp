@@ -16,7 +16,7 @@ void GatedRunState<T>::layout(A& a) {
   blocks.assign(L, {});
   for (int l = 0; l < kept; ++l) take_block_activations(a, blocks[l], N, attn, D, true);
   for (int l = kept; l < L; ++l) blocks[l] = blocks[kept - 1];
-  this->take_stream(a, int(L), N, D, max_tokens, keep_all_layers);  // backward buffers only where backward can run
+  this->take_stream(a, int(L), N, D, int(D / config.n_head), max_tokens, keep_all_layers);  // backward buffers only where backward can run
   gates = a.template take<T>(L * N);
   features = a.template take<T>(featuregate ? L * N * 4 : 0);
   logp[0] = a.template take<T>(featuregate ? attn : 0);

@@ -10,6 +10,7 @@
 
 #include "core/arena.h"
 #include "models/gated/config.h"
+#include "ops/attention.h"
 
 namespace fca {
 
@@ -63,8 +64,8 @@ struct StreamState {
   T* losses;               // [N] per-position cross-entropy
   int32_t* tokens_in;      // [N] inputs of the last pass
   int32_t* targets;        // [N]
-  // Backward scratch (empty unless `backward`): [N, D] except d_qkv [N, 3D]; attn_scratch one
-  // [T', T'] per OpenMP thread.
+  // Backward scratch (empty unless `backward`): [N, D] except d_qkv [N, 3D]. attn_scratch:
+  // attention_scratch_per_thread(T', dh, backward) per OpenMP thread (forward needs it too).
   T *d_hidden, *d_update, *d_u, *d_ln2_in, *d_small, *d_qkv;
   T* attn_scratch;
   int scratch_threads = 0;
@@ -73,7 +74,7 @@ struct StreamState {
   int64_t controller_evaluations = 0;
 
   template <typename A>
-  void take_stream(A& a, int L, int64_t N, int64_t D, int64_t max_tokens, bool backward) {
+  void take_stream(A& a, int L, int64_t N, int64_t D, int head_dim, int max_tokens, bool backward) {
     hidden.assign(size_t(L + 1), nullptr);
     for (auto& h : hidden) h = a.template take<T>(N * D);
     ln_f_out = a.template take<T>(N * D);
@@ -90,8 +91,8 @@ struct StreamState {
     d_ln2_in = a.template take<T>(nb * D);
     d_small = a.template take<T>(nb * D);
     d_qkv = a.template take<T>(nb * 3 * D);
-    scratch_threads = backward ? omp_get_max_threads() : 0;
-    attn_scratch = a.template take<T>(int64_t(scratch_threads) * max_tokens * max_tokens);
+    scratch_threads = omp_get_max_threads();
+    attn_scratch = a.template take<T>(scratch_threads * attention_scratch_per_thread(max_tokens, head_dim, backward));
   }
 };
 

@@ -39,7 +39,7 @@ void ModRunState<T>::layout(A& a) {
     r.weights = a.template take<T>(Ns);
     r.h_sub = a.template take<T>(Ns * D);
   }
-  this->take_stream(a, int(L), N, D, max_tokens, keep_all_layers);
+  this->take_stream(a, int(L), N, D, int(D / config.n_head), max_tokens, keep_all_layers);
   const int64_t nb = keep_all_layers ? N : 0, sb = keep_all_layers ? Ns : 0;
   d_wide = a.template take<T>(nb * 4 * D);
   d_sub = a.template take<T>(sb * D);
@@ -61,6 +61,7 @@ void mod_forward(const ModModel<T>& model, ModRunState<T>& rs, const int32_t* to
                  ModRoutingSource<T>& routing, int first_window) {
   const ModConfig& c = model.config();
   check_batch_fits(B, Tn, c.seq_len, rs.max_batch, rs.max_tokens);
+  check_attention_scratch_threads(rs.scratch_threads);
   const int D = c.d_model, H = c.n_head, L = c.n_layer, K = c.selected_tokens(Tn);
   const int64_t N = int64_t(B) * Tn, Ns = int64_t(B) * K;
   const auto& w = model.weights();
@@ -78,7 +79,7 @@ void mod_forward(const ModModel<T>& model, ModRunState<T>& rs, const int32_t* to
     T* next = rs.hidden[size_t(l + 1)];
     if (counters != nullptr) counters->blocks_executed.fetch_add(1, std::memory_order_relaxed);
     if (!c.routed(l)) {
-      attention_half_forward(a, p, h, B, Tn, D, H, static_cast<const AttentionStats<T>*>(nullptr));
+      attention_half_forward(a, rs.attn_scratch, p, h, B, Tn, D, H, static_cast<const AttentionStats<T>*>(nullptr));
       dense_mlp_forward(a, p, int(N), D);
 #pragma omp parallel for schedule(static)
       for (int64_t i = 0; i < N * D; ++i) next[i] = h[i] + a.update[i];
@@ -88,7 +89,7 @@ void mod_forward(const ModModel<T>& model, ModRunState<T>& rs, const int32_t* to
     routing.select(l, position, K, h, r.scores, r.rows, r.weights);
     if (counters != nullptr) counters->routed_rows.fetch_add(Ns, std::memory_order_relaxed);
     gather_rows(r.h_sub, h, r.rows, Ns, D);
-    attention_half_forward(a, p, r.h_sub, B, K, D, H, static_cast<const AttentionStats<T>*>(nullptr));
+    attention_half_forward(a, rs.attn_scratch, p, r.h_sub, B, K, D, H, static_cast<const AttentionStats<T>*>(nullptr));
     dense_mlp_forward(a, p, int(Ns), D);
     std::copy(h, h + N * D, next);
     scatter_add_rows(next, a.update, r.rows, r.weights, Ns, D);

@@ -52,7 +52,7 @@ void MoeRunState<T>::layout(A& a) {
     s.row_tokens = a.template take<int32_t>(R);
   }
   for (int l = kept; l < L; ++l) blocks[size_t(l)] = blocks[0];
-  this->take_stream(a, int(L), N, D, max_tokens, keep_all_layers);
+  this->take_stream(a, int(L), N, D, int(D / config.n_head), max_tokens, keep_all_layers);
   const int64_t nb = keep_all_layers ? N : 0, rb = keep_all_layers ? R : 0;
   d_x = a.template take<T>(rb * D);
   d_act = a.template take<T>(rb * F);
@@ -110,6 +110,7 @@ void moe_forward(const MoeModel<T>& model, MoeRunState<T>& rs, const int32_t* to
                  MoeRoutingSource<T>& routing, int first_window) {
   const MoeConfig& c = model.config();
   check_batch_fits(B, Tn, c.seq_len, rs.max_batch, rs.max_tokens);
+  check_attention_scratch_threads(rs.scratch_threads);
   const int D = c.d_model, H = c.n_head, L = c.n_layer, E = c.n_expert, k = c.top_k, F = c.hidden();
   const int64_t N = int64_t(B) * Tn;
   const auto& w = model.weights();
@@ -126,7 +127,7 @@ void moe_forward(const MoeModel<T>& model, MoeRunState<T>& rs, const int32_t* to
     auto& s = rs.layers[size_t(l)];
     const T* h = rs.hidden[size_t(l)];
     if (counters != nullptr) counters->blocks_executed.fetch_add(1, std::memory_order_relaxed);
-    attention_half_forward(a, p.attn, h, B, Tn, D, H, static_cast<const AttentionStats<T>*>(nullptr));
+    attention_half_forward(a, rs.attn_scratch, p.attn, h, B, Tn, D, H, static_cast<const AttentionStats<T>*>(nullptr));
     routing.route(l, position, a.ln2_out, s.probs, s.experts, s.weights);
     plan_rows(s, N, E, k, rs.dense_experts);
     if (rs.live_router) {  // aux_l = E sum_e f_e P_e, f_e = share of the N k assignments, P_e = mean p_e

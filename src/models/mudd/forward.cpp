@@ -76,8 +76,9 @@ void MuddRunState<T>::layout(A& a) {
   d_qkv = a.template take<T>(nb * 3 * D);
   d_wide = a.template take<T>(nb * std::max(max_ffn, max_da));
   d_alpha = a.template take<T>(nb * 4 * (L + 1));
-  scratch_threads = keep_all_layers ? omp_get_max_threads() : 0;
-  attn_scratch = a.template take<T>(int64_t(scratch_threads) * max_tokens * max_tokens);
+  scratch_threads = omp_get_max_threads();
+  attn_scratch =
+      a.template take<T>(scratch_threads * attention_scratch_per_thread(max_tokens, config.head_dim, keep_all_layers));
 }
 
 template <typename T>
@@ -132,7 +133,7 @@ void block_forward(const MuddModel<T>& model, MuddRunState<T>& rs, int i, int B,
   rmsnorm_forward<T>(k, a.k_rstd, k, p.k_norm, N, H, dh, 3 * D, c.norm_eps);
   rope_forward(q, rs.rope_cos, rs.rope_sin, B, Tn, H, dh, c.rotary_dims(), 3 * D);
   rope_forward(k, rs.rope_cos, rs.rope_sin, B, Tn, H, dh, c.rotary_dims(), 3 * D);
-  attention_forward<T>(a.attn_out, a.probs, nullptr, a.qkv, B, Tn, D, H);
+  attention_forward<T>(a.attn_out, a.probs, rs.attn_scratch, nullptr, a.qkv, B, Tn, D, H);
   linear_rows(a.attn_proj, D, a.attn_out, p.wo, p.bo, N, D, D);
   // FFN on the R stream (parallel residual), width F_i.
   const int F = p.ffn_width;
@@ -157,6 +158,7 @@ void mudd_forward(const MuddModel<T>& model, MuddRunState<T>& rs, const int32_t*
   if (B <= 0 || Tn <= 0 || B > rs.max_batch || Tn > rs.max_tokens)
     throw Error("batch [" + std::to_string(B) + ", " + std::to_string(Tn) + "] does not fit the run state [" +
                 std::to_string(rs.max_batch) + ", " + std::to_string(rs.max_tokens) + "]");
+  check_attention_scratch_threads(rs.scratch_threads);
   const int D = c.dim, L = c.n_layer, N = B * Tn;
   // X_0 and block 0's output X_1 depend on the tokens alone (prefix_reuse.h): a replay of the
   // windows of the last pass starts at DA module 0.

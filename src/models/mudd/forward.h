@@ -61,7 +61,7 @@ struct MuddRunState {
   T* d_qkv;                  // [N, 3D]
   T* d_wide;                 // [N, max(F_i, H_i)]
   T* d_alpha;                // [N, 4 (L+1)]
-  T* attn_scratch;           // [threads, T, T]
+  T* attn_scratch;           // attention_scratch_per_thread(T, dh, backward) per thread
   int scratch_threads = 0;
   T* final_stream() const { return layers.back().streams[0]; }
   size_t bytes() const { return arena.capacity(); }

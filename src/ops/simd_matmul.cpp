@@ -1,0 +1,107 @@
+// The small-product kernel of ops/simd.h (simd::tile_matmul), compiled once per Highway target and
+// dispatched at run time like ops/simd.cpp.
+//
+// Register tiling: kRows rows of C by two vectors of columns are held in accumulators while the
+// inner dimension p runs; each step loads two vectors of B's row p, broadcasts A(i, p) for each row
+// and does one multiply-add per accumulator. Every output is one multiply-add chain over p = 0..k-1
+// in order, started from zero, then scaled by alpha (and added to C), whatever the tile, the vector
+// width or the position, so a row of C depends only on its own row of A and on B: results do not
+// depend on m, on how the caller splits rows, or on the target among those with fused multiply-add.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "ops/simd_matmul.cpp"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+
+#include <cstdint>
+
+#include "ops/simd.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace fca::simd::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// Rows per register tile: 8 x 2 accumulators fill half of AVX-512's 32 registers; the 16-register
+// targets take 4 x 2 so that accumulators, two B vectors and a broadcast stay in registers.
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+constexpr int kRows = 8;
+#else
+constexpr int kRows = 4;
+#endif
+
+struct Operands {
+  float* c;
+  int64_t ldc;
+  const float* a;
+  int64_t a_row, a_col;  // A(i, p) = a[i * a_row + p * a_col]
+  const float* b;
+  int64_t ldb;  // B(p, j) = b[p * ldb + j]
+  int k;
+  float alpha;
+  bool accumulate;
+};
+
+// Rows i0 .. i0 + R - 1, columns j .. j + V * Lanes(d) - 1 of C.
+template <int R, int V, class DT>
+HWY_INLINE void Tile(DT d, const Operands& o, int i0, int j) {
+  using Vec = hn::Vec<DT>;
+  const size_t N = hn::Lanes(d);
+  Vec acc[R][V];
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < V; ++v) acc[r][v] = hn::Zero(d);
+  const float* a = o.a + i0 * o.a_row;
+  const float* b = o.b + j;
+  for (int p = 0; p < o.k; ++p, a += o.a_col, b += o.ldb) {
+    Vec bv[V];
+    for (int v = 0; v < V; ++v) bv[v] = hn::LoadU(d, b + v * N);
+    for (int r = 0; r < R; ++r) {
+      const Vec av = hn::Set(d, a[r * o.a_row]);
+      for (int v = 0; v < V; ++v) acc[r][v] = hn::MulAdd(av, bv[v], acc[r][v]);
+    }
+  }
+  const Vec alpha = hn::Set(d, o.alpha);
+  for (int r = 0; r < R; ++r) {
+    float* c = o.c + (i0 + r) * o.ldc + j;
+    for (int v = 0; v < V; ++v) {
+      Vec out = hn::Mul(alpha, acc[r][v]);
+      if (o.accumulate) out = hn::Add(hn::LoadU(d, c + v * N), out);
+      hn::StoreU(out, d, c + v * N);
+    }
+  }
+}
+
+// All columns of rows i0 .. i0 + R - 1: pairs of vectors, one vector, then single lanes (a
+// one-lane vector of the same target, so the tail is the same multiply-add as the vector lanes).
+template <int R>
+HWY_INLINE void RowBlock(const Operands& o, int i0, int n) {
+  const hn::ScalableTag<float> d;
+  const int N = int(hn::Lanes(d));
+  int j = 0;
+  for (; j + 2 * N <= n; j += 2 * N) Tile<R, 2>(d, o, i0, j);
+  for (; j + N <= n; j += N) Tile<R, 1>(d, o, i0, j);
+  const hn::CappedTag<float, 1> d1;
+  for (; j < n; ++j) Tile<R, 1>(d1, o, i0, j);
+}
+
+void TileMatmul(float* c, int64_t ldc, const float* a, int64_t a_row, int64_t a_col, const float* b, int64_t ldb, int m,
+                int n, int k, float alpha, bool accumulate) {
+  const Operands o{c, ldc, a, a_row, a_col, b, ldb, k, alpha, accumulate};
+  int i = 0;
+  for (; i + kRows <= m; i += kRows) RowBlock<kRows>(o, i, n);
+  for (; i < m; ++i) RowBlock<1>(o, i, n);
+}
+
+}  // namespace fca::simd::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace fca::simd {
+
+HWY_EXPORT(TileMatmul);
+
+void tile_matmul(float* c, int64_t ldc, const float* a, int64_t a_row, int64_t a_col, const float* b, int64_t ldb,
+                 int m, int n, int k, float alpha, bool accumulate) {
+  HWY_DYNAMIC_DISPATCH(TileMatmul)(c, ldc, a, a_row, a_col, b, ldb, m, n, k, alpha, accumulate);
+}
+
+}  // namespace fca::simd
+#endif  // HWY_ONCE
