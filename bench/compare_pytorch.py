@@ -230,16 +230,19 @@ def main() -> None:
         results[kind] = {"pytorch": pt, "fca": fca,
                          "speedup": pt["median_s"] / fca["median_s"] if fca is not None else None}
     print_table(results)
-    # Both sides load the same OpenBLAS (Debian's torch links libopenblas too) in the same
-    # environment, so they run the same GEMM kernels; fca names them in its provenance, and
-    # OPENBLAS_CORETYPE, when set, forces them for both (docs/building.md).
+    # PyTorch's float GEMMs run OpenBLAS (Debian's torch links libopenblas), whose kernels
+    # OPENBLAS_CORETYPE, when set, forces; fca's float GEMMs run its own Highway kernel at the
+    # CPU's widest vectors (docs/building.md). fca's provenance names both.
     coretype = os.environ.get("OPENBLAS_CORETYPE")
     results["openblas_coretype_env"] = coretype
     if fca_forward is not None:
         build = fca_forward.get("provenance", {}).get("build", "")
-        blas = next((part for part in build.split("; ") if part.startswith("OpenBLAS")), "unknown")
+        parts = build.split("; ")
+        ours = next((part for part in parts if part.startswith("sgemm ")), "unknown")
+        blas = next((part[len("dgemm "):] for part in parts if part.startswith("dgemm ")), "unknown")
         results["blas"] = blas
-        print(f"GEMM kernels, the same library and environment for both: {blas}")
+        results["fca_sgemm"] = ours
+        print(f"GEMM kernels: PyTorch {blas}; fca {ours}")
     else:
         print(f"OPENBLAS_CORETYPE: {coretype or 'not set (OpenBLAS detects the CPU)'}")
 

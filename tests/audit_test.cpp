@@ -297,6 +297,34 @@ TEST_F(AuditEndToEnd, PrefixReuseGivesBitwiseTheSameAudit) {
   }
 }
 
+// Every GEMM and attention product computes a row from that row alone (ops/gemm.cpp,
+// ops/attention.cpp), so the batch size decides only how the windows are grouped: an audit in
+// batches of 5 (the last one partial) gives bitwise the results of one in batches of 8.
+TEST_F(AuditEndToEnd, ResultsDoNotDependOnTheBatchSize) {
+  const TrainOptions t = testing::tiny_mudd_training(dir.file("mudd"), 3);
+  train_model(t, Corpus(dir.path()));
+  for (const std::string family : {"gated", "mudd"}) {
+    SCOPED_TRACE(family);
+    const std::string m = family == "gated" ? model_of(GateKind::featuregate, 30) : t.out;
+    nlohmann::ordered_json result[2];
+    const int batches[2] = {8, 5};
+    for (int k = 0; k < 2; ++k) {
+      AuditOptions o = options(m, family + "-batch" + std::to_string(batches[k]));
+      o.batch = batches[k];
+      std::unique_ptr<AuditableModel> model;
+      if (family == "gated") model = std::make_unique<GatedAuditable>(m, o.batch, 1 << 20);
+      else model = std::make_unique<MuddAuditable>(m, o.batch, 1 << 20);
+      result[k] = run_audit(*model, Corpus(dir.path()), o);
+    }
+    for (const char* section : {"conditions", "factor_effects", "retention", "criteria", "variance", "baseline"})
+      EXPECT_EQ(result[0][section], result[1][section]) << section;
+    for (auto* r : {&result[0], &result[1]}) (*r)["exact_replay"].erase("batches");  // how the windows were grouped
+    EXPECT_EQ(result[0]["exact_replay"], result[1]["exact_replay"]);
+    EXPECT_EQ(testing::read_bytes(dir.file(family + "-batch8/windows.csv")),
+              testing::read_bytes(dir.file(family + "-batch5/windows.csv")));
+  }
+}
+
 // The kept prefix is only used for the windows it was computed from: a replay of other windows
 // recomputes it, and a replay of the same windows reuses it with bitwise the same NLL.
 TEST_F(AuditEndToEnd, PrefixReuseNeedsTheSameWindows) {

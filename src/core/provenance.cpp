@@ -50,7 +50,7 @@ std::string build_description() {
 #endif
   // The SIMD target the kernels dispatch to on this machine decides their speed, not their bits
   // (ops/simd.h); it is recorded so that a reader knows which code ran.
-  // GEMM's bits depend on the OpenBLAS kernels (ops/gemm.h), which are chosen at run time.
+  // The GEMMs: fca's kernel for float, OpenBLAS (its kernels chosen at run time) for double.
   return std::string("g++ ") + __VERSION__ + "; " + isa + "; " + FCA_BUILD_FLAGS + "; simd " + simd::dispatched_target() +
          "; " + blas_description();
 }

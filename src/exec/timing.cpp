@@ -46,8 +46,10 @@ TimingStats time_runs(const std::function<void()>& fn, int warmup, int runs) {
 double measure_sgemm_peak_gflops() {
   const int n = 2048;
   std::vector<float> a(size_t(n) * n, 0.5f), b(size_t(n) * n, 0.25f), c(size_t(n) * n, 0.0f);
-  const TimingStats s = time_runs([&] { gemm<float>(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n); }, 2, 8);
-  return 2.0 * n * double(n) * n / s.min / 1e9;
+  // The faster of fca's GEMM and OpenBLAS's: the best SGEMM this machine runs.
+  const TimingStats ours = time_runs([&] { gemm<float>(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n); }, 2, 8);
+  const TimingStats blas = time_runs([&] { openblas_sgemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n); }, 2, 8);
+  return 2.0 * n * double(n) * n / std::min(ours.min, blas.min) / 1e9;
 }
 
 }  // namespace fca

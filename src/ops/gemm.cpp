@@ -2,14 +2,17 @@
 
 #include <cblas.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <vector>
 
 #include "core/exec_counters.h"
 #include "core/phase_timer.h"
+#include "ops/simd.h"
 
 namespace fca {
 
-std::string blas_description() {
+std::string openblas_description() {
   std::string version = openblas_get_config();  // "OpenBLAS 0.3.21 NO_LAPACKE DYNAMIC_ARCH ..."
   const size_t second_space = version.find(' ', version.find(' ') + 1);
   if (second_space != std::string::npos) version.resize(second_space);
@@ -18,13 +21,93 @@ std::string blas_description() {
   return version + " " + openblas_get_corename() + " (" + source + ")";
 }
 
+std::string blas_description() {
+  return "sgemm fca tile_matmul " + simd::dispatched_target() + "; dgemm " + openblas_description();
+}
+
+void openblas_sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
+                    const float* B, int ldb, float beta, float* C, int ldc) {
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, M, N, K, alpha,
+              A, lda, B, ldb, beta, C, ldc);
+}
+
+// Float GEMM on fca's register-tiled kernel (simd::tile_matmul), blocked as GotoBLAS does: blocks of
+// kColumnBlock columns of C by kInnerBlock values of the inner dimension. Each block of op(B) is
+// copied once, by all threads together, into panels as wide as the kernel's register tile
+// (simd::tile_panel_width()), each panel kInnerBlock rows of contiguous values, so the kernel
+// streams it without cache-set conflicts whatever B's row stride (a power of two in every model);
+// then every thread runs its share of C's row chunks over the panels, with a transposed A copied
+// per chunk into contiguous columns. At most 256 x 256 values of B (256 KiB) are live per block.
+//
+// Each value of C is alpha times one multiply-add chain per inner block, the blocks in order, added
+// to C (after beta): it depends on its own row of op(A) and on op(B), never on M, on the other rows
+// or on how rows are split over threads or packed. That is what makes a window's results
+// independent of the batch it is computed in.
+constexpr int kColumnBlock = 256;
+constexpr int kInnerBlock = 256;
+constexpr int kRowChunk = 32;  // rows of C per scheduling unit (four AVX-512 register tiles)
+
 template <>
 void gemm<float>(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
                  const float* B, int ldb, float beta, float* C, int ldc) {
   const PhaseScope phase_scope(Phase::gemm);
   count_gemm_flops(2 * int64_t(M) * N * K, 1);
-  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, M, N,
-              K, alpha, A, lda, B, ldb, beta, C, ldc);
+  if (M <= 0 || N <= 0) return;
+  if (beta != 0.0f && beta != 1.0f) {
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < M; ++i)
+      for (int j = 0; j < N; ++j) C[int64_t(i) * ldc + j] *= beta;
+  }
+  if (K <= 0) {
+    if (beta == 0.0f)
+#pragma omp parallel for schedule(static)
+      for (int i = 0; i < M; ++i) std::fill(C + int64_t(i) * ldc, C + int64_t(i) * ldc + N, 0.0f);
+    return;
+  }
+  const int W = simd::tile_panel_width();
+  // The packed block of op(B), owned by the calling thread and kept between calls.
+  thread_local std::vector<float> packed_b;
+  packed_b.resize(size_t(kColumnBlock) * kInnerBlock);
+  float* const panels = packed_b.data();  // thread_local: the other threads need the pointer, not the name
+  const int chunks = (M + kRowChunk - 1) / kRowChunk;
+#pragma omp parallel
+  {
+    thread_local std::vector<float> packed_a;  // this thread's chunk of a transposed A: [kInnerBlock, kRowChunk]
+    if (trans_a) packed_a.resize(size_t(kInnerBlock) * kRowChunk);
+    for (int j0 = 0; j0 < N; j0 += kColumnBlock) {
+      const int nb = std::min(kColumnBlock, N - j0);
+      for (int p0 = 0; p0 < K; p0 += kInnerBlock) {
+        const int kb = std::min(kInnerBlock, K - p0);
+        // Panel q holds columns j0 + q W .. (width wq) for the kb inner values, row by row.
+#pragma omp for schedule(static)
+        for (int p = 0; p < kb; ++p)
+          for (int q0 = 0; q0 < nb; q0 += W) {
+            const int wq = std::min(W, nb - q0);
+            float* dst = panels + int64_t(q0) * kb + int64_t(p) * wq;
+            for (int j = 0; j < wq; ++j) {
+              const int64_t col = j0 + q0 + j, row = p0 + p;
+              dst[j] = trans_b ? B[col * ldb + row] : B[row * ldb + col];
+            }
+          }
+        // (the implicit barrier: every thread sees the whole block)
+#pragma omp for schedule(static)
+        for (int chunk = 0; chunk < chunks; ++chunk) {
+          const int i0 = chunk * kRowChunk, rows = std::min(kRowChunk, M - i0);
+          const float* a = A + (trans_a ? int64_t(p0) * lda + i0 : int64_t(i0) * lda + p0);
+          int64_t a_row = lda, a_col = 1;
+          if (trans_a) {
+            for (int p = 0; p < kb; ++p) std::copy(a + int64_t(p) * lda, a + int64_t(p) * lda + rows, packed_a.data() + int64_t(p) * rows);
+            a = packed_a.data(), a_row = 1, a_col = rows;
+          }
+          for (int q0 = 0; q0 < nb; q0 += W) {
+            const int wq = std::min(W, nb - q0);
+            simd::tile_matmul(C + int64_t(i0) * ldc + j0 + q0, ldc, a, a_row, a_col, panels + int64_t(q0) * kb, wq, rows,
+                              wq, kb, alpha, beta != 0.0f || p0 > 0);
+          }
+        }
+      }
+    }
+  }
 }
 
 template <>

@@ -1,17 +1,25 @@
-// GEMM through OpenBLAS: C[M,N] = alpha * op(A)[M,K] * op(B)[K,N] + beta * C, row-major.
-// Called outside OpenMP regions it uses all threads; inside one (per-head attention) the OpenMP
-// build of OpenBLAS runs single-threaded in the calling thread.
+// GEMM: C[M,N] = alpha * op(A)[M,K] * op(B)[K,N] + beta * C, row-major. Float runs on fca's
+// register-tiled Highway kernel (ops/gemm.cpp, ops/simd_matmul.cpp), whose rows do not depend on
+// M or on the thread split; double (the finite-difference gradient checks) runs OpenBLAS dgemm.
+// Called outside OpenMP regions it uses all threads; inside one it runs in the calling thread.
 #pragma once
 #include <cstdint>
 #include <string>
 
 namespace fca {
 
-// The OpenBLAS build and the kernels it runs, e.g. "OpenBLAS 0.3.21 Cooperlake (detected)" or
-// "OpenBLAS 0.3.21 Haswell (OPENBLAS_CORETYPE=Haswell)". GEMM's bits and speed depend on the
-// kernels, which OpenBLAS (DYNAMIC_ARCH) picks at load time from the CPU or from the environment
-// variable OPENBLAS_CORETYPE, so provenance records them (docs/building.md).
+// What runs the GEMMs, e.g. "sgemm fca tile_matmul AVX3; dgemm OpenBLAS 0.3.21 Haswell
+// (OPENBLAS_CORETYPE=Haswell)": float GEMM's bits depend on whether the SIMD target has fused
+// multiply-add (ops/simd.h); OpenBLAS (DYNAMIC_ARCH) picks its kernels at load time from the CPU or
+// from the environment variable OPENBLAS_CORETYPE (docs/building.md).
 std::string blas_description();
+// OpenBLAS's own description alone, e.g. "OpenBLAS 0.3.21 Cooperlake (detected)".
+std::string openblas_description();
+
+// OpenBLAS's SGEMM itself, for the peak probe (exec/timing.cpp), which reports the faster of it and
+// gemm<float> as the machine's SGEMM peak.
+void openblas_sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
+                    const float* B, int ldb, float beta, float* C, int ldc);
 
 template <typename T>
 void gemm(bool trans_a, bool trans_b, int M, int N, int K, T alpha, const T* A, int lda, const T* B,

@@ -74,6 +74,9 @@ void residual_row(float* y, const float* h, float a, const float* f, int64_t n);
 // or the target; targets without it (SSE4, SSSE3) round the multiply and the add separately.
 void tile_matmul(float* c, int64_t ldc, const float* a, int64_t a_row, int64_t a_col, const float* b, int64_t ldb,
                  int m, int n, int k, float alpha, bool accumulate);
+// Columns of tile_matmul's register tile on the dispatched target (two vectors: 32 on AVX-512,
+// 16 on AVX2): the panel width GEMM packs B into. Layout only; results do not depend on it.
+int tile_panel_width();
 
 // One AdamW step over n values, the operations of train/adamw.cpp in its order:
 //   m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g g;

@@ -90,6 +90,8 @@ void TileMatmul(float* c, int64_t ldc, const float* a, int64_t a_row, int64_t a_
   for (; i < m; ++i) RowBlock<1>(o, i, n);
 }
 
+int TilePanelWidth() { return 2 * int(hn::Lanes(hn::ScalableTag<float>())); }
+
 }  // namespace fca::simd::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
@@ -97,6 +99,9 @@ HWY_AFTER_NAMESPACE();
 namespace fca::simd {
 
 HWY_EXPORT(TileMatmul);
+HWY_EXPORT(TilePanelWidth);
+
+int tile_panel_width() { return HWY_DYNAMIC_DISPATCH(TilePanelWidth)(); }
 
 void tile_matmul(float* c, int64_t ldc, const float* a, int64_t a_row, int64_t a_col, const float* b, int64_t ldb,
                  int m, int n, int k, float alpha, bool accumulate) {
