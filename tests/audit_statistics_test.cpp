@@ -8,6 +8,7 @@
 
 #include "audit/statistics.h"
 #include "core/rng.h"
+#include "core/threads.h"
 
 namespace fca {
 namespace {
@@ -16,11 +17,14 @@ TEST(AuditStatistics, BootstrapMatchesDirectResampling) {
   std::vector<double> x;
   Rng data(1);
   for (int i = 0; i < 50; ++i) x.push_back(data.normal() + 0.3);
+  set_threads(2);
   const Interval ci = bootstrap_mean_ci(x, 2000, 77);
-  // Direct: the same generator draws each resample's indices; sort the means; interpolate.
-  Rng rng(77);
+  // Direct: resamples 256 k .. 256 k + 255 draw from Rng(derive_seed(77, k)); sort the means;
+  // interpolate.
   std::vector<double> means;
+  Rng rng(0);
   for (int b = 0; b < 2000; ++b) {
+    if (b % 256 == 0) rng = Rng(derive_seed(77, uint64_t(b / 256)));
     double s = 0;
     for (size_t k = 0; k < x.size(); ++k) s += x[rng.below(x.size())];
     means.push_back(s / double(x.size()));
@@ -33,6 +37,12 @@ TEST(AuditStatistics, BootstrapMatchesDirectResampling) {
   };
   EXPECT_DOUBLE_EQ(ci.low, q(0.025));
   EXPECT_DOUBLE_EQ(ci.high, q(0.975));
+  // The same interval on one thread.
+  set_threads(1);
+  const Interval one = bootstrap_mean_ci(x, 2000, 77);
+  set_threads(2);
+  EXPECT_EQ(one.low, ci.low);
+  EXPECT_EQ(one.high, ci.high);
   // And it is a sensible interval: it contains the sample mean, width about 2 * 1.96 * sd / sqrt(n).
   EXPECT_LT(ci.low, mean(x));
   EXPECT_GT(ci.high, mean(x));

@@ -32,16 +32,29 @@ double quantile(std::vector<double> values, double q) {
 }
 
 namespace {
-// Means of `resamples` bootstrap resamples; statistic(indices) computed by the caller's lambda.
+// Resamples per random stream: block k of the resamples draws from Rng(derive_seed(seed, k)), so the
+// blocks run in parallel and the result does not depend on the thread count.
+constexpr int kResampleBlock = 256;
+
+// Statistics of `resamples` bootstrap resamples; statistic(indices) computed by the caller's lambda
+// (which must only read shared data).
 template <typename F>
 std::vector<double> bootstrap(size_t n, int resamples, uint64_t seed, F statistic) {
   if (n == 0) throw Error("bootstrap of an empty sample");
-  Rng rng(seed);
-  std::vector<size_t> idx(n);
-  std::vector<double> out(static_cast<size_t>(resamples));
-  for (int b = 0; b < resamples; ++b) {
-    for (auto& i : idx) i = size_t(rng.below(n));
-    out[size_t(b)] = statistic(idx);
+  std::vector<double> out(static_cast<size_t>(std::max(resamples, 0)));
+  const int blocks = (resamples + kResampleBlock - 1) / kResampleBlock;
+#pragma omp parallel
+  {
+    std::vector<size_t> idx(n);
+#pragma omp for schedule(static)
+    for (int block = 0; block < blocks; ++block) {
+      Rng rng(derive_seed(seed, uint64_t(block)));
+      const int end = std::min(resamples, (block + 1) * kResampleBlock);
+      for (int b = block * kResampleBlock; b < end; ++b) {
+        for (auto& i : idx) i = size_t(rng.below(n));
+        out[size_t(b)] = statistic(idx);
+      }
+    }
   }
   return out;
 }

@@ -15,8 +15,9 @@ struct Interval {
 };
 
 // Percentile interval (level, e.g. 0.95) of the mean of `values` under `resamples` resamplings of
-// the entries with replacement, from Rng(seed). Percentiles interpolate linearly between order
-// statistics (numpy's default).
+// the entries with replacement. Resamples 256 k .. 256 k + 255 draw their indices in order from
+// Rng(derive_seed(seed, k)), so blocks run in parallel and the interval does not depend on the
+// thread count. Percentiles interpolate linearly between order statistics (numpy's default).
 Interval bootstrap_mean_ci(const std::vector<double>& values, int resamples, uint64_t seed, double level = 0.95);
 
 // Percentile interval of 1 - mean(numerator) / mean(denominator) with the same resampled indices
