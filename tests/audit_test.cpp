@@ -298,30 +298,47 @@ TEST_F(AuditEndToEnd, PrefixReuseGivesBitwiseTheSameAudit) {
 }
 
 // Every GEMM and attention product computes a row from that row alone (ops/gemm.cpp,
-// ops/attention.cpp), so the batch size decides only how the windows are grouped: an audit in
-// batches of 5 (the last one partial) gives bitwise the results of one in batches of 8.
+// ops/attention.cpp), so the batch size decides only how the windows are grouped: audits in batches
+// of 8, of 5 (the last one partial) and of the probe's choice (batch 0) give bitwise the same
+// results, and a cache written at one batch serves an audit at another.
 TEST_F(AuditEndToEnd, ResultsDoNotDependOnTheBatchSize) {
   const TrainOptions t = testing::tiny_mudd_training(dir.file("mudd"), 3);
   train_model(t, Corpus(dir.path()));
   for (const std::string family : {"gated", "mudd"}) {
     SCOPED_TRACE(family);
     const std::string m = family == "gated" ? model_of(GateKind::featuregate, 30) : t.out;
-    nlohmann::ordered_json result[2];
-    const int batches[2] = {8, 5};
-    for (int k = 0; k < 2; ++k) {
+    const int batches[3] = {8, 5, 0};
+    nlohmann::ordered_json result[3];
+    for (int k = 0; k < 3; ++k) {
       AuditOptions o = options(m, family + "-batch" + std::to_string(batches[k]));
       o.batch = batches[k];
       std::unique_ptr<AuditableModel> model;
-      if (family == "gated") model = std::make_unique<GatedAuditable>(m, o.batch, 1 << 20);
-      else model = std::make_unique<MuddAuditable>(m, o.batch, 1 << 20);
+      if (family == "gated") model = std::make_unique<GatedAuditable>(m, std::max(1, o.batch), 1 << 20);
+      else model = std::make_unique<MuddAuditable>(m, std::max(1, o.batch), 1 << 20);
       result[k] = run_audit(*model, Corpus(dir.path()), o);
     }
-    for (const char* section : {"conditions", "factor_effects", "retention", "criteria", "variance", "baseline"})
-      EXPECT_EQ(result[0][section], result[1][section]) << section;
-    for (auto* r : {&result[0], &result[1]}) (*r)["exact_replay"].erase("batches");  // how the windows were grouped
-    EXPECT_EQ(result[0]["exact_replay"], result[1]["exact_replay"]);
-    EXPECT_EQ(testing::read_bytes(dir.file(family + "-batch8/windows.csv")),
-              testing::read_bytes(dir.file(family + "-batch5/windows.csv")));
+    const auto& choice = result[2]["provenance"]["run"]["batch_choice"];
+    EXPECT_EQ(choice["reason"], "probed: least time per window");
+    EXPECT_EQ(result[2]["settings"]["batch"], choice["batch"]);
+    EXPECT_GE(choice["probe"].size(), 1u);
+    for (int k = 1; k < 3; ++k) {
+      for (const char* section : {"conditions", "factor_effects", "retention", "criteria", "variance", "baseline"})
+        EXPECT_EQ(result[0][section], result[k][section]) << section << " at batch " << batches[k];
+      for (auto* r : {&result[0], &result[k]}) (*r)["exact_replay"].erase("batches");  // how the windows were grouped
+      EXPECT_EQ(result[0]["exact_replay"], result[k]["exact_replay"]);
+      EXPECT_EQ(testing::read_bytes(dir.file(family + "-batch8/windows.csv")),
+                testing::read_bytes(dir.file(family + "-batch" + std::to_string(batches[k]) + "/windows.csv")));
+    }
+    // The batch-8 cache, reused at batch 5: exact replay passes and the results are the same.
+    AuditOptions o = options(m, family + "-reuse5");
+    o.batch = 5;
+    o.cache_path = dir.file(family + "-batch8/cache.safetensors");
+    std::unique_ptr<AuditableModel> model;
+    if (family == "gated") model = std::make_unique<GatedAuditable>(m, o.batch, 1 << 20);
+    else model = std::make_unique<MuddAuditable>(m, o.batch, 1 << 20);
+    const auto reused = run_audit(*model, Corpus(dir.path()), o);
+    EXPECT_TRUE(reused["settings"]["cache_reused"].get<bool>());
+    EXPECT_EQ(result[0]["conditions"], reused["conditions"]);
   }
 }
 

@@ -138,7 +138,8 @@ nlohmann::ordered_json interval_json(const Interval& i) { return nlohmann::order
 
 }  // namespace
 
-nlohmann::ordered_json run_audit(AuditableModel& model, const Corpus& corpus, const AuditOptions& o) {
+nlohmann::ordered_json run_audit(AuditableModel& model, const Corpus& corpus, const AuditOptions& options) {
+  AuditOptions o = options;
   const int T = o.tokens > 0 ? o.tokens : model.max_tokens();
   if (T > model.max_tokens())
     throw Error("--seq " + std::to_string(T) + " is longer than the model's " + std::to_string(model.max_tokens()) + " positions");
@@ -149,6 +150,18 @@ nlohmann::ordered_json run_audit(AuditableModel& model, const Corpus& corpus, co
   const WindowSet eval = make_windows(model.tokenize(test), test, T, o.eval_windows);
   const WindowSet calib = make_windows(model.tokenize(valid), valid, T, o.calib_windows);
   const int W = eval.count();
+  if (o.batch < 0) throw Error("--batch must be 0 (chosen for throughput) or positive, found " + std::to_string(o.batch));
+  // Batch 0: chosen for throughput where the results do not depend on it (plan.h).
+  std::optional<BatchChoice> batch_choice;
+  if (o.batch == 0) {
+    batch_choice = choose_batch(model, eval);
+    o.batch = batch_choice->batch;
+    std::fprintf(stderr, "audit batch: %d windows per pass (%s)\n", o.batch, batch_choice->reason.c_str());
+  }
+  if (o.batch > model.max_batch()) model.set_max_batch(o.batch);
+  if (o.batch > model.max_batch())
+    throw Error("--batch " + std::to_string(o.batch) + " does not fit the model's run state of " +
+                std::to_string(model.max_batch()) + " windows");
 
   CacheManifest manifest;
   manifest.family = model.family();
@@ -162,6 +175,7 @@ nlohmann::ordered_json run_audit(AuditableModel& model, const Corpus& corpus, co
   manifest.calib_windows = calib.indices;
   manifest.tokens = T;
   manifest.batch = o.batch;
+  manifest.batch_invariant = model.batch_invariant();
   manifest.shape = model.make_coefficients(1, T).shape();
   manifest.seed = o.seed;
   manifest.build = build_description();
@@ -308,6 +322,7 @@ nlohmann::ordered_json run_audit(AuditableModel& model, const Corpus& corpus, co
   provenance["run"] = {{"plan", plan.to_json()},
                        {"measured", measured_json(plan, passes_s, pass_flops)},
                        {"prefix_reuse", {{"enabled", o.prefix_reuse}, {"replays_reusing_block_0", prefix_reuses}}}};
+  provenance["run"]["batch_choice"] = batch_choice ? batch_choice->to_json() : nlohmann::ordered_json{{"batch", o.batch}, {"reason", "given (--batch)"}};
 
   // ---- Statistics ----
   const std::vector<double>& base = runs[0].nll[0];

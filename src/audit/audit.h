@@ -21,7 +21,7 @@ struct AuditOptions {
   int calib_windows = 512;           // N_cal, from the valid split
   int tokens = 0;                    // T (0 = the model's maximum)
   int reps = 20;                     // R randomisations per randomised condition
-  int batch = 8;                     // windows per forward pass
+  int batch = 0;                     // windows per forward pass; 0: chosen for throughput (plan.h)
   int bootstrap_resamples = 10000;
   uint64_t seed = 0;                 // the audit seed: randomisations and bootstrap
   std::vector<std::string> conditions;  // empty: every condition that applies

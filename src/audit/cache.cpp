@@ -91,7 +91,7 @@ void CacheManifest::check_matches(const CacheManifest& found, const std::string&
   if (found.calib_split_sha256 != calib_split_sha256)
     differ("calib_split_sha256", calib_split_sha256, found.calib_split_sha256);
   if (found.tokens != tokens) differ("tokens", std::to_string(tokens), std::to_string(found.tokens));
-  if (found.batch != batch) differ("batch", std::to_string(batch), std::to_string(found.batch));
+  if (!batch_invariant && found.batch != batch) differ("batch", std::to_string(batch), std::to_string(found.batch));
   if (!(found.shape == shape)) differ("shape", shape.to_string(), found.shape.to_string());
   if (found.eval_windows != eval_windows)
     differ("eval_windows", std::to_string(eval_windows.size()) + " windows", std::to_string(found.eval_windows.size()) + " other windows");

@@ -24,7 +24,10 @@ struct CacheManifest {
   std::string eval_split, eval_split_sha256, calib_split, calib_split_sha256;
   std::vector<int64_t> eval_windows, calib_windows;  // window indices in their splits
   int tokens = 0;
-  int batch = 0;  // windows per forward pass: fixed so that replays see the same batch composition
+  int batch = 0;  // windows per forward pass of the run that wrote it
+  // Not stored: whether the auditing model's results are independent of the batch. When they are,
+  // a cache written at one batch serves audits at any other; otherwise the batch must match.
+  bool batch_invariant = false;
   CoefficientShape shape;
   std::string dtype = "F32";
   std::vector<std::string> axes{"window", "layer", "token", "stream", "source"};

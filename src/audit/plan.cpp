@@ -30,6 +30,40 @@ double AuditPlan::planned_flops() const {
   return (double(live_windows) * live_batch_flops + double(replay_windows) * replay_batch_flops) / probe_batch;
 }
 
+BatchChoice choose_batch(AuditableModel& model, const WindowSet& eval) {
+  BatchChoice c;
+  if (!model.batch_invariant()) {
+    c.reason = "fixed: this model's results may depend on the batch";
+    return c;
+  }
+  const int T = eval.tokens, W = eval.count();
+  if (model.max_batch() != 1) model.set_max_batch(1);
+  const size_t bytes_per_window = model.run_state_bytes();
+  std::vector<double> nll(16);
+  double best = 0;
+  using clock = std::chrono::steady_clock;
+  for (int b = 1; b <= 16 && b <= W; b *= 2) {
+    if (b > 1 && bytes_per_window * size_t(b) > kBatchMemoryBudget) break;
+    if (model.max_batch() != b) model.set_max_batch(b);
+    model.run_live(eval.inputs.data(), eval.targets.data(), b, T, nullptr, 0, nll.data());  // touches the new run state
+    const auto t0 = clock::now();
+    model.run_live(eval.inputs.data(), eval.targets.data(), b, T, nullptr, 0, nll.data());
+    const double s = std::chrono::duration<double>(clock::now() - t0).count();
+    c.seconds_per_window.emplace_back(b, s / b);
+    if (c.seconds_per_window.size() == 1 || s / b < best) best = s / b, c.batch = b;
+    if (s > kBatchProbeStopS) break;
+  }
+  c.reason = "probed: least time per window";
+  if (model.max_batch() != c.batch) model.set_max_batch(c.batch);
+  return c;
+}
+
+nlohmann::ordered_json BatchChoice::to_json() const {
+  nlohmann::ordered_json probe = nlohmann::ordered_json::array();
+  for (const auto& [b, s] : seconds_per_window) probe.push_back({{"batch", b}, {"seconds_per_window", s}});
+  return {{"batch", batch}, {"reason", reason}, {"probe", probe}};
+}
+
 AuditPlan plan_audit(AuditableModel& model, const WindowSet& eval, int batch, int64_t live_windows, int64_t replay_windows) {
   AuditPlan p;
   p.live_windows = live_windows;

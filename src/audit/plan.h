@@ -5,6 +5,8 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "audit/cache.h"
 #include "core/json.h"
@@ -26,6 +28,24 @@ struct AuditPlan {
   nlohmann::ordered_json to_json() const;
   std::string summary() const;  // one line for the terminal
 };
+
+// The batch of an audit run with batch 0 ("auto"). For a batch-invariant model (whose results do
+// not depend on the batch) it is the candidate among 1, 2, 4, 8, 16 (at most W, and whose run
+// state stays within kBatchMemoryBudget) with the least time per window in a timed live pass,
+// after an untimed one; candidates are tried in increasing order and the probe stops after a
+// timed pass longer than kBatchProbeStopS, since larger batches buy little once a pass is that
+// long (its GEMMs already have thousands of rows). Otherwise kFixedBatch. The model's run state is
+// left sized for the choice. Facts about this run, recorded in provenance.run.batch_choice.
+inline constexpr size_t kBatchMemoryBudget = size_t(2) << 30;
+inline constexpr double kBatchProbeStopS = 0.5;
+inline constexpr int kFixedBatch = 8;
+struct BatchChoice {
+  int batch = kFixedBatch;
+  std::string reason;
+  std::vector<std::pair<int, double>> seconds_per_window;  // (candidate, time per window)
+  nlohmann::ordered_json to_json() const;
+};
+BatchChoice choose_batch(AuditableModel& model, const WindowSet& eval);
 
 // Times one live pass (recording its coefficients) and one replay of them over the first
 // min(batch, W) evaluation windows, with the execution counters installed.

@@ -38,7 +38,10 @@ void add_audit_command(CLI::App& app) {
   cmd->add_option("--calib-windows", a.calib_windows, "Calibration windows from the valid split")->check(positive_number)->capture_default_str();
   cmd->add_option("--seq", a.tokens, "Window length T (0 = the model's seq_len)")->check(non_negative_number)->capture_default_str();
   cmd->add_option("--reps", a.reps, "Randomisations per randomised condition")->check(CLI::Range(2, 100000))->capture_default_str();
-  cmd->add_option("--batch", a.batch, "Windows per forward pass")->check(positive_number)->capture_default_str();
+  cmd->add_option("--batch", a.batch,
+                 "Windows per forward pass; 0 = the fastest of 1..16 by a probe where results do not depend on it "
+                 "(fca's gated and MUDD models), else 8")
+      ->check(non_negative_number)->capture_default_str();
   cmd->add_option("--bootstrap", a.bootstrap_resamples, "Bootstrap resamples")->check(positive_number)->capture_default_str();
   cmd->add_option("--seed", a.seed, "Audit seed (randomisations and bootstrap)")->check(unsigned_integer)->capture_default_str();
   cmd->add_option("--conditions", f->conditions, "Comma-separated conditions (default: all that apply)");
@@ -67,7 +70,7 @@ void add_audit_command(CLI::App& app) {
     const int max_tokens = options.tokens > 0 ? options.tokens : 1 << 20;
     std::unique_ptr<AuditableModel> model;
     if (f->external.empty()) {
-      model = open_model(options.model_path, options.batch, max_tokens);
+      model = open_model(options.model_path, std::max(1, options.batch), max_tokens);
     } else {
       model = open_external_model(f->external, f->external_timeout);
       options.model_path = "external: " + f->external;

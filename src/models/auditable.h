@@ -37,6 +37,15 @@ class AuditableModel {
   virtual void run_replay(const int32_t* inputs, const int32_t* targets, int B, int T,
                           const CoefficientTensor& coefficients, double* window_nll) = 0;
   virtual size_t run_state_bytes() const = 0;  // activations of one pass, sized for the largest batch
+  // True when a window's results do not depend on the batch it runs in, so the audit may choose the
+  // batch for throughput: fca's gated and MUDD families, whose GEMMs and attention compute every row
+  // from that row alone (ops/gemm.cpp; AuditEndToEnd.ResultsDoNotDependOnTheBatchSize). False by
+  // default: an external model's batch stays fixed per audit.
+  virtual bool batch_invariant() const { return false; }
+  // Re-sizes the run state for up to max_batch windows (the audit's batch choice). A model that
+  // cannot keeps its size; callers check max_batch().
+  virtual void set_max_batch(int) {}
+  virtual int max_batch() const = 0;
   // Logits [B, T, vocab] of the last run; null for a model whose logits stay in another process
   // (external adapters), which gives last_logits_sha256() instead.
   virtual const float* last_logits() const = 0;

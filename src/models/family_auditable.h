@@ -7,6 +7,7 @@
 // and the rest of AuditableModel (names, tokenizer, coefficient shape, profiles) in its subclass.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <utility>
 
 #include "core/sha256.h"
@@ -24,38 +25,46 @@ class FamilyAuditable : public AuditableModel {
                 double* window_nll) override {
     if (record != nullptr) {
       typename Traits::Recording source(model_, *record);
-      Traits::forward(model_, rs_, inputs, B, T, source, record_first);
+      Traits::forward(model_, *rs_, inputs, B, T, source, record_first);
     } else {
       typename Traits::Live source(model_);
-      Traits::forward(model_, rs_, inputs, B, T, source, 0);
+      Traits::forward(model_, *rs_, inputs, B, T, source, 0);
     }
-    Traits::loss(rs_, targets, window_nll);
+    Traits::loss(*rs_, targets, window_nll);
   }
   void run_replay(const int32_t* inputs, const int32_t* targets, int B, int T, const CoefficientTensor& coefficients,
                   double* window_nll) override {
     typename Traits::Replayed source = Traits::replayed(model_, coefficients);
-    const int64_t before = rs_.controller_evaluations;  // counted by the controller code, not the source
-    Traits::forward(model_, rs_, inputs, B, T, source, 0);
-    replay_evaluations_ += rs_.controller_evaluations - before;
-    Traits::loss(rs_, targets, window_nll);
+    const int64_t before = rs_->controller_evaluations;  // counted by the controller code, not the source
+    Traits::forward(model_, *rs_, inputs, B, T, source, 0);
+    replay_evaluations_ += rs_->controller_evaluations - before;
+    Traits::loss(*rs_, targets, window_nll);
   }
   void set_prefix_reuse(bool enabled) override {
-    if constexpr (requires { rs_.prefix; }) rs_.prefix.enabled = enabled;
+    if constexpr (requires { rs_->prefix; }) rs_->prefix.enabled = enabled;
   }
   int64_t prefix_reuses() const override {
-    if constexpr (requires { rs_.prefix; }) return rs_.prefix.reused_passes;
+    if constexpr (requires { rs_->prefix; }) return rs_->prefix.reused_passes;
     return 0;
   }
-  const float* last_logits() const override { return rs_.logits; }
+  const float* last_logits() const override { return rs_->logits; }
   int64_t replay_controller_evaluations() const override { return replay_evaluations_; }
-  size_t run_state_bytes() const override { return rs_.bytes(); }
+  size_t run_state_bytes() const override { return rs_->bytes(); }
+  void set_max_batch(int max_batch) override {
+    rs_.reset();  // the old activations go first: the peak is one run state, not two
+    rs_ = std::make_unique<typename Traits::RunState>(Traits::run_state(model_, max_batch, max_tokens_));
+  }
+  int max_batch() const override { return rs_->max_batch; }
   const Model& model() const { return model_; }
 
  protected:
   FamilyAuditable(Model model, int max_batch, int max_tokens)
-      : model_(std::move(model)), rs_(Traits::run_state(model_, max_batch, max_tokens)) {}
+      : model_(std::move(model)),
+        max_tokens_(max_tokens),
+        rs_(std::make_unique<typename Traits::RunState>(Traits::run_state(model_, max_batch, max_tokens))) {}
   Model model_;
-  typename Traits::RunState rs_;
+  int max_tokens_;
+  std::unique_ptr<typename Traits::RunState> rs_;
 
  private:
   int64_t replay_evaluations_ = 0;

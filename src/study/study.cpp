@@ -249,7 +249,7 @@ std::string run_study(const std::string& config_path, const std::string& out_arg
       if (!file_exists(audit_dir + "/audit.json")) {
         stage("audit " + v.name + " seed " + std::to_string(seed));
         const AuditOptions a = audit_options(o.out, audit_dir);
-        run_audit(*open_model(o.out, a.batch, v.seq), corpus, a);
+        run_audit(*open_model(o.out, std::max(1, a.batch), v.seq), corpus, a);
       } else {
         stage("audit " + v.name + " seed " + std::to_string(seed) + ": done before, skipped");
       }

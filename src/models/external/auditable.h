@@ -32,6 +32,7 @@ class ExternalAuditable : public AuditableModel {
   void run_replay(const int32_t* inputs, const int32_t* targets, int B, int T, const CoefficientTensor& coefficients,
                   double* window_nll) override;
   size_t run_state_bytes() const override { return 0; }  // the activations live in the adapter
+  int max_batch() const override { return 1 << 20; }    // the adapter takes any batch
   const float* last_logits() const override { return nullptr; }
   std::string last_logits_sha256() const override { return last_digest_; }
   int64_t replay_controller_evaluations() const override { return replay_evaluations_; }

@@ -26,6 +26,7 @@ class GatedAuditable : public FamilyAuditable<GatedAuditTraits> {
   GatedAuditable(const std::string& path, int max_batch, int max_tokens);
 
   std::string family() const override { return "gated"; }
+  bool batch_invariant() const override { return true; }  // tests/audit_test.cpp checks it
   std::string description() const override;
   std::string content_hash() const override { return hash_; }
   std::string config_json() const override { return model_.config().to_json(); }

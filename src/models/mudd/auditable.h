@@ -31,6 +31,7 @@ class MuddAuditable : public FamilyAuditable<MuddAuditTraits> {
   MuddAuditable(const std::string& dir, int max_batch, int max_tokens);
 
   std::string family() const override { return "mudd"; }
+  bool batch_invariant() const override { return true; }  // tests/audit_test.cpp checks it
   std::string description() const override;
   std::string content_hash() const override { return model_.content_hash(); }
   std::string config_json() const override { return model_.config().to_json(); }
