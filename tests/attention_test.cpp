@@ -111,7 +111,8 @@ TEST(Attention, BlockedKernelMatchesDirectFormulas) {
   expect_near_all("probs", probs, ref.probs, 1e-12);
   expect_near_all("features", feats, ref.feats, 1e-10);
   expect_near_all("dqkv", dqkv, ref.dqkv, 1e-11);
-  // Masked entries are exact zeros.
+  // Masked entries up to the tile's keys are exact zeros (the buffer started as zeros, so beyond
+  // them too; the kernels never write or read there).
   for (int t = 0; t < T; ++t)
     for (int u = t + 1; u < T; ++u) ASSERT_EQ(probs[size_t(t) * T + u], 0.0);
 
@@ -131,9 +132,9 @@ TEST(Attention, FloatKernelsMatchDirectFormulasAndDoNotDependOnTheBatch) {
   const Naive ref = naive_attention(qkv, dout, prev);
   const std::vector<float> qkv_f(qkv.begin(), qkv.end()), dout_f(dout.begin(), dout.end());
   auto run = [&](int batch, const float* q, const float* dy, std::vector<float>& out, std::vector<float>& probs,
-                 std::vector<float>& dqkv) {
+                 std::vector<float>& dqkv, float probs_before = 0.0f) {
     out.assign(size_t(batch) * T * D, 0);
-    probs.assign(size_t(batch) * H * T * T, 0);
+    probs.assign(size_t(batch) * H * T * T, probs_before);
     dqkv.assign(size_t(batch) * T * 3 * D, 0);
     std::vector<float> scratch(size_t(thread_count() * attention_scratch_per_thread(T, dh, true)));
     attention_forward<float>(out.data(), probs.data(), scratch.data(), nullptr, q, batch, T, D, H);
@@ -153,6 +154,15 @@ TEST(Attention, FloatKernelsMatchDirectFormulasAndDoNotDependOnTheBatch) {
   EXPECT_LE(worst(dqkv, ref.dqkv), 1e-4);
   for (int t = 0; t < T; ++t)
     for (int u = t + 1; u < T; ++u) ASSERT_EQ(probs[size_t(t) * T + u], 0.0f);
+
+  // What the probabilities buffer held beyond each tile's keys is never read: NaN there changes
+  // nothing.
+  {
+    std::vector<float> out_nan, probs_nan, dqkv_nan;
+    run(B, qkv_f.data(), dout_f.data(), out_nan, probs_nan, dqkv_nan, std::nanf(""));
+    EXPECT_EQ(0, std::memcmp(out_nan.data(), out.data(), sizeof(float) * out.size()));
+    EXPECT_EQ(0, std::memcmp(dqkv_nan.data(), dqkv.data(), sizeof(float) * dqkv.size()));
+  }
 
   // The second window alone (batch 1) gives bitwise its results in the batch of two: each (window,
   // head) is computed the same way whatever the batch.

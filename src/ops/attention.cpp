@@ -17,10 +17,10 @@ namespace fca {
 namespace {
 
 // Softmax of one causal row in place (row[u] = s[t,u] for u <= t on entry, p[t,u] on exit, zeros
-// beyond t). With stats, also writes logp and the three head features. The arithmetic producing p is
+// for t < u < zero_to). With stats, also writes logp and the three head features. The arithmetic producing p is
 // the same with and without stats, so replay (no stats) reproduces live runs bit for bit.
 template <typename T>
-void causal_softmax_row(T* row, int t, int Tn, T* logp, const T* prev_logp, T* features) {
+void causal_softmax_row(T* row, int t, int zero_to, T* logp, const T* prev_logp, T* features) {
   const int n = t + 1;
   T mx, log_sum, neg_entropy, cross = 0;
   if constexpr (std::is_same_v<T, float>) {
@@ -42,7 +42,7 @@ void causal_softmax_row(T* row, int t, int Tn, T* logp, const T* prev_logp, T* f
       if (prev_logp != nullptr) cross = lane_dot(row, prev_logp, n);
     }
   }
-  for (int u = n; u < Tn; ++u) row[u] = 0;
+  for (int u = n; u < zero_to; ++u) row[u] = 0;
   if (logp == nullptr) return;
   // logp beyond t is never read (the next layer's KL reads u <= t), so it is not written.
   const T kl = prev_logp != nullptr ? neg_entropy - cross : T(0);
@@ -142,7 +142,7 @@ void attention_forward(T* out, T* probs, T* scratch, const AttentionStats<T>* st
         T* logp = stats ? stats->logp + bh * TT + int64_t(t) * Tn : nullptr;
         const T* prev = stats && stats->prev_logp ? stats->prev_logp + bh * TT + int64_t(t) * Tn : nullptr;
         T* feat = stats ? stats->head_features + (int64_t(bh) * Tn + t) * 3 : nullptr;
-        causal_softmax_row(p + int64_t(t) * Tn, t, Tn, logp, prev, feat);
+        causal_softmax_row(p + int64_t(t) * Tn, t, keys, logp, prev, feat);
       }
       tile_matmul(y + int64_t(r0) * D, D, pb, Tn, 1, v, ld, rows, dh, keys, T(1), false);  // Y = P V
     }

@@ -3,7 +3,9 @@
 //
 // Shapes: qkv [B*T, 3D] (columns 0..D-1 = q, D..2D-1 = k, 2D..3D-1 = v; head h owns columns
 // h*dh .. h*dh+dh-1 of each), out [B*T, D] (heads concatenated), probs [B, H, T, T] (row t holds
-// p[t, u] for u <= t and exact zeros for u > t). Scores are s[t,u] = q_t . k_u / sqrt(dh).
+// p[t, u] for u <= t and exact zeros for t < u < the keys its tile computes, attention.cpp; what
+// lies beyond is left as it was: only attention itself reads probs, and never there). Scores are
+// s[t,u] = q_t . k_u / sqrt(dh).
 #pragma once
 #include <cstdint>
 

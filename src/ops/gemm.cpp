@@ -33,13 +33,13 @@ void openblas_sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha
 }
 
 // Float GEMM on fca's register-tiled kernel (simd::tile_matmul), blocked as GotoBLAS does. op(B) is
-// copied once, by all threads together, into panels as wide as the kernel's register tile
-// (simd::tile_panel_width()), each panel K rows of contiguous values, so the kernel streams it
-// without cache-set conflicts whatever B's row stride (a power of two in every model). Then each
-// thread takes a fixed share of C's row chunks and, for each block of kColumnBlock columns, runs its
-// chunks over the block's panels (K x 256 values, which stay in its L2 cache), the inner dimension
-// in blocks of kInnerBlock; a transposed A is copied per chunk into contiguous columns. Two
-// barriers per call.
+// copied, kPackColumns columns at a time, by all threads together, into panels as wide as the
+// kernel's register tile (simd::tile_panel_width()), each panel K rows of contiguous values, so the
+// kernel streams it without cache-set conflicts whatever B's row stride (a power of two in every
+// model). Then each thread takes a fixed share of C's row chunks and, for each block of
+// kColumnBlock columns, runs its chunks over the block's panels (K x 256 values, which stay in its
+// L2 cache), the inner dimension in blocks of kInnerBlock; a transposed A is copied per chunk into
+// contiguous columns. Two barriers per kPackColumns columns.
 //
 // Each value of C is alpha times one multiply-add chain per inner block, the blocks in order, added
 // to C (after beta): it depends on its own row of op(A) and on op(B), never on M, on the other rows
@@ -47,7 +47,8 @@ void openblas_sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha
 // independent of the batch it is computed in.
 constexpr int kColumnBlock = 256;
 constexpr int kInnerBlock = 256;
-constexpr int kRowChunk = 32;  // rows of C per unit of work (four AVX-512 register tiles)
+constexpr int kRowChunk = 32;      // rows of C per unit of work (four AVX-512 register tiles)
+constexpr int kPackColumns = 2048;  // columns of op(B) packed at a time: at most K x 2048 values
 
 template <>
 void gemm<float>(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
@@ -66,52 +67,58 @@ void gemm<float>(bool trans_a, bool trans_b, int M, int N, int K, float alpha, c
       for (int i = 0; i < M; ++i) std::fill(C + int64_t(i) * ldc, C + int64_t(i) * ldc + N, 0.0f);
     return;
   }
-  const int W = simd::tile_panel_width();
-  const int panels = (N + W - 1) / W;
-  // op(B) as panels: panel q holds columns q W .. q W + wq - 1, K rows of wq values, at q W K.
-  // Owned by the calling thread and kept between calls (it grows to the largest K x N seen).
+  const int W = simd::tile_panel_width();  // divides kColumnBlock and kPackColumns (2 .. 32)
+  // Packed columns s0 .. s0 + ns - 1 of op(B): panel q (columns s0 + q W ..) holds K rows of wq
+  // values at offset q W K. Owned by the calling thread and kept between calls.
   thread_local std::vector<float> packed_b;
-  if (packed_b.size() < size_t(K) * N) packed_b.resize(size_t(K) * N);
+  const size_t pack_size = size_t(K) * size_t(std::min(N, kPackColumns));
+  if (packed_b.size() < pack_size) packed_b.resize(pack_size);
   float* const packed = packed_b.data();  // thread_local: the other threads need the pointer, not the name
   const int chunks = (M + kRowChunk - 1) / kRowChunk;
 #pragma omp parallel
   {
-#pragma omp for schedule(static)
-    for (int q = 0; q < panels; ++q) {
-      const int j0 = q * W, wq = std::min(W, N - j0);
-      float* panel = packed + int64_t(j0) * K;
-      if (trans_b) {  // B [N, K]: row j0 + j is column j of the panel, read contiguously
-        for (int j = 0; j < wq; ++j) {
-          const float* src = B + int64_t(j0 + j) * ldb;
-          for (int p = 0; p < K; ++p) panel[int64_t(p) * wq + j] = src[p];
-        }
-      } else {
-        for (int p = 0; p < K; ++p) std::copy(B + int64_t(p) * ldb + j0, B + int64_t(p) * ldb + j0 + wq, panel + int64_t(p) * wq);
-      }
-    }
-    // (the implicit barrier: every thread sees all of op(B))
     thread_local std::vector<float> packed_a;  // this thread's chunk of a transposed A: [K, kRowChunk]
     if (trans_a && packed_a.size() < size_t(K) * kRowChunk) packed_a.resize(size_t(K) * kRowChunk);
     const int threads = omp_get_num_threads(), me = omp_get_thread_num();
     const int first = int(int64_t(chunks) * me / threads), last = int(int64_t(chunks) * (me + 1) / threads);
-    for (int c0 = 0; c0 < N; c0 += kColumnBlock) {
-      const int c1 = std::min(N, c0 + kColumnBlock);
-      for (int chunk = first; chunk < last; ++chunk) {
-        const int i0 = chunk * kRowChunk, rows = std::min(kRowChunk, M - i0);
-        const float* a = A + (trans_a ? i0 : int64_t(i0) * lda);
-        int64_t a_row = lda, a_col = 1;
-        if (trans_a) {
-          for (int p = 0; p < K; ++p) std::copy(a + int64_t(p) * lda, a + int64_t(p) * lda + rows, packed_a.data() + int64_t(p) * rows);
-          a = packed_a.data(), a_row = 1, a_col = rows;
-        }
-        for (int j0 = c0; j0 < c1; j0 += W) {
-          const int wq = std::min(W, N - j0);
-          const float* panel = packed + int64_t(j0) * K;
-          for (int p0 = 0; p0 < K; p0 += kInnerBlock)
-            simd::tile_matmul(C + int64_t(i0) * ldc + j0, ldc, a + p0 * a_col, a_row, a_col, panel + int64_t(p0) * wq, wq,
-                              rows, wq, std::min(kInnerBlock, K - p0), alpha, beta != 0.0f || p0 > 0);
+    for (int s0 = 0; s0 < N; s0 += kPackColumns) {
+      const int ns = std::min(kPackColumns, N - s0), panels = (ns + W - 1) / W;
+#pragma omp for schedule(static)
+      for (int q = 0; q < panels; ++q) {
+        const int j0 = s0 + q * W, wq = std::min(W, N - j0);
+        float* panel = packed + int64_t(q) * W * K;
+        if (trans_b) {  // B [N, K]: row j0 + j is column j of the panel, read contiguously
+          for (int j = 0; j < wq; ++j) {
+            const float* src = B + int64_t(j0 + j) * ldb;
+            for (int p = 0; p < K; ++p) panel[int64_t(p) * wq + j] = src[p];
+          }
+        } else {
+          for (int p = 0; p < K; ++p)
+            std::copy(B + int64_t(p) * ldb + j0, B + int64_t(p) * ldb + j0 + wq, panel + int64_t(p) * wq);
         }
       }
+      // (the implicit barrier: every thread sees the packed columns)
+      for (int c0 = s0; c0 < s0 + ns; c0 += kColumnBlock) {
+        const int c1 = std::min(s0 + ns, c0 + kColumnBlock);
+        for (int chunk = first; chunk < last; ++chunk) {
+          const int i0 = chunk * kRowChunk, rows = std::min(kRowChunk, M - i0);
+          const float* a = A + (trans_a ? i0 : int64_t(i0) * lda);
+          int64_t a_row = lda, a_col = 1;
+          if (trans_a) {
+            for (int p = 0; p < K; ++p)
+              std::copy(a + int64_t(p) * lda, a + int64_t(p) * lda + rows, packed_a.data() + int64_t(p) * rows);
+            a = packed_a.data(), a_row = 1, a_col = rows;
+          }
+          for (int j0 = c0; j0 < c1; j0 += W) {
+            const int wq = std::min(W, N - j0);
+            const float* panel = packed + int64_t(j0 - s0) * K;
+            for (int p0 = 0; p0 < K; p0 += kInnerBlock)
+              simd::tile_matmul(C + int64_t(i0) * ldc + j0, ldc, a + p0 * a_col, a_row, a_col, panel + int64_t(p0) * wq,
+                                wq, rows, wq, std::min(kInnerBlock, K - p0), alpha, beta != 0.0f || p0 > 0);
+          }
+        }
+      }
+#pragma omp barrier
     }
   }
 }
