@@ -342,6 +342,23 @@ TEST_F(AuditEndToEnd, ResultsDoNotDependOnTheBatchSize) {
   }
 }
 
+// Nor on the thread count: an audit on 1 thread and one on 3 give bitwise the same results.
+TEST_F(AuditEndToEnd, ResultsDoNotDependOnTheThreadCount) {
+  const std::string m = model_of(GateKind::featuregate, 30);
+  nlohmann::ordered_json result[2];
+  const int threads[2] = {1, 3};
+  for (int k = 0; k < 2; ++k) {
+    set_threads(threads[k]);
+    AuditOptions o = options(m, "threads" + std::to_string(threads[k]));
+    GatedAuditable model(m, o.batch, 1 << 20);
+    result[k] = run_audit(model, Corpus(dir.path()), o);
+  }
+  set_threads(2);
+  for (const char* section : {"conditions", "factor_effects", "retention", "criteria", "variance", "baseline", "exact_replay"})
+    EXPECT_EQ(result[0][section], result[1][section]) << section;
+  EXPECT_EQ(testing::read_bytes(dir.file("threads1/windows.csv")), testing::read_bytes(dir.file("threads3/windows.csv")));
+}
+
 // The kept prefix is only used for the windows it was computed from: a replay of other windows
 // recomputes it, and a replay of the same windows reuses it with bitwise the same NLL.
 TEST_F(AuditEndToEnd, PrefixReuseNeedsTheSameWindows) {
