@@ -359,6 +359,26 @@ TEST_F(AuditEndToEnd, ResultsDoNotDependOnTheThreadCount) {
   EXPECT_EQ(testing::read_bytes(dir.file("threads1/windows.csv")), testing::read_bytes(dir.file("threads3/windows.csv")));
 }
 
+// --plan: the plan alone, from a probe on this machine; nothing is written.
+TEST_F(AuditEndToEnd, PlanOnlyWritesNothing) {
+  const std::string m = model_of(GateKind::featuregate, 30);
+  AuditOptions o = options(m, "planned");
+  o.plan_only = true;
+  GatedAuditable model(m, o.batch, 1 << 20);
+  const auto plan = run_audit(model, Corpus(dir.path()), o);
+  EXPECT_FALSE(std::filesystem::exists(dir.file("planned")));
+  // 24 evaluation windows: the cache pass over 24 + 16, exact replay's live half; replayed: exact
+  // replay, 3 randomised conditions x 3 reps, 4 fixed profiles, layer_permutation x 3.
+  EXPECT_EQ(plan["plan"]["live_windows"], 24 + 16 + 24);
+  EXPECT_EQ(plan["plan"]["replay_windows"], 24 * (1 + 3 * 3 + 4 + 3));
+  EXPECT_GT(plan["plan"]["estimated_s"].get<double>(), 0.0);
+  const auto& memory = plan["plan"]["memory_bytes"];
+  EXPECT_EQ(memory["weights"], model.parameter_count() * sizeof(float));
+  EXPECT_EQ(memory["run_state"], model.run_state_bytes());
+  EXPECT_EQ(memory["total"].get<size_t>(), memory["weights"].get<size_t>() + memory["run_state"].get<size_t>() +
+                                               memory["cache"].get<size_t>());
+}
+
 // The kept prefix is only used for the windows it was computed from: a replay of other windows
 // recomputes it, and a replay of the same windows reuses it with bitwise the same NLL.
 TEST_F(AuditEndToEnd, PrefixReuseNeedsTheSameWindows) {

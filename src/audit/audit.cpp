@@ -205,7 +205,7 @@ nlohmann::ordered_json run_audit(AuditableModel& model, const Corpus& corpus, co
   if (o.conditions.empty() && routing) skipped = {"identity", "layer_permutation"};
   names.erase(std::remove(names.begin(), names.end(), "correct"), names.end());
 
-  std::filesystem::create_directories(o.out_dir);
+  if (!o.plan_only) std::filesystem::create_directories(o.out_dir);
   const std::string cache_path = o.cache_path.empty() ? o.out_dir + "/cache.safetensors" : o.cache_path;
   bool cache_reused = file_exists(cache_path);
 
@@ -213,8 +213,16 @@ nlohmann::ordered_json run_audit(AuditableModel& model, const Corpus& corpus, co
   int64_t replay_windows = W;  // exact replay's replayed half
   for (const auto& n : names) replay_windows += int64_t(W) * (condition_randomized(n, routing) ? o.reps : 1);
   const int64_t live_windows = (cache_reused ? 0 : int64_t(W) + calib.count()) + W;
-  const AuditPlan plan = plan_audit(model, eval, o.batch, live_windows, replay_windows);
+  const AuditPlan plan = plan_audit(model, eval, o.batch, live_windows, replay_windows, int64_t(W) + calib.count());
   std::fprintf(stderr, "%s\n", plan.summary().c_str());
+  if (o.plan_only) {  // --plan: what the audit would run, measured on this machine; nothing written
+    nlohmann::ordered_json j;
+    j["plan"] = plan.to_json();
+    j["batch_choice"] = batch_choice ? batch_choice->to_json() : nlohmann::ordered_json{{"batch", o.batch}, {"reason", "given (--batch)"}};
+    j["conditions"] = names;
+    j["cache_reused"] = cache_reused;
+    return j;
+  }
   ExecCounters pass_counters;
   const auto passes_start = std::chrono::steady_clock::now();
   std::optional<CountingScope> counting(std::in_place, pass_counters);

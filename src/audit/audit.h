@@ -35,9 +35,12 @@ struct AuditOptions {
   // same either way; off recomputes everything (for checking that claim).
   bool prefix_reuse = true;
   bool progress = true;
+  // Stop after the plan (windows, tokens, FLOPs, memory and the time estimated from a probe on this
+  // machine) and return it as {"plan", "batch_choice", "conditions", "cache_reused"}; nothing written.
+  bool plan_only = false;
 };
 
-// Runs the audit and writes its outputs; returns the audit.json document.
+// Runs the audit and writes its outputs; returns the audit.json document (or, with plan_only, the plan).
 nlohmann::ordered_json run_audit(AuditableModel& model, const Corpus& corpus, const AuditOptions& options);
 
 }  // namespace fca

@@ -64,8 +64,12 @@ nlohmann::ordered_json BatchChoice::to_json() const {
   return {{"batch", batch}, {"reason", reason}, {"probe", probe}};
 }
 
-AuditPlan plan_audit(AuditableModel& model, const WindowSet& eval, int batch, int64_t live_windows, int64_t replay_windows) {
+AuditPlan plan_audit(AuditableModel& model, const WindowSet& eval, int batch, int64_t live_windows, int64_t replay_windows,
+                     int64_t cached_windows) {
   AuditPlan p;
+  p.weights_bytes = model.run_state_bytes() > 0 ? model.parameter_count() * sizeof(float) : 0;
+  p.run_state_bytes = model.run_state_bytes();
+  p.cache_bytes = size_t(cached_windows) * model.make_coefficients(1, eval.tokens).values().size() * sizeof(float);
   p.live_windows = live_windows;
   p.replay_windows = replay_windows;
   p.tokens = eval.tokens;
@@ -99,6 +103,8 @@ nlohmann::ordered_json AuditPlan::to_json() const {
           {"tokens", planned_tokens()},
           {"gflop", planned_flops() / 1e9},
           {"estimated_s", estimated_s()},
+          {"memory_bytes",
+           {{"total", memory_bytes()}, {"weights", weights_bytes}, {"run_state", run_state_bytes}, {"cache", cache_bytes}}},
           {"probe", {{"batch", probe_batch}, {"live_s", live_batch_s}, {"replay_s", replay_batch_s}}}};
 }
 
@@ -108,7 +114,10 @@ std::string AuditPlan::summary() const {
                   " tokens";
   if (planned_flops() > 0) s += ", " + fmt("%.4g", planned_flops() / 1e9) + " GFLOP";
   s += "); estimated " + fmt("%.1f", estimated_s()) + " s of forward passes (probe: " + std::to_string(probe_batch) +
-       " windows, " + fmt("%.3f", live_batch_s) + " s live, " + fmt("%.3f", replay_batch_s) + " s replayed)";
+       " windows, " + fmt("%.3f", live_batch_s) + " s live, " + fmt("%.3f", replay_batch_s) + " s replayed); memory about " +
+       fmt("%.2f", double(memory_bytes()) / double(1 << 30)) + " GiB (weights " + fmt("%.2f", double(weights_bytes) / double(1 << 30)) +
+       ", activations " + fmt("%.2f", double(run_state_bytes) / double(1 << 30)) + ", coefficient cache " +
+       fmt("%.2f", double(cache_bytes) / double(1 << 30)) + ")";
   return s;
 }
 

@@ -21,6 +21,12 @@ struct AuditPlan {
   int probe_batch = 0;         // windows in each probe pass
   double live_batch_s = 0, replay_batch_s = 0;          // probe wall time per batch
   double live_batch_flops = 0, replay_batch_flops = 0;  // counted (0 for an external model)
+  // Memory the audit holds at its peak, estimated from its parts: the weights as fca holds them
+  // (F32; 0 for an external model, whose weights live in its adapter), the run state (activations of
+  // one batch), and the coefficient cache of the evaluation and calibration windows.
+  size_t weights_bytes = 0, run_state_bytes = 0, cache_bytes = 0;
+
+  size_t memory_bytes() const { return weights_bytes + run_state_bytes + cache_bytes; }
 
   int64_t planned_tokens() const { return (live_windows + replay_windows) * tokens; }
   double estimated_s() const;
@@ -49,7 +55,9 @@ BatchChoice choose_batch(AuditableModel& model, const WindowSet& eval);
 
 // Times one live pass (recording its coefficients) and one replay of them over the first
 // min(batch, W) evaluation windows, with the execution counters installed.
-AuditPlan plan_audit(AuditableModel& model, const WindowSet& eval, int batch, int64_t live_windows, int64_t replay_windows);
+// cached_windows: evaluation + calibration windows whose coefficients the cache holds.
+AuditPlan plan_audit(AuditableModel& model, const WindowSet& eval, int batch, int64_t live_windows, int64_t replay_windows,
+                     int64_t cached_windows);
 
 // What the audit's passes took: `flops` counted over all of them.
 nlohmann::ordered_json measured_json(const AuditPlan& plan, double seconds, double flops);

@@ -22,6 +22,7 @@ void add_audit_command(CLI::App& app) {
     int threads = 0;
     bool no_progress = false;
     bool no_prefix_reuse = false;
+    bool plan_only = false;
   };
   auto f = std::make_shared<Flags>();
   AuditOptions& a = f->audit;
@@ -54,6 +55,8 @@ void add_audit_command(CLI::App& app) {
       ->check(non_negative_number)->capture_default_str();
   cmd->add_option("--out", a.out_dir, "Output folder (audit.json, windows.csv, audit.md)")->required();
   cmd->add_flag("--no-progress", f->no_progress, "No progress bar");
+  cmd->add_flag("--plan", f->plan_only,
+                "Print the plan (passes, tokens, FLOPs, memory, time estimated from a short probe) and stop");
   cmd->add_flag("--no-prefix-reuse", f->no_prefix_reuse,
                 "Recompute the embedding and block 0 in every condition replay (bitwise the same results, slower)");
   add_threads_flag(*cmd, f->threads);
@@ -62,6 +65,7 @@ void add_audit_command(CLI::App& app) {
     AuditOptions options = f->audit;
     options.prefix_reuse = !f->no_prefix_reuse;
     options.progress = !f->no_progress;
+    options.plan_only = f->plan_only;
     std::stringstream list(f->conditions);
     for (std::string item; std::getline(list, item, ',');)
       if (!item.empty()) options.conditions.push_back(item);
@@ -76,6 +80,10 @@ void add_audit_command(CLI::App& app) {
       options.model_path = "external: " + f->external;
     }
     const auto j = run_audit(*model, corpus, options);
+    if (options.plan_only) {
+      std::printf("%s\n", j.dump(2).c_str());
+      return;
+    }
     std::printf("audit of %s: baseline NLL %.4f nats/byte\n", options.model_path.c_str(), j["baseline"]["nll"].get<double>());
     for (const auto& c : j["conditions"])
       std::printf("  %-20s DeltaNLL %+.5f  95%% CI [%+.5f, %+.5f]\n", c["name"].get<std::string>().c_str(),
