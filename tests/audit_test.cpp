@@ -379,6 +379,93 @@ TEST_F(AuditEndToEnd, PlanOnlyWritesNothing) {
                                                memory["cache"].get<size_t>());
 }
 
+// Forwards to a model and counts the windows it runs, to see what a resumed audit recomputes.
+class CountingModel : public AuditableModel {
+ public:
+  explicit CountingModel(AuditableModel& inner) : m_(inner) {}
+  int64_t live_windows = 0, replay_windows = 0;
+  std::string family() const override { return m_.family(); }
+  std::string description() const override { return m_.description(); }
+  std::string content_hash() const override { return m_.content_hash(); }
+  std::string config_json() const override { return m_.config_json(); }
+  size_t parameter_count() const override { return m_.parameter_count(); }
+  int max_tokens() const override { return m_.max_tokens(); }
+  int vocab() const override { return m_.vocab(); }
+  std::vector<int32_t> tokenize(const TextSplit& split) const override { return m_.tokenize(split); }
+  CoefficientTensor make_coefficients(int windows, int tokens) const override { return m_.make_coefficients(windows, tokens); }
+  void run_live(const int32_t* x, const int32_t* y, int B, int T, CoefficientTensor* record, int first, double* nll) override {
+    live_windows += B;
+    m_.run_live(x, y, B, T, record, first, nll);
+  }
+  void run_replay(const int32_t* x, const int32_t* y, int B, int T, const CoefficientTensor& c, double* nll) override {
+    replay_windows += B;
+    m_.run_replay(x, y, B, T, c, nll);
+  }
+  size_t run_state_bytes() const override { return m_.run_state_bytes(); }
+  bool batch_invariant() const override { return m_.batch_invariant(); }
+  void set_max_batch(int b) override { m_.set_max_batch(b); }
+  int max_batch() const override { return m_.max_batch(); }
+  const float* last_logits() const override { return m_.last_logits(); }
+  int64_t replay_controller_evaluations() const override { return m_.replay_controller_evaluations(); }
+  void set_prefix_reuse(bool on) override { m_.set_prefix_reuse(on); }
+  int64_t prefix_reuses() const override { return m_.prefix_reuses(); }
+  void identity_profile(CoefficientTensor& out) const override { m_.identity_profile(out); }
+  void structure_removed_profile(const CoefficientTensor& s, CoefficientTensor& out) const override {
+    m_.structure_removed_profile(s, out);
+  }
+  std::string static_profile_name() const override { return m_.static_profile_name(); }
+  std::string structure_removed_name() const override { return m_.structure_removed_name(); }
+
+ private:
+  AuditableModel& m_;
+};
+
+// An audit stopped after one and then after two more window batches (as a kill would leave it:
+// the cache and the journal's records on disk), then run to the end, gives bitwise the results of
+// an uninterrupted one, and the resumed runs replay only what the journal lacks.
+TEST_F(AuditEndToEnd, AStoppedAuditResumesToTheSameResults) {
+  const TrainOptions t = testing::tiny_mudd_training(dir.file("mudd"), 3);
+  train_model(t, Corpus(dir.path()));
+  for (const std::string family : {"gated", "mudd"}) {
+    SCOPED_TRACE(family);
+    const std::string m = family == "gated" ? model_of(GateKind::featuregate, 30) : t.out;
+    auto open = [&](int batch) -> std::unique_ptr<AuditableModel> {
+      if (family == "gated") return std::make_unique<GatedAuditable>(m, batch, 1 << 20);
+      return std::make_unique<MuddAuditable>(m, batch, 1 << 20);
+    };
+    const AuditOptions whole = options(m, family + "-whole");
+    const auto expected = run_audit(*open(whole.batch), Corpus(dir.path()), whole);
+    const int per_window = family == "gated" ? 16 : 13;  // replays per window after exact replay (3 batches of 8)
+    int64_t replayed = 0, live = 0;
+    for (int stop : {1, 1, 0}) {
+      AuditOptions o = options(m, family + "-resumed");
+      o.stop_after_batches = stop;
+      auto inner = open(o.batch);
+      CountingModel counting(*inner);
+      const auto j = run_audit(counting, Corpus(dir.path()), o);
+      replayed += counting.replay_windows;
+      live += counting.live_windows;
+      if (stop > 0) {
+        EXPECT_EQ(j["stopped_after_batches"], 1);
+        EXPECT_TRUE(file_exists(dir.file(family + "-resumed/journal.jsonl")));
+      } else {
+        for (const char* section : {"conditions", "factor_effects", "retention", "criteria", "variance", "baseline", "exact_replay"})
+          EXPECT_EQ(expected[section], j[section]) << section;
+        EXPECT_EQ(expected["provenance"]["run"]["prefix_reuse"], j["provenance"]["run"]["prefix_reuse"]);
+        EXPECT_FALSE(file_exists(dir.file(family + "-resumed/journal.jsonl"))) << "removed once the results are written";
+      }
+    }
+    // 24 windows: exact replay once, then each batch of 8 windows' condition replays once, plus the
+    // plan's one-batch probe in each of the three runs (8 windows replayed each).
+    EXPECT_EQ(replayed, 24 + 24 * per_window + 3 * 8);
+    // Live: the cache pass over 24 + 16 windows and exact replay's live half once (the resumed runs
+    // read the cache and the journal), plus the probe's warm-up window and live batch in each run.
+    EXPECT_EQ(live, 24 + 16 + 24 + 3 * (1 + 8));
+    EXPECT_EQ(testing::read_bytes(dir.file(family + "-whole/windows.csv")),
+              testing::read_bytes(dir.file(family + "-resumed/windows.csv")));
+  }
+}
+
 // The kept prefix is only used for the windows it was computed from: a replay of other windows
 // recomputes it, and a replay of the same windows reuses it with bitwise the same NLL.
 TEST_F(AuditEndToEnd, PrefixReuseNeedsTheSameWindows) {

@@ -51,12 +51,14 @@ nlohmann::json field_or_null(const nlohmann::json& j, const std::string& pointer
 
 // Audits combine only when they are audits of different checkpoints of one configuration, made
 // with one protocol: the same windows of the same data, the same randomisation seed and
-// repetitions, the same thresholds. Throws naming both files and the field that differs.
+// repetitions, the same thresholds. Throws naming both files and the field that differs. The batch
+// is not part of the protocol: it only groups windows into passes (and by default a probe chooses
+// it per run; fca's own models give the same results at any batch, docs/audit.md).
 void check_combinable(const std::vector<nlohmann::json>& audits, const std::vector<std::string>& paths) {
   static const std::vector<std::string> same{
       "/model/family",           "/model/description",           "/model/coefficient_shape",     "/model/record_kind",
       "/settings/eval_windows",  "/settings/calib_windows",      "/settings/seq_len",
-      "/settings/reps",          "/settings/batch",              "/settings/seed",
+      "/settings/reps",          "/settings/seed",
       "/settings/bootstrap_resamples", "/settings/conditions",
       "/provenance/data/eval_split_sha256", "/provenance/data/calib_split_sha256",
       "/criteria/static_penalty_small/threshold", "/criteria/retention_high/threshold"};

@@ -2,14 +2,15 @@
 
 #include <chrono>
 #include <cmath>
-#include <optional>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 
 #include "audit/cache.h"
 #include "audit/conditions.h"
+#include "audit/journal.h"
 #include "audit/plan.h"
 #include "audit/routing_conditions.h"
 #include "audit/statistics.h"
@@ -128,6 +129,44 @@ ExactReplay check_exact_replay(AuditableModel& model, const WindowSet& eval, con
   return r;
 }
 
+// Exact replay as a journal record (journal.h), and back.
+nlohmann::json exact_replay_record(const ExactReplay& r, const ConditionRun& correct) {
+  return {{"kind", "exact_replay"},
+          {"max_abs_delta", doubles_to_bits(&r.max_abs_delta_logit, 1)[0]},
+          {"max_abs_delta_nll", doubles_to_bits(&r.max_abs_delta_nll, 1)[0]},
+          {"max_abs_delta_nll_cache", doubles_to_bits(&r.max_abs_delta_nll_cache, 1)[0]},
+          {"differing_logits", r.differing_logits},
+          {"differing_nll_windows", r.differing_nll_windows},
+          {"non_finite", r.non_finite},
+          {"controller_evaluations", r.controller_evaluations},
+          {"by_digest", r.by_digest},
+          {"digest_mismatches", r.digest_mismatches},
+          {"batches", r.batches},
+          {"nll", doubles_to_bits(correct.nll[0].data(), correct.nll[0].size())}};
+}
+
+ExactReplay exact_replay_from_record(const nlohmann::json& j, ConditionRun& correct, int W, const std::string& where) {
+  ExactReplay r;
+  try {
+    bits_to_doubles(nlohmann::json::array({j.at("max_abs_delta")}), &r.max_abs_delta_logit, 1, where);
+    bits_to_doubles(nlohmann::json::array({j.at("max_abs_delta_nll")}), &r.max_abs_delta_nll, 1, where);
+    bits_to_doubles(nlohmann::json::array({j.at("max_abs_delta_nll_cache")}), &r.max_abs_delta_nll_cache, 1, where);
+    r.differing_logits = j.at("differing_logits").get<int64_t>();
+    r.differing_nll_windows = j.at("differing_nll_windows").get<int64_t>();
+    r.non_finite = j.at("non_finite").get<int64_t>();
+    r.controller_evaluations = j.at("controller_evaluations").get<int64_t>();
+    r.by_digest = j.at("by_digest").get<bool>();
+    r.digest_mismatches = j.at("digest_mismatches").get<int>();
+    r.batches = j.at("batches").get<int>();
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(where + ": malformed exact-replay record (" + e.what() + ")");
+  }
+  correct.nll.assign(1, std::vector<double>(size_t(W)));
+  bits_to_doubles(j.at("nll"), correct.nll[0].data(), size_t(W), where + " exact-replay NLL");
+  correct.controller_evaluations = r.controller_evaluations;
+  return r;
+}
+
 std::string format_g(double v) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.3g", v);
@@ -153,7 +192,15 @@ nlohmann::ordered_json run_audit(AuditableModel& model, const Corpus& corpus, co
   if (o.batch < 0) throw Error("--batch must be 0 (chosen for throughput) or positive, found " + std::to_string(o.batch));
   // Batch 0: chosen for throughput where the results do not depend on it (plan.h).
   std::optional<BatchChoice> batch_choice;
-  if (o.batch == 0) {
+  const std::string journal_path = o.out_dir + "/journal.jsonl";
+  const std::optional<int> journal_batch = o.plan_only ? std::nullopt : AuditJournal::recorded_batch(journal_path);
+  if (journal_batch && (o.batch == 0 || model.batch_invariant())) {
+    // Resuming: keep the batch the journal's records were made with (for a batch-invariant model a
+    // different --batch would give the same results, but the records are per batch of windows).
+    batch_choice = BatchChoice{*journal_batch, "resumed: the batch of " + journal_path, {}};
+    o.batch = *journal_batch;
+    std::fprintf(stderr, "audit batch: %d windows per pass (%s)\n", o.batch, batch_choice->reason.c_str());
+  } else if (o.batch == 0) {
     batch_choice = choose_batch(model, eval);
     o.batch = batch_choice->batch;
     std::fprintf(stderr, "audit batch: %d windows per pass (%s)\n", o.batch, batch_choice->reason.c_str());
@@ -260,10 +307,27 @@ nlohmann::ordered_json run_audit(AuditableModel& model, const Corpus& corpus, co
   Progress bar("audit replay", total, "window");
   int64_t done = 0;
 
+  // The journal of finished work (journal.h): what it holds is not recomputed.
+  nlohmann::ordered_json identity = manifest.to_json();
+  identity.erase("batch");  // in the header of its own: the records are per batch
+  identity["conditions"] = names;
+  identity["reps"] = o.reps;
+  identity["replay_tolerance"] = o.replay_tolerance;
+  identity["fca"] = fca_version_string();
+  AuditJournal journal(journal_path, identity, o.batch);
+  if (journal.resumed_records() > 0)
+    std::fprintf(stderr, "audit: resuming from %s (%d finished records)\n", journal_path.c_str(), journal.resumed_records());
+
   std::vector<ConditionRun> runs(1);
   runs[0].name = "correct";
-  const ExactReplay exact =
-      check_exact_replay(model, eval, A, cache.evaluation_nll(), o.batch, runs[0], bar, done, o.progress);
+  const nlohmann::json* exact_record = journal.find("exact_replay");
+  ExactReplay exact;
+  if (exact_record != nullptr) {
+    exact = exact_replay_from_record(*exact_record, runs[0], W, journal_path);
+    done += W;
+  } else {
+    exact = check_exact_replay(model, eval, A, cache.evaluation_nll(), o.batch, runs[0], bar, done, o.progress);
+  }
   if (exact.by_digest && o.replay_tolerance > 0)
     throw Error("--replay-tolerance needs the logits' values, and this model gives only their SHA-256 (an external "
                 "adapter): its replay must be bitwise (tolerance 0)");
@@ -283,6 +347,7 @@ nlohmann::ordered_json run_audit(AuditableModel& model, const Corpus& corpus, co
                                         : std::string()));
   if (exact.controller_evaluations != 0)
     throw Error("the controller was evaluated " + std::to_string(exact.controller_evaluations) + " times during replay");
+  if (exact_record == nullptr) journal.append(exact_replay_record(exact, runs[0]));
 
   // Window batch by window batch, every condition and randomisation of the batch in turn: the
   // replays of one batch then share what precedes the first coefficient (prefix reuse). Each
@@ -294,27 +359,60 @@ nlohmann::ordered_json run_audit(AuditableModel& model, const Corpus& corpus, co
     run.nll.assign(size_t(run.randomized ? o.reps : 1), std::vector<double>(size_t(W)));
     runs.push_back(std::move(run));
   }
-  const int64_t reuses_before = model.prefix_reuses();
+  // Each finished batch goes into the journal: [condition][rep] NLL bit patterns of its windows, the
+  // controller evaluations per condition and the replays that reused block 0.
+  int64_t prefix_reuses = 0;
+  int appended_batches = 0;
   model.set_prefix_reuse(o.prefix_reuse);
   for (int w0 = 0; w0 < W; w0 += o.batch) {
     const int B = std::min(o.batch, W - w0);
     const int64_t off = int64_t(w0) * T;
+    if (const nlohmann::json* rec = journal.find("batch", w0)) {
+      const std::string where = journal_path + " batch at window " + std::to_string(w0);
+      if (rec->value("B", 0) != B || !(*rec)["nll"].is_array() || (*rec)["nll"].size() != conditions.size())
+        throw Error(where + ": the record does not match this audit's conditions and batch");
+      for (size_t ci = 0; ci < conditions.size(); ++ci) {
+        ConditionRun& run = runs[ci + 1];
+        const nlohmann::json& reps = (*rec)["nll"][ci];
+        if (!reps.is_array() || reps.size() != run.nll.size()) throw Error(where + ": repetitions of " + run.name + " do not match");
+        for (size_t r = 0; r < run.nll.size(); ++r) bits_to_doubles(reps[r], run.nll[r].data() + w0, size_t(B), where);
+        run.controller_evaluations += (*rec)["controller_evaluations"][ci].get<int64_t>();
+        done += int64_t(B) * int64_t(run.nll.size());
+      }
+      prefix_reuses += (*rec)["prefix_reuses"].get<int64_t>();
+      continue;
+    }
+    const int64_t reuses_before = model.prefix_reuses();
+    nlohmann::json record = {{"kind", "batch"}, {"w0", w0}, {"B", B}, {"nll", nlohmann::json::array()},
+                             {"controller_evaluations", nlohmann::json::array()}};
     CoefficientTensor batch = model.make_coefficients(B, T);
     for (size_t ci = 0; ci < conditions.size(); ++ci) {
       const Condition& c = *conditions[ci];
       ConditionRun& run = runs[ci + 1];
+      nlohmann::json reps = nlohmann::json::array();
+      int64_t condition_evaluations = 0;
       for (int r = 0; r < int(run.nll.size()); ++r) {
         for (int b = 0; b < B; ++b) c.coefficients(w0 + b, r, batch, b);
         const int64_t evaluations = model.replay_controller_evaluations();
         model.run_replay(eval.inputs.data() + off, eval.targets.data() + off, B, T, batch, run.nll[size_t(r)].data() + w0);
-        run.controller_evaluations += model.replay_controller_evaluations() - evaluations;
+        condition_evaluations += model.replay_controller_evaluations() - evaluations;
+        reps.push_back(doubles_to_bits(run.nll[size_t(r)].data() + w0, size_t(B)));
         done += B;
       }
+      run.controller_evaluations += condition_evaluations;
+      record["nll"].push_back(std::move(reps));
+      record["controller_evaluations"].push_back(condition_evaluations);
       if (o.progress) bar.update(done, run.name);
+    }
+    record["prefix_reuses"] = model.prefix_reuses() - reuses_before;
+    prefix_reuses += record["prefix_reuses"].get<int64_t>();
+    journal.append(record);
+    if (o.stop_after_batches > 0 && ++appended_batches == o.stop_after_batches) {
+      model.set_prefix_reuse(false);
+      return {{"stopped_after_batches", appended_batches}};  // tests: an audit killed here
     }
   }
   model.set_prefix_reuse(false);
-  const int64_t prefix_reuses = model.prefix_reuses() - reuses_before;
   for (const auto& run : runs)
     if (run.controller_evaluations != 0)
       throw Error("the controller was evaluated " + std::to_string(run.controller_evaluations) + " times while replaying " +
@@ -538,6 +636,7 @@ nlohmann::ordered_json run_audit(AuditableModel& model, const Corpus& corpus, co
               << run.nll[r][size_t(i)] - base[size_t(i)] << '\n';
   });
   write_file_atomically(o.out_dir + "/audit.md", [&](std::ostream& out) { out << audit_markdown(j); });
+  journal.remove();  // everything it held is in the results now
   return j;
 }
 

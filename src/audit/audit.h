@@ -38,6 +38,9 @@ struct AuditOptions {
   // Stop after the plan (windows, tokens, FLOPs, memory and the time estimated from a probe on this
   // machine) and return it as {"plan", "batch_choice", "conditions", "cache_reused"}; nothing written.
   bool plan_only = false;
+  // Tests: return {"stopped_after_batches": n} once n condition batches have been journalled in this
+  // run, as an audit killed there would stop (0: run to the end).
+  int stop_after_batches = 0;
 };
 
 // Runs the audit and writes its outputs; returns the audit.json document (or, with plan_only, the plan).

@@ -53,7 +53,7 @@ struct BatchChoice {
 };
 BatchChoice choose_batch(AuditableModel& model, const WindowSet& eval);
 
-// Times one live pass (recording its coefficients) and one replay of them over the first
+// After an untimed one-window live pass (warm-up), times one live pass (recording its coefficients) and one replay of them over the first
 // min(batch, W) evaluation windows, with the execution counters installed.
 // cached_windows: evaluation + calibration windows whose coefficients the cache holds.
 AuditPlan plan_audit(AuditableModel& model, const WindowSet& eval, int batch, int64_t live_windows, int64_t replay_windows,
