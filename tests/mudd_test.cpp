@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "core/error.h"
 #include "core/safetensors.h"
 #include "core/threads.h"
 #include "models/mudd/forward.h"
@@ -94,6 +95,27 @@ void check_live_parity(const std::string& dir) {
 }
 
 TEST(MuddParity, F32Folder) { check_live_parity(kTiny); }
+
+// Loaded in place, an F32 folder's weights are the mapped file's pages (no copy): the same logits
+// bit for bit as the copied load, and the model refuses to be saved.
+TEST(MuddParity, F32FolderInPlaceIsTheCopiedModel) {
+  set_threads(2);
+  Fixture f;
+  const MuddModel<float> copied = MuddModel<float>::load(kTiny);
+  const MuddModel<float> in_place = MuddModel<float>::load(kTiny, /*in_place=*/true);
+  EXPECT_FALSE(copied.mapped());
+  ASSERT_TRUE(in_place.mapped());
+  EXPECT_EQ(in_place.buffer_size(), 0u) << "every F32 tensor of the folder is used where it lies";
+  EXPECT_EQ(in_place.content_hash(), copied.content_hash());
+  const MuddConfig& c = copied.config();
+  MuddRunState<float> a(c, B, T), b(c, B, T);
+  MuddLiveCoefficients<float> live_a(copied), live_b(in_place);
+  mudd_forward(copied, a, f.ids.data(), B, T, live_a);
+  mudd_forward(in_place, b, f.ids.data(), B, T, live_b);
+  EXPECT_EQ(0, std::memcmp(a.logits, b.logits, sizeof(float) * size_t(B) * T * c.vocab_size));
+  testing::TempDir dir;
+  EXPECT_THROW(in_place.save(dir.file("copy")), Error);
+}
 
 TEST(MuddParity, Bf16Folder) {
   testing::TempDir dir;

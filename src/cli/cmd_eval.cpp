@@ -93,7 +93,7 @@ void add_info_command(CLI::App& app) {
   cmd->add_option("--model", *model_path, "Checkpoint: a gated .safetensors file or a MUDD model folder")->required();
   cmd->callback([model_path] {
     if (family_of(*model_path).name == "mudd") {  // a MUDD model folder: full validation by loading it
-      const MuddModel<float> model = MuddModel<float>::load(*model_path);
+      const MuddModel<float> model = MuddModel<float>::load(*model_path, /*in_place=*/true);
       const MuddConfig& c = model.config();
       std::printf("model:      %s (MUDD folder)\n", model_path->c_str());
       std::printf("shape:      L %d, D %d, H %d (head width %d, rotary %d), vocab %d, positions %d\n", c.n_layer, c.dim,

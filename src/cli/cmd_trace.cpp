@@ -94,7 +94,7 @@ void write_trace(const TraceFlags& f, std::vector<TensorToWrite> tensors, const 
 
 // MUDD folders: logits, window_nll, coefficients [B, L, n, 4, L+1], hidden.{j} (X_0..X_L), final_stream.
 void trace_mudd(const TraceFlags& f) {
-  const MuddModel<float> model = MuddModel<float>::load(f.model);
+  const MuddModel<float> model = MuddModel<float>::load(f.model, /*in_place=*/true);
   const MuddConfig& c = model.config();
   std::vector<std::vector<int32_t>> rows;
   if (!f.ids.empty()) {

@@ -72,7 +72,7 @@ nlohmann::ordered_json measure(const std::string& mode, const GatedModel<float>&
 // replay (recorded alpha supplied), identity (one-hot newest source: a plain residual stream, with
 // the mixing still executed). FLOPs and blocks from the counters.
 nlohmann::ordered_json measure_mudd(const std::string& path, const Corpus& corpus, const ExecOptions& o) {
-  const MuddModel<float> model = MuddModel<float>::load(path);
+  const MuddModel<float> model = MuddModel<float>::load(path, /*in_place=*/true);
   const MuddConfig& c = model.config();
   if (c.vocab_size != 256) throw Error(path + ": exec measures byte-level MUDD models (vocab 256) on text windows");
   const int T = c.block_size, B = o.batch;

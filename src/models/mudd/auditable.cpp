@@ -8,7 +8,7 @@
 namespace fca {
 
 MuddAuditable::MuddAuditable(const std::string& dir, int max_batch, int max_tokens)
-    : FamilyAuditable(MuddModel<float>::load(dir), max_batch, max_tokens) {
+    : FamilyAuditable(MuddModel<float>::load(dir, /*in_place=*/true), max_batch, max_tokens) {
   const std::string tokenizer_path = dir + "/tokenizer.json";
   if (file_exists(tokenizer_path)) {
     tokenizer_ = std::make_unique<BpeTokenizer>(BpeTokenizer::load(tokenizer_path));

@@ -66,16 +66,20 @@ std::vector<TensorSlot> mudd_tensor_layout(const MuddConfig& c) {
 }
 
 template <typename T>
-MuddModel<T>::MuddModel(const MuddConfig& config) : config_(config), layout_(mudd_tensor_layout(config)) {
+MuddModel<T>::MuddModel(const MuddConfig& config) : MuddModel(config, true) {}
+
+template <typename T>
+MuddModel<T>::MuddModel(const MuddConfig& config, bool allocate) : config_(config), layout_(mudd_tensor_layout(config)) {
+  if (!allocate) return;  // load() in place binds the weights itself
   const auto& last = layout_.back();
   storage_.assign(last.offset + (last.numel + 15) / 16 * 16, T(0));
-  bind();
+  bind(storage_pointers());
 }
 
 template <typename T>
 MuddModel<T>::MuddModel(MuddModel&& other) noexcept
     : config_(std::move(other.config_)), layout_(std::move(other.layout_)), storage_(std::move(other.storage_)),
-      weights_(std::move(other.weights_)), hash_(std::move(other.hash_)) {
+      mappings_(std::move(other.mappings_)), weights_(std::move(other.weights_)), hash_(std::move(other.hash_)) {
   // A moved std::vector hands over its buffer, so the bound pointers stay valid; rebinding here
   // would allocate (bind() builds a name map) in a noexcept constructor.
 }
@@ -97,14 +101,23 @@ size_t MuddModel<T>::parameter_count() const {
 }
 
 template <typename T>
-void MuddModel<T>::bind() {
+std::map<std::string, T*> MuddModel<T>::storage_pointers() {
   std::map<std::string, T*> at;
   for (const auto& s : layout_) at[s.name] = storage_.data() + s.offset;
+  return at;
+}
+
+template <typename T>
+void MuddModel<T>::bind(const std::map<std::string, T*>& by_name) {
+  auto at = [&](const std::string& name) -> T* {  // null for a name this configuration does not have
+    const auto it = by_name.find(name);
+    return it == by_name.end() ? nullptr : it->second;
+  };
   MuddWeights<T>& w = weights_;
-  w.embedding = at["tok_embeddings.weight"];
-  w.output = at["output.weight"];
-  w.norm_weight = at["norm.weight"];
-  w.norm_bias = at["norm.bias"];
+  w.embedding = at("tok_embeddings.weight");
+  w.output = at("output.weight");
+  w.norm_weight = at("norm.weight");
+  w.norm_bias = at("norm.bias");
   w.blocks.assign(size_t(config_.n_layer), {});
   w.da.assign(size_t(config_.n_layer), {});
   for (int i = 0; i < config_.n_layer; ++i) {
@@ -112,30 +125,30 @@ void MuddModel<T>::bind() {
     MuddBlockWeights<T>& b = w.blocks[size_t(i)];
     for (int s = 0; s < 3; ++s) {
       const std::string norm = i == 0 ? p + "attention_norm." : p + "attention_norms." + std::to_string(s) + ".";
-      b.attention_norm_weight[s] = at[norm + "weight"];
-      b.attention_norm_bias[s] = at[norm + "bias"];
+      b.attention_norm_weight[s] = at(norm + "weight");
+      b.attention_norm_bias[s] = at(norm + "bias");
     }
-    b.wq = at[p + "attention.wq.weight"];
-    b.bq = at[p + "attention.wq.bias"];
-    b.wk = at[p + "attention.wk.weight"];
-    b.bk = at[p + "attention.wk.bias"];
-    b.wv = at[p + "attention.wv.weight"];
-    b.bv = at[p + "attention.wv.bias"];
-    b.wo = at[p + "attention.wo.weight"];
-    b.bo = at[p + "attention.wo.bias"];
-    b.q_norm = at[p + "attention.q_norm.weight"];
-    b.k_norm = at[p + "attention.k_norm.weight"];
-    b.ffn_norm_weight = at[p + "ffn_norm.weight"];
-    b.ffn_norm_bias = at[p + "ffn_norm.bias"];
-    b.w1 = at[p + "feed_forward.w1.weight"];
-    b.b1 = at[p + "feed_forward.w1.bias"];
-    b.w2 = at[p + "feed_forward.w2.weight"];
-    b.b2 = at[p + "feed_forward.w2.bias"];
+    b.wq = at(p + "attention.wq.weight");
+    b.bq = at(p + "attention.wq.bias");
+    b.wk = at(p + "attention.wk.weight");
+    b.bk = at(p + "attention.wk.bias");
+    b.wv = at(p + "attention.wv.weight");
+    b.bv = at(p + "attention.wv.bias");
+    b.wo = at(p + "attention.wo.weight");
+    b.bo = at(p + "attention.wo.bias");
+    b.q_norm = at(p + "attention.q_norm.weight");
+    b.k_norm = at(p + "attention.k_norm.weight");
+    b.ffn_norm_weight = at(p + "ffn_norm.weight");
+    b.ffn_norm_bias = at(p + "ffn_norm.bias");
+    b.w1 = at(p + "feed_forward.w1.weight");
+    b.b1 = at(p + "feed_forward.w1.bias");
+    b.w2 = at(p + "feed_forward.w2.weight");
+    b.b2 = at(p + "feed_forward.w2.bias");
     b.ffn_width = config_.ffn_width(i);
     MuddDaWeights<T>& d = w.da[size_t(i)];
-    d.w1 = at["dynamic_dense." + std::to_string(i) + ".w1.weight"];
-    d.w2 = at["dynamic_dense." + std::to_string(i) + ".w2.weight"];
-    d.beta = at["dense_bs." + std::to_string(i)];
+    d.w1 = at("dynamic_dense." + std::to_string(i) + ".w1.weight");
+    d.w2 = at("dynamic_dense." + std::to_string(i) + ".w2.weight");
+    d.beta = at("dense_bs." + std::to_string(i));
     d.hidden = config_.da_hidden(i);
     d.streams = config_.streams(i);
     d.sources = config_.sources(i);
@@ -190,7 +203,7 @@ MuddWeightFiles mudd_weight_files(const std::string& dir) {
 }
 
 template <typename T>
-MuddModel<T> MuddModel<T>::load(const std::string& dir) {
+MuddModel<T> MuddModel<T>::load(const std::string& dir, bool in_place) {
   if (!is_directory(dir)) throw Error(dir + ": model folder does not exist or is not a folder");
   const MuddConfig config = MuddConfig::load(dir);
   const MuddWeightFiles weight_files = mudd_weight_files(dir);
@@ -220,16 +233,43 @@ MuddModel<T> MuddModel<T>::load(const std::string& dir) {
                   shape_string(s.shape));
     reader_of.push_back(reader);
   }
-  MuddModel<T> m(config);
+  // In place: an F32 tensor whose bytes lie 4-byte aligned in its mapped file is used there.
+  std::map<std::string, T*> in_file;
+  if constexpr (std::is_same_v<T, float>) {
+    if (in_place)
+      for (size_t i = 0; i < layout.size(); ++i) {
+        const TensorInfo& t = reader_of[i]->tensors().at(layout[i].name);
+        if (t.dtype == DType::F32 && reinterpret_cast<uintptr_t>(t.data) % alignof(float) == 0)
+          in_file[layout[i].name] = const_cast<float*>(reinterpret_cast<const float*>(t.data));  // never written
+      }
+  }
+  MuddModel<T> m(config, in_file.empty());
   Sha256 hash;
   for (const auto& f : files) {
     const MappedFile mapped(f);
     hash.update(mapped.data(), mapped.size());
   }
   m.hash_ = hash.hex_digest();
-  for (size_t i = 0; i < m.layout_.size(); ++i) {
-    const TensorSlot& s = m.layout_[i];
-    reader_of[i]->template read_into<T>(s.name, s.shape, m.storage_.data() + s.offset);
+  if (in_file.empty()) {
+    for (size_t i = 0; i < m.layout_.size(); ++i) {
+      const TensorSlot& s = m.layout_[i];
+      reader_of[i]->template read_into<T>(s.name, s.shape, m.storage_.data() + s.offset);
+    }
+  } else {
+    // The model's own buffer holds only the tensors that are not in place (other dtypes).
+    std::map<std::string, T*> at = in_file;
+    std::vector<size_t> offsets(m.layout_.size());
+    size_t size = 0;
+    for (size_t i = 0; i < m.layout_.size(); ++i)
+      if (!in_file.count(m.layout_[i].name)) offsets[i] = size, size += (m.layout_[i].numel + 15) / 16 * 16;
+    m.storage_.assign(size, T(0));
+    for (size_t i = 0; i < m.layout_.size(); ++i) {
+      const TensorSlot& s = m.layout_[i];
+      if (in_file.count(s.name)) continue;
+      at[s.name] = m.storage_.data() + offsets[i];
+      reader_of[i]->template read_into<T>(s.name, s.shape, at[s.name]);
+    }
+    m.bind(at);
   }
   std::map<std::string, bool> known;
   for (const auto& s : m.layout_) known[s.name] = true;
@@ -238,6 +278,8 @@ MuddModel<T> MuddModel<T>::load(const std::string& dir) {
       if (!known.count(name) && !ignorable(name))
         throw Error(path + ": unexpected tensor '" + name + "' for a MUDD model with " +
                     std::to_string(m.config_.n_layer) + " layers");
+  if (!in_file.empty())  // the mapped files stay open as long as the model uses their pages
+    for (auto& [path, reader] : readers) m.mappings_.push_back(std::move(reader));
   return m;
 }
 
@@ -270,6 +312,7 @@ MuddModel<T> MuddModel<T>::initialized(const MuddConfig& config, uint64_t seed) 
 
 template <typename T>
 void MuddModel<T>::save(const std::string& dir, const std::map<std::string, std::string>& extra) const {
+  if (mapped()) throw Error(dir + ": cannot save a model loaded in place (read-only pages of its files); load it with copies");
   std::filesystem::create_directories(dir);
   // Float weights are written from the buffer itself (no copy: a 1.4B model is 5.7 GB).
   std::vector<float> converted;

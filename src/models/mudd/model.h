@@ -4,9 +4,11 @@
 #pragma once
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "core/safetensors.h"
 #include "models/gated/config.h"  // TensorSlot
 #include "models/mudd/config.h"
 
@@ -65,7 +67,13 @@ class MuddModel {
 
   // Loads a folder; checks every name and shape (errors name the file and tensor). Ignores the
   // tensors a checkpoint may carry beyond the architecture (attention_norm of blocks >= 1, caches).
-  static MuddModel load(const std::string& dir);
+  // With in_place (float only), F32 tensors are used where they lie in the memory-mapped files, no
+  // copy (the model is then read-only: for inference; ranks and processes on one node share the
+  // pages); other dtypes are still upcast into the model's own buffer.
+  static MuddModel load(const std::string& dir, bool in_place = false);
+  // True when the weights are (partly) the mapped files' pages: data() and buffer_size() then cover
+  // only the copied tensors, and save() refuses.
+  bool mapped() const { return !mappings_.empty(); }
   // Writes config.json and model.safetensors (F32, metadata "format": "pt" plus `extra`) into `dir`
   // (created if missing), each atomically.
   void save(const std::string& dir, const std::map<std::string, std::string>& extra = {}) const;
@@ -88,10 +96,13 @@ class MuddModel {
   std::string content_hash() const { return hash_; }
 
  private:
-  void bind();
+  MuddModel(const MuddConfig& config, bool allocate);
+  void bind(const std::map<std::string, T*>& at);
+  std::map<std::string, T*> storage_pointers();
   MuddConfig config_;
   std::vector<TensorSlot> layout_;
   std::vector<T> storage_;
+  std::vector<std::unique_ptr<SafetensorsReader>> mappings_;  // the files an in-place model reads
   MuddWeights<T> weights_;
   std::string hash_;  // SHA-256 over the weight files' bytes, in load order
 };
