@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/safetensors.h"
 #include "core/threads.h"
+#include "models/gated/model.h"
 #include "models/mudd/forward.h"
 #include "core/json.h"
 #include "test_util.h"
@@ -125,6 +126,33 @@ TEST(MuddParity, Bf16Folder) {
 }
 
 TEST(MuddParity, ShardedFolder) { check_live_parity(kSharded); }
+
+// fca convert writes a BF16 folder's weights as F32 once: the converted folder loads in place and
+// gives the BF16 folder's logits bit for bit (BF16 to F32 is exact); a non-MUDD input is refused.
+TEST(MuddParity, ConvertedBf16FolderLoadsInPlaceWithTheSameLogits) {
+  set_threads(2);
+  testing::TempDir dir;
+  std::filesystem::create_directories(dir.file("bf16"));
+  std::filesystem::copy_file(kTiny + "/config.json", dir.file("bf16/config.json"));
+  std::filesystem::copy_file(kTiny + "/model-bf16.safetensors", dir.file("bf16/model.safetensors"));
+  const auto r = testing::run_fca({"convert", "--model", dir.file("bf16"), "--out", dir.file("f32")});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const MuddModel<float> upcast = MuddModel<float>::load(dir.file("bf16"), /*in_place=*/true);
+  const MuddModel<float> converted = MuddModel<float>::load(dir.file("f32"), /*in_place=*/true);
+  EXPECT_FALSE(upcast.mapped()) << "BF16 tensors are upcast into the model's buffer";
+  EXPECT_TRUE(converted.mapped());
+  Fixture f;
+  const MuddConfig& c = upcast.config();
+  MuddRunState<float> a(c, B, T), b(c, B, T);
+  MuddLiveCoefficients<float> live_a(upcast), live_b(converted);
+  mudd_forward(upcast, a, f.ids.data(), B, T, live_a);
+  mudd_forward(converted, b, f.ids.data(), B, T, live_b);
+  EXPECT_EQ(0, std::memcmp(a.logits, b.logits, sizeof(float) * size_t(B) * T * c.vocab_size));
+  GatedModel<float>::initialized(testing::tiny_config(GateKind::featuregate), 1).save(dir.file("gated.safetensors"));
+  const auto refused = testing::run_fca({"convert", "--model", dir.file("gated.safetensors"), "--out", dir.file("x")});
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_NE(refused.output.find("convert takes a MUDD model folder"), std::string::npos) << refused.output;
+}
 
 TEST(MuddParity, ReplayFixtures) {
   set_threads(2);

@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
   fca::cli::add_exec_command(app);
   fca::cli::add_report_command(app);
   fca::cli::add_study_command(app);
+  fca::cli::add_convert_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
