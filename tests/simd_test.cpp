@@ -208,6 +208,34 @@ TEST_F(SimdTargets, TileMatmulIsOneFusedChainPerOutputOnEveryTarget) {
   }
 }
 
+TEST_F(SimdTargets, MixStreamsIsScaleThenAxpyPerStream) {
+  // MUDD's fused mixing against the per-stream scale + axpy it replaces, on every target, with a
+  // vector tail (n = 131) and up to 4 streams over 7 sources.
+  const int64_t n = 131;
+  const int S = 7;
+  std::vector<std::vector<float>> x;
+  for (int j = 0; j < S; ++j) x.push_back(random_values(size_t(n), 2.0f, 50 + uint32_t(j)));
+  const auto alpha = random_values(size_t(4 * S), 1.5f, 60);
+  for (const auto& target : simd::available_targets()) {
+    simd::force_target(target.bit);
+    SCOPED_TRACE(target.name);
+    for (int C : {1, 4}) {
+      std::vector<std::vector<float>> fused(static_cast<size_t>(C), std::vector<float>(static_cast<size_t>(n)));
+      std::vector<std::vector<float>> separate = fused;
+      std::vector<float*> y;
+      std::vector<const float*> xs;
+      for (auto& v : fused) y.push_back(v.data());
+      for (auto& v : x) xs.push_back(v.data());
+      simd::mix_streams(y.data(), C, xs.data(), S, alpha.data(), n);
+      for (int s = 0; s < C; ++s) {
+        simd::scale(separate[size_t(s)].data(), x[0].data(), alpha[size_t(s * S)], n);
+        for (int j = 1; j < S; ++j) simd::axpy(separate[size_t(s)].data(), x[size_t(j)].data(), alpha[size_t(s * S + j)], n);
+        EXPECT_EQ(0, std::memcmp(fused[size_t(s)].data(), separate[size_t(s)].data(), sizeof(float) * size_t(n))) << s;
+      }
+    }
+  }
+}
+
 TEST_F(SimdTargets, TheThreadedGeluIsTheKernel) {
   // gelu_tanh_forward<float> splits the work into chunks across threads: same bits as one call.
   const int64_t n = 3 * 4096 + 77;

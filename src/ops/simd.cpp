@@ -8,8 +8,10 @@
 
 #include <cmath>
 #include <cstring>
+#include <string>
 #include <utility>
 
+#include "core/error.h"
 #include "ops/fast_math.h"
 #include "ops/simd.h"
 
@@ -310,6 +312,28 @@ void ResidualRow(float* y, const float* h, float a, const float* f, int64_t n) {
   MapN<2>(y, in, n, [a](D d, const V* v) HWY_ATTR { return hn::Add(v[0], hn::Mul(hn::Set(d, a), v[1])); });
 }
 
+void MixStreams(float* const* y, int streams, const float* const* x, int sources, const float* alpha, int64_t n) {
+  const D d;
+  int64_t i = 0;
+  constexpr int kMaxStreams = 4;
+  for (; i + kLanes <= n; i += kLanes) {
+    V acc[kMaxStreams];
+    const V x0 = hn::LoadU(d, x[0] + i);
+    for (int s = 0; s < streams; ++s) acc[s] = hn::Mul(hn::Set(d, alpha[s * sources]), x0);
+    for (int j = 1; j < sources; ++j) {
+      const V xj = hn::LoadU(d, x[j] + i);
+      for (int s = 0; s < streams; ++s) acc[s] = hn::Add(acc[s], hn::Mul(hn::Set(d, alpha[s * sources + j]), xj));
+    }
+    for (int s = 0; s < streams; ++s) hn::StoreU(acc[s], d, y[s] + i);
+  }
+  for (; i < n; ++i)  // the same operations, one lane at a time
+    for (int s = 0; s < streams; ++s) {
+      float v = alpha[s * sources] * x[0][i];
+      for (int j = 1; j < sources; ++j) v = v + alpha[s * sources + j] * x[j][i];
+      y[s][i] = v;
+    }
+}
+
 // One pass: m, v and p of each vector are updated together (a single read and write of each).
 HWY_INLINE void AdamWVector(D d, float* p, const float* g, float* m, float* v, const AdamWConstants& k, bool aligned) {
   const V gv = aligned ? hn::Load(d, g) : hn::LoadU(d, g);
@@ -428,6 +452,7 @@ HWY_EXPORT(GeluErfForward);
 HWY_EXPORT(GeluErfBackward);
 HWY_EXPORT(Scale);
 HWY_EXPORT(ResidualRow);
+HWY_EXPORT(MixStreams);
 HWY_EXPORT(AdamWUpdate);
 HWY_EXPORT(CurrentTarget);
 
@@ -468,6 +493,12 @@ void scale(float* y, const float* x, float a, int64_t n) { HWY_DYNAMIC_DISPATCH(
 void axpy(float* y, const float* x, float a, int64_t n) { HWY_DYNAMIC_DISPATCH(ResidualRow)(y, y, a, x, n); }
 void residual_row(float* y, const float* h, float a, const float* f, int64_t n) {
   HWY_DYNAMIC_DISPATCH(ResidualRow)(y, h, a, f, n);
+}
+void mix_streams(float* const* y, int streams, const float* const* x, int sources, const float* alpha, int64_t n) {
+  if (streams < 1 || streams > 4 || sources < 1)
+    throw Error("mix_streams: " + std::to_string(streams) + " streams and " + std::to_string(sources) +
+                " sources, expected 1..4 streams and at least one source");
+  HWY_DYNAMIC_DISPATCH(MixStreams)(y, streams, x, sources, alpha, n);
 }
 void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, const AdamWConstants& k) {
   HWY_DYNAMIC_DISPATCH(AdamWUpdate)(p, g, m, v, n, k);

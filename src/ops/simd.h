@@ -78,6 +78,12 @@ void tile_matmul(float* c, int64_t ldc, const float* a, int64_t a_row, int64_t a
 // 16 on AVX2): the panel width GEMM packs B into. Layout only; results do not depend on it.
 int tile_panel_width();
 
+// MUDD's source mixing for all of a DA module's streams in one pass over the sources: for s <
+// streams (at most 4) and i < n, y[s][i] = alpha[s S] x[0][i], then += alpha[s S + j] x[j][i] for j
+// = 1 .. S-1 in order: the operations of scale and axpy above, element by element, with each
+// source read once for every stream.
+void mix_streams(float* const* y, int streams, const float* const* x, int sources, const float* alpha, int64_t n);
+
 // One AdamW step over n values, the operations of train/adamw.cpp in its order:
 //   m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g g;
 //   p = p decay - step_size m / (sqrt(v) inv_sqrt_bias2 + eps).

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <type_traits>
+#include <vector>
 
 #include "core/error.h"
 #include "core/exec_counters.h"
@@ -197,21 +198,22 @@ void mudd_forward(const MuddModel<T>& model, MuddRunState<T>& rs, const int32_t*
     T* alpha = rs.alpha[size_t(i)];
     source.coefficients(i, position, X, a.da, alpha);
     count_mixing_flops(int64_t(N) * C * D * (2 * S - 1));  // per stream: D products, then (S - 1) multiply-adds
-#pragma omp parallel for schedule(static)
-    for (int n = 0; n < N; ++n) {
-      const T* al = alpha + int64_t(n) * C * S;
-      for (int s = 0; s < C; ++s) {
-        T* y = a.streams[s] + int64_t(n) * D;
-        const T* x0 = rs.hidden[0] + int64_t(n) * D;
-        if constexpr (std::is_same_v<T, float>) {  // the dispatched SIMD kernels: the same operations
-          simd::scale(y, x0, al[s * S], D);
-          for (int j = 1; j < S; ++j) simd::axpy(y, rs.hidden[size_t(j)] + int64_t(n) * D, al[s * S + j], D);
-        } else {
-          for (int d = 0; d < D; ++d) y[d] = al[s * S] * x0[d];
-          for (int j = 1; j < S; ++j) {  // sequential over sources, as the reference accumulates
-            const T aj = al[s * S + j];
-            const T* xj = rs.hidden[size_t(j)] + int64_t(n) * D;
-            for (int d = 0; d < D; ++d) y[d] += aj * xj[d];
+#pragma omp parallel
+    {
+      std::vector<const T*> x(static_cast<size_t>(S));  // this row's sources X_0 .. X_{S-1}
+      std::vector<T*> y(static_cast<size_t>(C));         // and its streams
+#pragma omp for schedule(static)
+      for (int n = 0; n < N; ++n) {
+        const T* al = alpha + int64_t(n) * C * S;
+        for (int j = 0; j < S; ++j) x[size_t(j)] = rs.hidden[size_t(j)] + int64_t(n) * D;
+        for (int s = 0; s < C; ++s) y[size_t(s)] = a.streams[s] + int64_t(n) * D;
+        if constexpr (std::is_same_v<T, float>) {  // one SIMD pass over the sources for all streams
+          simd::mix_streams(y.data(), C, x.data(), S, al, D);
+        } else {  // the same operations: sequential over sources, as the reference accumulates
+          for (int s = 0; s < C; ++s) {
+            for (int d = 0; d < D; ++d) y[size_t(s)][d] = al[s * S] * x[0][d];
+            for (int j = 1; j < S; ++j)
+              for (int d = 0; d < D; ++d) y[size_t(s)][d] += al[s * S + j] * x[size_t(j)][d];
           }
         }
       }
