@@ -97,6 +97,16 @@ void check_live_parity(const std::string& dir) {
 
 TEST(MuddParity, F32Folder) { check_live_parity(kTiny); }
 
+// Two loads of one model run live on the same windows: bitwise the same logits.
+void expect_same_logits(const MuddModel<float>& one, const MuddModel<float>& other, const std::vector<int32_t>& ids) {
+  const MuddConfig& c = one.config();
+  MuddRunState<float> a(c, B, T), b(c, B, T);
+  MuddLiveCoefficients<float> live_one(one), live_other(other);
+  mudd_forward(one, a, ids.data(), B, T, live_one);
+  mudd_forward(other, b, ids.data(), B, T, live_other);
+  EXPECT_EQ(0, std::memcmp(a.logits, b.logits, sizeof(float) * size_t(B) * T * c.vocab_size));
+}
+
 // Loaded in place, an F32 folder's weights are the mapped file's pages (no copy): the same logits
 // bit for bit as the copied load, and the model refuses to be saved.
 TEST(MuddParity, F32FolderInPlaceIsTheCopiedModel) {
@@ -108,12 +118,7 @@ TEST(MuddParity, F32FolderInPlaceIsTheCopiedModel) {
   ASSERT_TRUE(in_place.mapped());
   EXPECT_EQ(in_place.buffer_size(), 0u) << "every F32 tensor of the folder is used where it lies";
   EXPECT_EQ(in_place.content_hash(), copied.content_hash());
-  const MuddConfig& c = copied.config();
-  MuddRunState<float> a(c, B, T), b(c, B, T);
-  MuddLiveCoefficients<float> live_a(copied), live_b(in_place);
-  mudd_forward(copied, a, f.ids.data(), B, T, live_a);
-  mudd_forward(in_place, b, f.ids.data(), B, T, live_b);
-  EXPECT_EQ(0, std::memcmp(a.logits, b.logits, sizeof(float) * size_t(B) * T * c.vocab_size));
+  expect_same_logits(copied, in_place, f.ids);
   testing::TempDir dir;
   EXPECT_THROW(in_place.save(dir.file("copy")), Error);
 }
@@ -141,13 +146,7 @@ TEST(MuddParity, ConvertedBf16FolderLoadsInPlaceWithTheSameLogits) {
   const MuddModel<float> converted = MuddModel<float>::load(dir.file("f32"), /*in_place=*/true);
   EXPECT_FALSE(upcast.mapped()) << "BF16 tensors are upcast into the model's buffer";
   EXPECT_TRUE(converted.mapped());
-  Fixture f;
-  const MuddConfig& c = upcast.config();
-  MuddRunState<float> a(c, B, T), b(c, B, T);
-  MuddLiveCoefficients<float> live_a(upcast), live_b(converted);
-  mudd_forward(upcast, a, f.ids.data(), B, T, live_a);
-  mudd_forward(converted, b, f.ids.data(), B, T, live_b);
-  EXPECT_EQ(0, std::memcmp(a.logits, b.logits, sizeof(float) * size_t(B) * T * c.vocab_size));
+  expect_same_logits(upcast, converted, Fixture().ids);
   GatedModel<float>::initialized(testing::tiny_config(GateKind::featuregate), 1).save(dir.file("gated.safetensors"));
   const auto refused = testing::run_fca({"convert", "--model", dir.file("gated.safetensors"), "--out", dir.file("x")});
   EXPECT_NE(refused.exit_code, 0);
