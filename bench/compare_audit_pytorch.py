@@ -28,13 +28,14 @@ import argparse
 import json
 import math
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
 import time
 
 import numpy as np
+
+from bench_io import write_json_atomically  # noqa: E402  (bench/ is the script's folder)
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -392,11 +393,7 @@ def main():
                                            "speedup": torch_wall / fca_wall, "figures_fca": ours, "figures_torch": theirs,
                                            "max_abs_diff": worst, "agree": agree, "fca_stderr_tail": p.stderr[-2000:]}
     if args.json_out:
-        tmp = f"{args.json_out}.tmp{os.getpid()}"
-        with open(tmp, "w") as f:
-            json.dump(results, f, indent=2)
-            f.write("\n")
-        os.replace(tmp, args.json_out)
+        write_json_atomically(args.json_out, results)
     if not ok:
         fail("fca and the PyTorch audit disagree (above)")
 

@@ -24,6 +24,8 @@ import time
 
 import torch
 
+from bench_io import write_json_atomically  # noqa: E402  (bench/ is the script's folder)
+
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures"))
 import gated_reference as ref  # noqa: E402  (needs the path above)
 
@@ -247,11 +249,7 @@ def main() -> None:
         print(f"OPENBLAS_CORETYPE: {coretype or 'not set (OpenBLAS detects the CPU)'}")
 
     if args.json_out:
-        tmp = f"{args.json_out}.tmp{os.getpid()}"
-        with open(tmp, "w") as f:
-            json.dump(results, f, indent=2)
-            f.write("\n")
-        os.replace(tmp, args.json_out)
+        write_json_atomically(args.json_out, results)
 
 
 if __name__ == "__main__":
