@@ -99,8 +99,8 @@ HWY_INLINE V GeluBackward(D d, V dy, V x) {
   return hn::Mul(dy, hn::Add(left, right));
 }
 
-// The 16 virtual lanes: accumulators stored in lane order, then the tail and the final sum as
-// the scalar templates do them.
+// The 16 virtual lanes: accumulators stored in lane order, then summed in lane order as the scalar
+// templates do.
 struct Lanes16 {
   HWY_ALIGN float lane[16];
   float total() const {
@@ -114,11 +114,33 @@ HWY_INLINE void StoreLanes(D d, const V* acc, Lanes16& out) {
   for (int k = 0; k < kVectors; ++k) hn::Store(acc[k], d, out.lane + k * kLanes);
 }
 
-// The 16-lane sums of kSums terms over i < n: `vector_terms(i, t)` sets t[s] to the vector of term s
-// for i .. i + kLanes - 1, `scalar_terms(i, t)` sets t[s] to term s of one tail element, both with the
-// same float operations (either may also store: each position is visited once, in order).
-template <int kSums, class VectorTerms, class ScalarTerms>
-HWY_INLINE void LaneReduceN(int n, VectorTerms vector_terms, ScalarTerms scalar_terms, float (&sums)[kSums]) {
+// Loads and stores of the first m lanes (m <= kLanes; m == kLanes is a plain unaligned access, and
+// folds to one where m is a constant). A tail is read with a masked load where the target has one
+// that cannot fault (AVX2, AVX-512): the padded copy it replaces stalled on store forwarding, which
+// cost softmax rows of arbitrary length about a sixth of their time. Masked-off lanes read as zero.
+HWY_INLINE V LoadFirst(D d, const float* p, int m) {
+  if (m == kLanes) return hn::LoadU(d, p);
+#if HWY_TARGET <= HWY_AVX2
+  return hn::MaskedLoad(hn::FirstN(d, size_t(m)), d, p);
+#else
+  HWY_ALIGN float buf[kLanes] = {};
+  std::memcpy(buf, p, sizeof(float) * size_t(m));
+  return hn::Load(d, buf);
+#endif
+}
+
+HWY_INLINE void StoreFirst(D d, V v, float* p, int m) {
+  if (m == kLanes) return hn::StoreU(v, d, p);
+  hn::BlendedStore(v, hn::FirstN(d, size_t(m)), d, p);
+}
+
+// The 16-lane sums of kSums terms over i < n: `vector_terms(i, m, t)` sets t[s] to the vector of
+// term s for positions i .. i + m - 1 (m = kLanes but in the tail; it loads and stores with
+// LoadFirst/StoreFirst, and each position is visited once, in order). A tail lane's term lands on
+// the lane of its position, as in the scalar templates; masked-off lanes add exactly zero (an
+// accumulator that starts at +0 is never -0, so x + 0 == x bit for bit).
+template <int kSums, class VectorTerms>
+HWY_INLINE void LaneReduceN(int n, VectorTerms vector_terms, float (&sums)[kSums]) {
   const D d;
   V acc[kSums][kVectors];
   for (auto& per_sum : acc)
@@ -127,38 +149,37 @@ HWY_INLINE void LaneReduceN(int n, VectorTerms vector_terms, ScalarTerms scalar_
   for (; i + 16 <= n; i += 16)
     for (int k = 0; k < kVectors; ++k) {
       V t[kSums];
-      vector_terms(i + k * kLanes, t);
+      vector_terms(i + k * kLanes, kLanes, t);
       for (int s = 0; s < kSums; ++s) acc[s][k] = hn::Add(acc[s][k], t[s]);
     }
+  for (int k = 0; i < n; ++k, i += kLanes) {
+    const int m = n - i < kLanes ? n - i : kLanes;
+    V t[kSums];
+    vector_terms(i, m, t);
+    const auto live = hn::FirstN(d, size_t(m));
+    for (int s = 0; s < kSums; ++s) acc[s][k] = hn::Add(acc[s][k], hn::IfThenElseZero(live, t[s]));
+  }
   Lanes16 l[kSums];
   for (int s = 0; s < kSums; ++s) StoreLanes(d, acc[s], l[s]);
-  for (; i < n; ++i) {
-    float t[kSums];
-    scalar_terms(i, t);
-    for (int s = 0; s < kSums; ++s) l[s].lane[i & 15] += t[s];
-  }
   for (int s = 0; s < kSums; ++s) sums[s] = l[s].total();
 }
 
-// One sum: `vector_term(i)` and `scalar_term(i)` return the term.
-template <class VectorTerm, class ScalarTerm>
-HWY_INLINE float LaneReduce(int n, VectorTerm vector_term, ScalarTerm scalar_term) {
+// One sum: `vector_term(i, m)` returns the term's vector (see LaneReduceN).
+template <class VectorTerm>
+HWY_INLINE float LaneReduce(int n, VectorTerm vector_term) {
   float sum[1];
-  LaneReduceN<1>(
-      n, [&](int i, V* t) HWY_ATTR { t[0] = vector_term(i); }, [&](int i, float* t) { t[0] = scalar_term(i); }, sum);
+  LaneReduceN<1>(n, [&](int i, int m, V* t) HWY_ATTR { t[0] = vector_term(i, m); }, sum);
   return sum[0];
 }
 
 float LaneSum(const float* x, int n) {
   const D d;
-  return LaneReduce(n, [&](int i) HWY_ATTR { return hn::LoadU(d, x + i); }, [&](int i) { return x[i]; });
+  return LaneReduce(n, [&](int i, int m) HWY_ATTR { return LoadFirst(d, x + i, m); });
 }
 
 float LaneDot(const float* x, const float* y, int n) {
   const D d;
-  return LaneReduce(
-      n, [&](int i) HWY_ATTR { return hn::Mul(hn::LoadU(d, x + i), hn::LoadU(d, y + i)); },
-      [&](int i) { return x[i] * y[i]; });
+  return LaneReduce(n, [&](int i, int m) HWY_ATTR { return hn::Mul(LoadFirst(d, x + i, m), LoadFirst(d, y + i, m)); });
 }
 
 float LaneMax(const float* x, int n) {
@@ -168,12 +189,15 @@ float LaneMax(const float* x, int n) {
   int i = 0;
   for (; i + 16 <= n; i += 16)
     for (int k = 0; k < kVectors; ++k) acc[k] = hn::Max(acc[k], hn::LoadU(d, x + i + k * kLanes));
+  for (int k = 0; i < n; ++k, i += kLanes) {  // the tail: masked-off lanes keep their maximum
+    const int m = n - i < kLanes ? n - i : kLanes;
+    acc[k] = hn::IfThenElse(hn::FirstN(d, size_t(m)), hn::Max(acc[k], LoadFirst(d, x + i, m)), acc[k]);
+  }
   Lanes16 l;
   StoreLanes(d, acc, l);
-  for (; i < n; ++i) l.lane[i & 15] = l.lane[i & 15] < x[i] ? x[i] : l.lane[i & 15];
-  float m = l.lane[0];
-  for (int k = 1; k < 16; ++k) m = m < l.lane[k] ? l.lane[k] : m;
-  return m;
+  float mx = l.lane[0];
+  for (int k = 1; k < 16; ++k) mx = mx < l.lane[k] ? l.lane[k] : mx;
+  return mx;
 }
 
 // row[i] = exp_approx(row[i] - shift), and shifted[i] = row[i] - shift on entry when shifted is not
@@ -181,38 +205,13 @@ float LaneMax(const float* x, int n) {
 HWY_INLINE float ExpShiftedSumStore(float* row, float* shifted, int n, float shift) {
   const D d;
   const V s = hn::Set(d, shift);
-  V acc[kVectors];
-  for (auto& a : acc) a = hn::Zero(d);
-  int i = 0;
-  for (; i + 16 <= n; i += 16)
-    for (int k = 0; k < kVectors; ++k) {
-      float* p = row + i + k * kLanes;
-      const V x = hn::Sub(hn::LoadU(d, p), s);
-      if (shifted != nullptr) hn::StoreU(x, d, shifted + i + k * kLanes);
-      const V e = ExpApprox(d, x);
-      hn::StoreU(e, d, p);
-      acc[k] = hn::Add(acc[k], e);
-    }
-  Lanes16 l;
-  StoreLanes(d, acc, l);
-  // The tail through one padded vector per kLanes values: the same lane-wise operations.
-  for (; i < n; i += kLanes) {
-    const int m = n - i < kLanes ? n - i : kLanes;
-    HWY_ALIGN float buf[kLanes] = {};
-    std::memcpy(buf, row + i, sizeof(float) * size_t(m));
-    const V x = hn::Sub(hn::Load(d, buf), s);
-    if (shifted != nullptr) {
-      HWY_ALIGN float xs[kLanes];
-      hn::Store(x, d, xs);
-      std::memcpy(shifted + i, xs, sizeof(float) * size_t(m));
-    }
-    hn::Store(ExpApprox(d, x), d, buf);
-    for (int j = 0; j < m; ++j) {
-      row[i + j] = buf[j];
-      l.lane[(i + j) & 15] += buf[j];
-    }
-  }
-  return l.total();
+  return LaneReduce(n, [&](int i, int m) HWY_ATTR {
+    const V x = hn::Sub(LoadFirst(d, row + i, m), s);
+    if (shifted != nullptr) StoreFirst(d, x, shifted + i, m);
+    const V e = ExpApprox(d, x);
+    StoreFirst(d, e, row + i, m);
+    return e;
+  });
 }
 
 float ExpShiftedSum(float* row, int n, float shift) { return ExpShiftedSumStore(row, nullptr, n, shift); }
@@ -220,76 +219,44 @@ float ExpShiftedSum(float* row, int n, float shift) { return ExpShiftedSumStore(
 float LaneSquaredDeviationSum(const float* x, int n, float mean) {
   const D d;
   const V m = hn::Set(d, mean);
-  return LaneReduce(
-      n,
-      [&](int i) HWY_ATTR {
-        const V dev = hn::Sub(hn::LoadU(d, x + i), m);
-        return hn::Mul(dev, dev);
-      },
-      [&](int i) { return (x[i] - mean) * (x[i] - mean); });
-}
-
-void GeluTanhBackward(float* dinp, const float* dout, const float* inp, int64_t n) {
-  const D d;
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    hn::StoreU(GeluBackward(d, hn::LoadU(d, dout + i), hn::LoadU(d, inp + i)), d, dinp + i);
-  if (i < n) {
-    HWY_ALIGN float bx[kLanes] = {}, bdy[kLanes] = {};
-    const size_t m = size_t(n - i);
-    std::memcpy(bx, inp + i, sizeof(float) * m);
-    std::memcpy(bdy, dout + i, sizeof(float) * m);
-    hn::Store(GeluBackward(d, hn::Load(d, bdy), hn::Load(d, bx)), d, bx);
-    std::memcpy(dinp + i, bx, sizeof(float) * m);
-  }
+  return LaneReduce(n, [&](int i, int live) HWY_ATTR {
+    const V dev = hn::Sub(LoadFirst(d, x + i, live), m);
+    return hn::Mul(dev, dev);
+  });
 }
 
 float LaneCenteredProductSum(const float* a, const float* b, const float* x, int n, float mean, float scale) {
   const D d;
   const V m = hn::Set(d, mean), s = hn::Set(d, scale);
-  return LaneReduce(
-      n,
-      [&](int i) HWY_ATTR {
-        const V ab = hn::Mul(hn::LoadU(d, a + i), hn::LoadU(d, b + i));
-        return hn::Mul(hn::Mul(ab, hn::Sub(hn::LoadU(d, x + i), m)), s);
-      },
-      [&](int i) { return ((a[i] * b[i]) * (x[i] - mean)) * scale; });
+  return LaneReduce(n, [&](int i, int live) HWY_ATTR {
+    const V ab = hn::Mul(LoadFirst(d, a + i, live), LoadFirst(d, b + i, live));
+    return hn::Mul(hn::Mul(ab, hn::Sub(LoadFirst(d, x + i, live), m)), s);
+  });
 }
 
-// Element-wise over n values: whole vectors, then the tail through padded vectors (the same lane
-// operations); `f(d, i_vectors...)` maps loaded inputs to the output.
+// Element-wise over n values in vectors, the tail through LoadFirst/StoreFirst (the same lane
+// operations); `f(d, v)` maps the loaded inputs v[0 .. kIn) to the output.
 template <int kIn, class F>
 HWY_INLINE void MapN(float* out, const float* const (&in)[kIn], int64_t n, F f) {
   const D d;
-  int64_t i = 0;
-  auto apply = [&](const float* const (&src)[kIn], float* dst, bool aligned_tail) HWY_ATTR {
+  auto apply = [&](int64_t i, int m) HWY_ATTR {
     V v[kIn];
-    for (int k = 0; k < kIn; ++k) v[k] = aligned_tail ? hn::Load(d, src[k]) : hn::LoadU(d, src[k]);
-    const V r = f(d, v);
-    if (aligned_tail) hn::Store(r, d, dst); else hn::StoreU(r, d, dst);
+    for (int k = 0; k < kIn; ++k) v[k] = LoadFirst(d, in[k] + i, m);
+    StoreFirst(d, f(d, v), out + i, m);
   };
-  for (; i + kLanes <= n; i += kLanes) {
-    const float* src[kIn];
-    for (int k = 0; k < kIn; ++k) src[k] = in[k] + i;
-    apply(src, out + i, false);
-  }
-  if (i < n) {
-    const size_t m = size_t(n - i);
-    HWY_ALIGN float buf[kIn][kLanes] = {};
-    HWY_ALIGN float result[kLanes];
-    const float* src[kIn];
-    for (int k = 0; k < kIn; ++k) {
-      std::memcpy(buf[k], in[k] + i, sizeof(float) * m);
-      src[k] = buf[k];
-    }
-    apply(src, result, true);
-    std::memcpy(out + i, result, sizeof(float) * m);
-  }
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) apply(i, kLanes);
+  if (i < n) apply(i, int(n - i));
 }
 
 void GeluTanhForward(float* out, const float* inp, int64_t n) {
   const float* const in[1] = {inp};
   MapN<1>(out, in, n, [](D d, const V* x) HWY_ATTR { return GeluForward(d, x[0]); });
+}
+
+void GeluTanhBackward(float* dinp, const float* dout, const float* inp, int64_t n) {
+  const float* const in[2] = {dout, inp};
+  MapN<2>(dinp, in, n, [](D d, const V* v) HWY_ATTR { return GeluBackward(d, v[0], v[1]); });
 }
 
 void GeluErfForward(float* out, const float* inp, int64_t n) {
@@ -314,58 +281,39 @@ void ResidualRow(float* y, const float* h, float a, const float* f, int64_t n) {
 
 void MixStreams(float* const* y, int streams, const float* const* x, int sources, const float* alpha, int64_t n) {
   const D d;
-  int64_t i = 0;
   constexpr int kMaxStreams = 4;
-  for (; i + kLanes <= n; i += kLanes) {
+  auto mix = [&](int64_t i, int m) HWY_ATTR {
     V acc[kMaxStreams];
-    const V x0 = hn::LoadU(d, x[0] + i);
+    const V x0 = LoadFirst(d, x[0] + i, m);
     for (int s = 0; s < streams; ++s) acc[s] = hn::Mul(hn::Set(d, alpha[s * sources]), x0);
     for (int j = 1; j < sources; ++j) {
-      const V xj = hn::LoadU(d, x[j] + i);
+      const V xj = LoadFirst(d, x[j] + i, m);
       for (int s = 0; s < streams; ++s) acc[s] = hn::Add(acc[s], hn::Mul(hn::Set(d, alpha[s * sources + j]), xj));
     }
-    for (int s = 0; s < streams; ++s) hn::StoreU(acc[s], d, y[s] + i);
-  }
-  for (; i < n; ++i)  // the same operations, one lane at a time
-    for (int s = 0; s < streams; ++s) {
-      float v = alpha[s * sources] * x[0][i];
-      for (int j = 1; j < sources; ++j) v = v + alpha[s * sources + j] * x[j][i];
-      y[s][i] = v;
-    }
+    for (int s = 0; s < streams; ++s) StoreFirst(d, acc[s], y[s] + i, m);
+  };
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) mix(i, kLanes);
+  if (i < n) mix(i, int(n - i));
 }
 
-// One pass: m, v and p of each vector are updated together (a single read and write of each).
-HWY_INLINE void AdamWVector(D d, float* p, const float* g, float* m, float* v, const AdamWConstants& k, bool aligned) {
-  const V gv = aligned ? hn::Load(d, g) : hn::LoadU(d, g);
-  const V m0 = aligned ? hn::Load(d, m) : hn::LoadU(d, m), v0 = aligned ? hn::Load(d, v) : hn::LoadU(d, v);
-  const V p0 = aligned ? hn::Load(d, p) : hn::LoadU(d, p);
+// One pass: m, v and p of each vector are updated together (a single read and write of each), for
+// the first `live` lanes.
+HWY_INLINE void AdamWVector(D d, float* p, const float* g, float* m, float* v, const AdamWConstants& k, int live) {
+  const V gv = LoadFirst(d, g, live), m0 = LoadFirst(d, m, live), v0 = LoadFirst(d, v, live);
+  const V p0 = LoadFirst(d, p, live);
   const V m1 = hn::Add(hn::Mul(hn::Set(d, k.b1), m0), hn::Mul(hn::Set(d, 1.0f - k.b1), gv));
   const V v1 = hn::Add(hn::Mul(hn::Set(d, k.b2), v0), hn::Mul(hn::Mul(hn::Set(d, 1.0f - k.b2), gv), gv));
   const V denominator = hn::Add(hn::Mul(hn::Sqrt(v1), hn::Set(d, k.inv_sqrt_bias2)), hn::Set(d, k.eps));
   const V p1 = hn::Sub(hn::Mul(p0, hn::Set(d, k.decay)), hn::Div(hn::Mul(hn::Set(d, k.step_size), m1), denominator));
-  if (aligned) {
-    hn::Store(m1, d, m), hn::Store(v1, d, v), hn::Store(p1, d, p);
-  } else {
-    hn::StoreU(m1, d, m), hn::StoreU(v1, d, v), hn::StoreU(p1, d, p);
-  }
+  StoreFirst(d, m1, m, live), StoreFirst(d, v1, v, live), StoreFirst(d, p1, p, live);
 }
 
 void AdamWUpdate(float* p, const float* g, float* m, float* v, int64_t n, const AdamWConstants& k) {
   const D d;
   int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) AdamWVector(d, p + i, g + i, m + i, v + i, k, false);
-  if (i < n) {
-    const size_t r = size_t(n - i);
-    HWY_ALIGN float bp[kLanes] = {}, bg[kLanes] = {}, bm[kLanes] = {}, bv[kLanes] = {};
-    std::memcpy(bp, p + i, sizeof(float) * r);
-    std::memcpy(bg, g + i, sizeof(float) * r);
-    std::memcpy(bm, m + i, sizeof(float) * r);
-    std::memcpy(bv, v + i, sizeof(float) * r);
-    AdamWVector(d, bp, bg, bm, bv, k, true);
-    std::memcpy(p + i, bp, sizeof(float) * r);
-    std::memcpy(m + i, bm, sizeof(float) * r);
-    std::memcpy(v + i, bv, sizeof(float) * r);
-  }
+  for (; i + kLanes <= n; i += kLanes) AdamWVector(d, p + i, g + i, m + i, v + i, k, kLanes);
+  if (i < n) AdamWVector(d, p + i, g + i, m + i, v + i, k, int(n - i));
 }
 
 // The softmax row of ops/simd.h in three passes over the row (maximum; shift, exponential and sum;
@@ -383,30 +331,20 @@ SoftmaxRowStats SoftmaxRow(float* row, int n, float* logp, const float* prev_log
   st.log_sum = std::log(st.sum);
   const V vinv = hn::Set(d, inv), vlog_sum = hn::Set(d, st.log_sum);
   // p = inv * e (Scale's product), logp -= log_sum, then the products p * logp and p * prev_logp.
-  auto normalise = [&](int i) HWY_ATTR {
-    const V p = hn::Mul(vinv, hn::LoadU(d, row + i));
-    const V lp = hn::Sub(hn::LoadU(d, logp + i), vlog_sum);
-    hn::StoreU(p, d, row + i);
-    hn::StoreU(lp, d, logp + i);
+  auto normalise = [&](int i, int m) HWY_ATTR {
+    const V p = hn::Mul(vinv, LoadFirst(d, row + i, m));
+    const V lp = hn::Sub(LoadFirst(d, logp + i, m), vlog_sum);
+    StoreFirst(d, p, row + i, m);
+    StoreFirst(d, lp, logp + i, m);
     return std::pair<V, V>(p, lp);
-  };
-  auto normalise_one = [&](int i) {
-    const float p = inv * row[i], lp = logp[i] - st.log_sum;
-    row[i] = p;
-    logp[i] = lp;
-    return std::pair<float, float>(p, lp);
   };
   if (prev_logp == nullptr) {
     float sums[1];
     LaneReduceN<1>(
         n,
-        [&](int i, V* t) HWY_ATTR {
-          const auto [p, lp] = normalise(i);
+        [&](int i, int m, V* t) HWY_ATTR {
+          const auto [p, lp] = normalise(i, m);
           t[0] = hn::Mul(p, lp);
-        },
-        [&](int i, float* t) {
-          const auto [p, lp] = normalise_one(i);
-          t[0] = p * lp;
         },
         sums);
     st.neg_entropy = sums[0];
@@ -415,15 +353,10 @@ SoftmaxRowStats SoftmaxRow(float* row, int n, float* logp, const float* prev_log
   float sums[2];
   LaneReduceN<2>(
       n,
-      [&](int i, V* t) HWY_ATTR {
-        const auto [p, lp] = normalise(i);
+      [&](int i, int m, V* t) HWY_ATTR {
+        const auto [p, lp] = normalise(i, m);
         t[0] = hn::Mul(p, lp);
-        t[1] = hn::Mul(p, hn::LoadU(d, prev_logp + i));
-      },
-      [&](int i, float* t) {
-        const auto [p, lp] = normalise_one(i);
-        t[0] = p * lp;
-        t[1] = p * prev_logp[i];
+        t[1] = hn::Mul(p, LoadFirst(d, prev_logp + i, m));
       },
       sums);
   st.neg_entropy = sums[0];
