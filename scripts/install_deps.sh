@@ -4,7 +4,7 @@
 # is missing. Runs as root, or through sudo.
 set -euo pipefail
 packages=(build-essential cmake pkg-config libopenblas-openmp-dev libhwy-dev nlohmann-json3-dev libcli11-dev
-          libgtest-dev libgmock-dev libbenchmark-dev git time ca-certificates)
+          libgtest-dev libgmock-dev libbenchmark-dev libopenmpi-dev openmpi-bin git time ca-certificates)
 # The corpus is fetched with npm; a machine that already has node and npm (from Debian or from
 # NodeSource, whose nodejs conflicts with Debian's npm) keeps them.
 if ! command -v npm >/dev/null; then packages+=(nodejs npm); fi

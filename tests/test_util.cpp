@@ -99,8 +99,12 @@ void expect_close(const std::string& what, const float* ours, const std::vector<
                                         << " reference " << ref[worst_i] << " (tensor scale " << scale << ")";
 }
 
-CommandResult run_fca(const std::vector<std::string>& args) {
+CommandResult run_fca(const std::vector<std::string>& args, int ranks) {
   std::string cmd = std::string("'") + FCA_BINARY + "'";
+  // OpenMPI's mpirun refuses root (CI containers) without --allow-run-as-root, and more ranks than
+  // cores without --oversubscribe.
+  if (ranks > 0)
+    cmd = std::string("'") + FCA_MPIEXEC + "' --allow-run-as-root --oversubscribe -np " + std::to_string(ranks) + " " + cmd;
   for (const auto& a : args) {
     std::string quoted = "'";
     for (char ch : a) quoted += ch == '\'' ? std::string("'\\''") : std::string(1, ch);

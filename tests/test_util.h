@@ -40,7 +40,8 @@ struct CommandResult {
   int exit_code;
   std::string output;  // stdout and stderr together
 };
-// Runs the built fca binary with the given arguments (shell-quoted here).
-CommandResult run_fca(const std::vector<std::string>& args);
+// Runs the built fca binary with the given arguments (shell-quoted here); with ranks > 0, as that
+// many MPI ranks under mpirun.
+CommandResult run_fca(const std::vector<std::string>& args, int ranks = 0);
 
 }  // namespace fca::testing

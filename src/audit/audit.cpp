@@ -10,10 +10,13 @@
 
 #include "audit/cache.h"
 #include "audit/conditions.h"
+#include "audit/exact_replay.h"
 #include "audit/journal.h"
 #include "audit/plan.h"
 #include "audit/routing_conditions.h"
 #include "audit/statistics.h"
+#include "audit/work_split.h"
+#include "core/communicator.h"
 #include "core/error.h"
 #include "core/exec_counters.h"
 #include "core/file_io.h"
@@ -51,134 +54,16 @@ struct ConditionRun {
   int64_t controller_evaluations = 0;
 };
 
-bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; }
-bool same_bits(double a, double b) { return std::memcmp(&a, &b, sizeof a) == 0; }
-
-// What replaying the cached coefficients unchanged did to the live run. "Exact" means bit patterns:
-// a difference of NaN or of -0 against +0 is a difference, and a non-finite logit or NLL in either
-// pass fails the check whatever the tolerance.
-struct ExactReplay {
-  double max_abs_delta_logit = 0, max_abs_delta_nll = 0, max_abs_delta_nll_cache = 0;  // over finite pairs
-  int64_t differing_logits = 0;       // elements whose bit pattern differs
-  int64_t differing_nll_windows = 0;  // windows whose replayed NLL differs in bits from the live or cached one
-  int64_t non_finite = 0;             // NaN or infinite logits and NLLs, either pass
-  int64_t controller_evaluations = 0;
-  // Models whose logits stay in an adapter process are compared by the SHA-256 of the logits bytes:
-  // equal digests mean bitwise-equal logits (max |delta logit| 0); any other digest is a failure.
-  bool by_digest = false;
-  int digest_mismatches = 0, batches = 0;
-
-  bool passed(double tolerance) const {
-    if (non_finite > 0 || digest_mismatches > 0) return false;
-    if (tolerance == 0) return differing_logits == 0 && differing_nll_windows == 0;
-    return max_abs_delta_logit <= tolerance && max_abs_delta_nll <= tolerance && max_abs_delta_nll_cache <= tolerance;
-  }
-};
-
-void compare_values(double live, double replay, double& max_delta, int64_t& non_finite) {
-  if (!std::isfinite(live) || !std::isfinite(replay)) {
-    ++non_finite;
-    return;
-  }
-  max_delta = std::max(max_delta, std::abs(replay - live));
-}
-
-// Live and replayed (cached coefficients, unchanged) passes side by side, batch by batch.
-ExactReplay check_exact_replay(AuditableModel& model, const WindowSet& eval, const CoefficientView& A,
-                               const std::vector<double>& cached_nll, int batch, ConditionRun& correct,
-                               Progress& bar, int64_t& done, bool progress) {
-  ExactReplay r;
-  const int W = eval.count(), T = eval.tokens;
-  const int64_t before = model.replay_controller_evaluations();
-  correct.nll.assign(1, std::vector<double>(size_t(W)));
-  std::vector<double> live_nll(static_cast<size_t>(W));
-  std::vector<float> live_logits;
-  for (int w0 = 0; w0 < W; w0 += batch) {
-    const int B = std::min(batch, W - w0);
-    const int64_t off = int64_t(w0) * T;
-    model.run_live(eval.inputs.data() + off, eval.targets.data() + off, B, T, nullptr, 0, live_nll.data() + w0);
-    const size_t n_logits = size_t(B) * T * size_t(model.vocab());
-    r.by_digest = model.last_logits() == nullptr;
-    const std::string live_digest = r.by_digest ? model.last_logits_sha256() : std::string();
-    if (!r.by_digest) live_logits.assign(model.last_logits(), model.last_logits() + n_logits);
-    CoefficientTensor coefficients = model.make_coefficients(B, T);
-    for (int b = 0; b < B; ++b) coefficients.copy_window(b, A, w0 + b);
-    model.run_replay(eval.inputs.data() + off, eval.targets.data() + off, B, T, coefficients, correct.nll[0].data() + w0);
-    ++r.batches;
-    if (r.by_digest) {
-      if (model.last_logits_sha256() != live_digest) ++r.digest_mismatches;
-    } else {
-      const float* replay_logits = model.last_logits();
-      for (size_t i = 0; i < n_logits; ++i) {
-        if (!same_bits(replay_logits[i], live_logits[i])) ++r.differing_logits;
-        compare_values(live_logits[i], replay_logits[i], r.max_abs_delta_logit, r.non_finite);
-      }
-    }
-    for (int b = 0; b < B; ++b) {
-      const size_t w = size_t(w0 + b);
-      const double v = correct.nll[0][w];
-      if (!same_bits(v, live_nll[w]) || !same_bits(v, cached_nll[w])) ++r.differing_nll_windows;
-      compare_values(live_nll[w], v, r.max_abs_delta_nll, r.non_finite);
-      compare_values(cached_nll[w], v, r.max_abs_delta_nll_cache, r.non_finite);
-    }
-    done += B;
-    if (progress) bar.update(done, "exact replay");
-  }
-  r.controller_evaluations = model.replay_controller_evaluations() - before;
-  correct.controller_evaluations = r.controller_evaluations;
-  return r;
-}
-
-// Exact replay as a journal record (journal.h), and back.
-nlohmann::json exact_replay_record(const ExactReplay& r, const ConditionRun& correct) {
-  return {{"kind", "exact_replay"},
-          {"max_abs_delta", doubles_to_bits(&r.max_abs_delta_logit, 1)[0]},
-          {"max_abs_delta_nll", doubles_to_bits(&r.max_abs_delta_nll, 1)[0]},
-          {"max_abs_delta_nll_cache", doubles_to_bits(&r.max_abs_delta_nll_cache, 1)[0]},
-          {"differing_logits", r.differing_logits},
-          {"differing_nll_windows", r.differing_nll_windows},
-          {"non_finite", r.non_finite},
-          {"controller_evaluations", r.controller_evaluations},
-          {"by_digest", r.by_digest},
-          {"digest_mismatches", r.digest_mismatches},
-          {"batches", r.batches},
-          {"nll", doubles_to_bits(correct.nll[0].data(), correct.nll[0].size())}};
-}
-
-ExactReplay exact_replay_from_record(const nlohmann::json& j, ConditionRun& correct, int W, const std::string& where) {
-  ExactReplay r;
-  try {
-    bits_to_doubles(nlohmann::json::array({j.at("max_abs_delta")}), &r.max_abs_delta_logit, 1, where);
-    bits_to_doubles(nlohmann::json::array({j.at("max_abs_delta_nll")}), &r.max_abs_delta_nll, 1, where);
-    bits_to_doubles(nlohmann::json::array({j.at("max_abs_delta_nll_cache")}), &r.max_abs_delta_nll_cache, 1, where);
-    r.differing_logits = j.at("differing_logits").get<int64_t>();
-    r.differing_nll_windows = j.at("differing_nll_windows").get<int64_t>();
-    r.non_finite = j.at("non_finite").get<int64_t>();
-    r.controller_evaluations = j.at("controller_evaluations").get<int64_t>();
-    r.by_digest = j.at("by_digest").get<bool>();
-    r.digest_mismatches = j.at("digest_mismatches").get<int>();
-    r.batches = j.at("batches").get<int>();
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(where + ": malformed exact-replay record (" + e.what() + ")");
-  }
-  correct.nll.assign(1, std::vector<double>(size_t(W)));
-  bits_to_doubles(j.at("nll"), correct.nll[0].data(), size_t(W), where + " exact-replay NLL");
-  correct.controller_evaluations = r.controller_evaluations;
-  return r;
-}
-
-std::string format_g(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.3g", v);
-  return buf;
-}
-
 nlohmann::ordered_json interval_json(const Interval& i) { return nlohmann::ordered_json::array({i.low, i.high}); }
 
 }  // namespace
 
 nlohmann::ordered_json run_audit(AuditableModel& model, const Corpus& corpus, const AuditOptions& options) {
   AuditOptions o = options;
+  // A distributed audit (docs/cluster.md): every rank runs this function; rank 0 keeps the journal,
+  // gathers every batch's results, computes the statistics and writes the outputs.
+  const Communicator& comm = o.communicator != nullptr ? *o.communicator : single_process();
+  o.progress = o.progress && comm.root();
   const int T = o.tokens > 0 ? o.tokens : model.max_tokens();
   if (T > model.max_tokens())
     throw Error("--seq " + std::to_string(T) + " is longer than the model's " + std::to_string(model.max_tokens()) + " positions");
@@ -199,12 +84,18 @@ nlohmann::ordered_json run_audit(AuditableModel& model, const Corpus& corpus, co
     // different --batch would give the same results, but the records are per batch of windows).
     batch_choice = BatchChoice{*journal_batch, "resumed: the batch of " + journal_path, {}};
     o.batch = *journal_batch;
-    std::fprintf(stderr, "audit batch: %d windows per pass (%s)\n", o.batch, batch_choice->reason.c_str());
   } else if (o.batch == 0) {
-    batch_choice = choose_batch(model, eval);
+    batch_choice = choose_batch(model, eval);  // on every rank at once: each probes under the others' load
     o.batch = batch_choice->batch;
-    std::fprintf(stderr, "audit batch: %d windows per pass (%s)\n", o.batch, batch_choice->reason.c_str());
   }
+  if (comm.size() > 1) {  // rank 0's batch (and the journal rank 0 reads) for all: the units must agree
+    std::string batch = std::to_string(o.batch);
+    comm.broadcast(batch);
+    o.batch = std::stoi(batch);
+    if (batch_choice) batch_choice->batch = o.batch;
+  }
+  if (batch_choice && comm.root())
+    std::fprintf(stderr, "audit batch: %d windows per pass (%s)\n", o.batch, batch_choice->reason.c_str());
   if (o.batch > model.max_batch()) model.set_max_batch(o.batch);
   if (o.batch > model.max_batch())
     throw Error("--batch " + std::to_string(o.batch) + " does not fit the model's run state of " +
@@ -252,16 +143,19 @@ nlohmann::ordered_json run_audit(AuditableModel& model, const Corpus& corpus, co
   if (o.conditions.empty() && routing) skipped = {"identity", "layer_permutation"};
   names.erase(std::remove(names.begin(), names.end(), "correct"), names.end());
 
-  if (!o.plan_only) std::filesystem::create_directories(o.out_dir);
+  if (!o.plan_only && comm.root()) std::filesystem::create_directories(o.out_dir);
   const std::string cache_path = o.cache_path.empty() ? o.out_dir + "/cache.safetensors" : o.cache_path;
-  bool cache_reused = file_exists(cache_path);
+  std::string cache_found = file_exists(cache_path) ? "1" : "0";
+  comm.broadcast(cache_found);  // as rank 0, which writes it, sees it
+  const bool cache_reused = cache_found == "1";
 
   // ---- The plan, before any pass: windows, tokens, FLOPs and time from a one-batch probe ----
   int64_t replay_windows = W;  // exact replay's replayed half
   for (const auto& n : names) replay_windows += int64_t(W) * (condition_randomized(n, routing) ? o.reps : 1);
   const int64_t live_windows = (cache_reused ? 0 : int64_t(W) + calib.count()) + W;
-  const AuditPlan plan = plan_audit(model, eval, o.batch, live_windows, replay_windows, int64_t(W) + calib.count());
-  std::fprintf(stderr, "%s\n", plan.summary().c_str());
+  AuditPlan plan = plan_audit(model, eval, o.batch, live_windows, replay_windows, int64_t(W) + calib.count());
+  plan.ranks = comm.size();
+  if (comm.root()) std::fprintf(stderr, "%s\n", plan.summary().c_str());
   if (o.plan_only) {  // --plan: what the audit would run, measured on this machine; nothing written
     nlohmann::ordered_json j;
     j["plan"] = plan.to_json();
@@ -275,8 +169,8 @@ nlohmann::ordered_json run_audit(AuditableModel& model, const Corpus& corpus, co
   std::optional<CountingScope> counting(std::in_place, pass_counters);
 
   if (!cache_reused)
-    write_coefficient_cache(cache_path, manifest, model, eval, calib, o.batch, o.progress, provenance);
-  const CoefficientCache cache(cache_path, manifest);
+    write_coefficient_cache(cache_path, manifest, model, eval, calib, o.batch, o.progress, provenance, comm);
+  const CoefficientCache cache = open_cache(cache_path, manifest, comm);
   // A cache written by another build (other instruction sets or flags) holds that build's
   // rounding; it is used only if exact replay below reproduces its NLLs bit for bit.
   const bool cache_from_other_build = cache.manifest().build != manifest.build;
@@ -306,52 +200,90 @@ nlohmann::ordered_json run_audit(AuditableModel& model, const Corpus& corpus, co
   for (const auto& c : conditions) total += int64_t(W) * (c->randomized() ? o.reps : 1);
   Progress bar("audit replay", total, "window");
   int64_t done = 0;
+  // Units of work: the window batches, the same on every rank (work_split.h).
+  const std::vector<int> starts = batch_starts(W, o.batch);
+  auto batch_size = [&](int unit) { return std::min(o.batch, W - starts[size_t(unit)]); };
 
-  // The journal of finished work (journal.h): what it holds is not recomputed.
+  // The journal of finished work (journal.h), kept by rank 0: what it holds is not recomputed.
   nlohmann::ordered_json identity = manifest.to_json();
   identity.erase("batch");  // in the header of its own: the records are per batch
   identity["conditions"] = names;
   identity["reps"] = o.reps;
   identity["replay_tolerance"] = o.replay_tolerance;
   identity["fca"] = fca_version_string();
-  AuditJournal journal(journal_path, identity, o.batch);
-  if (journal.resumed_records() > 0)
-    std::fprintf(stderr, "audit: resuming from %s (%d finished records)\n", journal_path.c_str(), journal.resumed_records());
+  std::optional<AuditJournal> journal;
+  if (comm.root()) {
+    journal.emplace(journal_path, identity, o.batch);
+    if (journal->resumed_records() > 0)
+      std::fprintf(stderr, "audit: resuming from %s (%d finished records)\n", journal_path.c_str(), journal->resumed_records());
+  }
+  // The units a phase still has to run: rank 0 reads them off the journal and tells the others.
+  auto pending = [&](const char* kind) {
+    std::vector<int> units;
+    if (comm.root())
+      for (int u = 0; u < int(starts.size()); ++u)
+        if (journal->find(kind, starts[size_t(u)]) == nullptr) units.push_back(u);
+    std::string bytes = encode_ints(units);
+    comm.broadcast(bytes);
+    return decode_ints(bytes);
+  };
 
+  // ---- Exact replay, batch by batch; no intervention runs until all of it has passed ----
   std::vector<ConditionRun> runs(1);
   runs[0].name = "correct";
-  const nlohmann::json* exact_record = journal.find("exact_replay");
+  runs[0].nll.assign(1, std::vector<double>(size_t(W)));
   ExactReplay exact;
-  if (exact_record != nullptr) {
-    exact = exact_replay_from_record(*exact_record, runs[0], W, journal_path);
-    done += W;
-  } else {
-    exact = check_exact_replay(model, eval, A, cache.evaluation_nll(), o.batch, runs[0], bar, done, o.progress);
-  }
-  if (exact.by_digest && o.replay_tolerance > 0)
-    throw Error("--replay-tolerance needs the logits' values, and this model gives only their SHA-256 (an external "
-                "adapter): its replay must be bitwise (tolerance 0)");
-  if (!exact.passed(o.replay_tolerance))
-    throw Error("exact replay failed: replaying the cached coefficients unchanged differs from the live run (" +
-                (exact.by_digest ? "logits SHA-256 differs in " + std::to_string(exact.digest_mismatches) + " of " +
-                                       std::to_string(exact.batches) + " batches"
-                                 : std::to_string(exact.differing_logits) + " logits differ in bits, max |delta logit| " +
-                                       format_g(exact.max_abs_delta_logit)) +
-                "; " + std::to_string(exact.differing_nll_windows) + " windows' NLL differ in bits, max |delta NLL| " +
-                format_g(exact.max_abs_delta_nll) + ", against the cache " + format_g(exact.max_abs_delta_nll_cache) + "; " +
-                std::to_string(exact.non_finite) + " non-finite values; tolerance " + format_g(o.replay_tolerance) +
-                "); no intervention counts until replay is exact" +
+  auto apply_exact = [&](int unit, const nlohmann::json& record) {
+    const int w0 = starts[size_t(unit)];
+    exact.merge(exact_replay_from_record(record, batch_size(unit), runs[0].nll[0].data() + w0,
+                                         journal_path + " exact replay at window " + std::to_string(w0)));
+    done += batch_size(unit);
+  };
+  const std::vector<int> exact_units = pending("exact_replay");
+  if (comm.root())
+    for (int u = 0; u < int(starts.size()); ++u)
+      if (const nlohmann::json* rec = journal->find("exact_replay", starts[size_t(u)])) apply_exact(u, *rec);
+  run_units(
+      comm, exact_units,
+      [&](int unit) {
+        const int w0 = starts[size_t(unit)], B = batch_size(unit);
+        std::vector<double> nll(static_cast<size_t>(B));
+        const ExactReplay r = exact_replay_batch(model, eval, A, cache.evaluation_nll(), w0, B, nll.data());
+        return exact_replay_record(r, w0, B, nll.data()).dump();
+      },
+      [&](int unit, std::string& result) {
+        const nlohmann::json record = nlohmann::json::parse(result);
+        apply_exact(unit, record);
+        journal->append(record);
+        if (o.progress) bar.update(done, "exact replay");
+        return true;
+      });
+  runs[0].controller_evaluations = exact.controller_evaluations;
+  std::string verdict;  // rank 0's, on every rank: all stop together
+  if (comm.root()) {
+    if (exact.by_digest && o.replay_tolerance > 0)
+      verdict = "--replay-tolerance needs the logits' values, and this model gives only their SHA-256 (an external "
+                "adapter): its replay must be bitwise (tolerance 0)";
+    else if (!exact.passed(o.replay_tolerance))
+      verdict = "exact replay failed: replaying the cached coefficients unchanged differs from the live run (" +
+                exact.failure(o.replay_tolerance) + "); no intervention counts until replay is exact" +
                 (cache_from_other_build ? ". The cache " + cache_path + " was written by another build (" +
                                               (cache.manifest().build.empty() ? std::string("unrecorded") : cache.manifest().build) +
                                               "; this one is " + manifest.build + "): delete it to rebuild it here"
-                                        : std::string()));
-  if (exact.controller_evaluations != 0)
-    throw Error("the controller was evaluated " + std::to_string(exact.controller_evaluations) + " times during replay");
-  if (exact_record == nullptr) journal.append(exact_replay_record(exact, runs[0]));
+                                        : std::string());
+    else if (exact.controller_evaluations != 0)
+      verdict = "the controller was evaluated " + std::to_string(exact.controller_evaluations) + " times during replay";
+  }
+  comm.broadcast(verdict);
+  if (!verdict.empty()) {
+    if (comm.root()) journal->remove();  // a failed replay leaves no records to resume from
+    throw Error(verdict);
+  }
 
-  // Window batch by window batch, every condition and randomisation of the batch in turn: the
-  // replays of one batch then share what precedes the first coefficient (prefix reuse). Each
-  // window's NLL depends only on its batch and coefficients, never on this order.
+  // ---- The conditions: window batch by window batch, every condition and randomisation of the
+  // batch in turn, so that the replays of one batch share what precedes the first coefficient
+  // (prefix reuse). Each window's NLL depends only on its batch and coefficients, never on this
+  // order or on the rank that runs it ----
   for (const auto& c : conditions) {
     ConditionRun run;
     run.name = c->name();
@@ -359,60 +291,66 @@ nlohmann::ordered_json run_audit(AuditableModel& model, const Corpus& corpus, co
     run.nll.assign(size_t(run.randomized ? o.reps : 1), std::vector<double>(size_t(W)));
     runs.push_back(std::move(run));
   }
-  // Each finished batch goes into the journal: [condition][rep] NLL bit patterns of its windows, the
-  // controller evaluations per condition and the replays that reused block 0.
+  // A batch's record: [condition][rep] NLL bit patterns of its windows, the controller evaluations
+  // per condition and the replays that reused block 0.
   int64_t prefix_reuses = 0;
   int appended_batches = 0;
-  model.set_prefix_reuse(o.prefix_reuse);
-  for (int w0 = 0; w0 < W; w0 += o.batch) {
-    const int B = std::min(o.batch, W - w0);
-    const int64_t off = int64_t(w0) * T;
-    if (const nlohmann::json* rec = journal.find("batch", w0)) {
-      const std::string where = journal_path + " batch at window " + std::to_string(w0);
-      if (rec->value("B", 0) != B || !(*rec)["nll"].is_array() || (*rec)["nll"].size() != conditions.size())
-        throw Error(where + ": the record does not match this audit's conditions and batch");
-      for (size_t ci = 0; ci < conditions.size(); ++ci) {
-        ConditionRun& run = runs[ci + 1];
-        const nlohmann::json& reps = (*rec)["nll"][ci];
-        if (!reps.is_array() || reps.size() != run.nll.size()) throw Error(where + ": repetitions of " + run.name + " do not match");
-        for (size_t r = 0; r < run.nll.size(); ++r) bits_to_doubles(reps[r], run.nll[r].data() + w0, size_t(B), where);
-        run.controller_evaluations += (*rec)["controller_evaluations"][ci].get<int64_t>();
-        done += int64_t(B) * int64_t(run.nll.size());
-      }
-      prefix_reuses += (*rec)["prefix_reuses"].get<int64_t>();
-      continue;
-    }
-    const int64_t reuses_before = model.prefix_reuses();
-    nlohmann::json record = {{"kind", "batch"}, {"w0", w0}, {"B", B}, {"nll", nlohmann::json::array()},
-                             {"controller_evaluations", nlohmann::json::array()}};
-    CoefficientTensor batch = model.make_coefficients(B, T);
+  auto apply_batch = [&](int unit, const nlohmann::json& rec) {
+    const int w0 = starts[size_t(unit)], B = batch_size(unit);
+    const std::string where = journal_path + " batch at window " + std::to_string(w0);
+    if (rec.value("B", 0) != B || !rec["nll"].is_array() || rec["nll"].size() != conditions.size())
+      throw Error(where + ": the record does not match this audit's conditions and batch");
     for (size_t ci = 0; ci < conditions.size(); ++ci) {
-      const Condition& c = *conditions[ci];
       ConditionRun& run = runs[ci + 1];
-      nlohmann::json reps = nlohmann::json::array();
-      int64_t condition_evaluations = 0;
-      for (int r = 0; r < int(run.nll.size()); ++r) {
-        for (int b = 0; b < B; ++b) c.coefficients(w0 + b, r, batch, b);
-        const int64_t evaluations = model.replay_controller_evaluations();
-        model.run_replay(eval.inputs.data() + off, eval.targets.data() + off, B, T, batch, run.nll[size_t(r)].data() + w0);
-        condition_evaluations += model.replay_controller_evaluations() - evaluations;
-        reps.push_back(doubles_to_bits(run.nll[size_t(r)].data() + w0, size_t(B)));
-        done += B;
-      }
-      run.controller_evaluations += condition_evaluations;
-      record["nll"].push_back(std::move(reps));
-      record["controller_evaluations"].push_back(condition_evaluations);
-      if (o.progress) bar.update(done, run.name);
+      const nlohmann::json& reps = rec["nll"][ci];
+      if (!reps.is_array() || reps.size() != run.nll.size()) throw Error(where + ": repetitions of " + run.name + " do not match");
+      for (size_t r = 0; r < run.nll.size(); ++r) bits_to_doubles(reps[r], run.nll[r].data() + w0, size_t(B), where);
+      run.controller_evaluations += rec["controller_evaluations"][ci].get<int64_t>();
+      done += int64_t(B) * int64_t(run.nll.size());
     }
-    record["prefix_reuses"] = model.prefix_reuses() - reuses_before;
-    prefix_reuses += record["prefix_reuses"].get<int64_t>();
-    journal.append(record);
-    if (o.stop_after_batches > 0 && ++appended_batches == o.stop_after_batches) {
-      model.set_prefix_reuse(false);
-      return {{"stopped_after_batches", appended_batches}};  // tests: an audit killed here
-    }
-  }
+    prefix_reuses += rec["prefix_reuses"].get<int64_t>();
+  };
+  const std::vector<int> condition_units = pending("batch");
+  if (comm.root())
+    for (int u = 0; u < int(starts.size()); ++u)
+      if (const nlohmann::json* rec = journal->find("batch", starts[size_t(u)])) apply_batch(u, *rec);
+  model.set_prefix_reuse(o.prefix_reuse);
+  const bool finished = run_units(
+      comm, condition_units,
+      [&](int unit) {
+        const int w0 = starts[size_t(unit)], B = batch_size(unit);
+        const int64_t off = int64_t(w0) * T;
+        const int64_t reuses_before = model.prefix_reuses();
+        nlohmann::json record = {{"kind", "batch"}, {"w0", w0}, {"B", B}, {"nll", nlohmann::json::array()},
+                                 {"controller_evaluations", nlohmann::json::array()}};
+        CoefficientTensor batch = model.make_coefficients(B, T);
+        std::vector<double> nll(static_cast<size_t>(B));
+        for (const auto& c : conditions) {
+          nlohmann::json reps = nlohmann::json::array();
+          int64_t condition_evaluations = 0;
+          for (int r = 0; r < (c->randomized() ? o.reps : 1); ++r) {
+            for (int b = 0; b < B; ++b) c->coefficients(w0 + b, r, batch, b);
+            const int64_t evaluations = model.replay_controller_evaluations();
+            model.run_replay(eval.inputs.data() + off, eval.targets.data() + off, B, T, batch, nll.data());
+            condition_evaluations += model.replay_controller_evaluations() - evaluations;
+            reps.push_back(doubles_to_bits(nll.data(), size_t(B)));
+          }
+          record["nll"].push_back(std::move(reps));
+          record["controller_evaluations"].push_back(condition_evaluations);
+        }
+        record["prefix_reuses"] = model.prefix_reuses() - reuses_before;
+        return record.dump();
+      },
+      [&](int unit, std::string& result) {
+        const nlohmann::json record = nlohmann::json::parse(result);
+        apply_batch(unit, record);
+        journal->append(record);
+        if (o.progress) bar.update(done, "conditions");
+        // Tests: stop here, as an audit killed after this batch would.
+        return !(o.stop_after_batches > 0 && ++appended_batches == o.stop_after_batches);
+      });
   model.set_prefix_reuse(false);
+  if (!finished) return {{"stopped_after_batches", o.stop_after_batches}};
   for (const auto& run : runs)
     if (run.controller_evaluations != 0)
       throw Error("the controller was evaluated " + std::to_string(run.controller_evaluations) + " times while replaying " +
@@ -420,14 +358,18 @@ nlohmann::ordered_json run_audit(AuditableModel& model, const Corpus& corpus, co
   if (o.progress) bar.finish();
   counting.reset();
   const double passes_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - passes_start).count();
-  const double pass_flops = double(pass_counters.gemm_flops.load()) + double(pass_counters.controller_flops.load()) +
-                            double(pass_counters.mixing_flops.load());
+  double pass_flops = 0;  // counted on every rank, summed in rank order
+  for (double f : comm.all_gather(double(pass_counters.gemm_flops.load()) + double(pass_counters.controller_flops.load()) +
+                                  double(pass_counters.mixing_flops.load())))
+    pass_flops += f;
+  if (!comm.root()) return {};  // rank 0 has every result; the statistics and outputs are its own
   std::fprintf(stderr, "%s\n", measured_summary(plan, passes_s, pass_flops).c_str());
   // The plan and what the passes took: run facts, so they live in the provenance (like its
   // timestamp), never in the results, which stay bitwise reproducible.
   provenance["run"] = {{"plan", plan.to_json()},
                        {"measured", measured_json(plan, passes_s, pass_flops)},
                        {"prefix_reuse", {{"enabled", o.prefix_reuse}, {"replays_reusing_block_0", prefix_reuses}}}};
+  provenance["run"]["ranks"] = comm.size();
   provenance["run"]["batch_choice"] = batch_choice ? batch_choice->to_json() : nlohmann::ordered_json{{"batch", o.batch}, {"reason", "given (--batch)"}};
 
   // ---- Statistics ----
@@ -636,7 +578,7 @@ nlohmann::ordered_json run_audit(AuditableModel& model, const Corpus& corpus, co
               << run.nll[r][size_t(i)] - base[size_t(i)] << '\n';
   });
   write_file_atomically(o.out_dir + "/audit.md", [&](std::ostream& out) { out << audit_markdown(j); });
-  journal.remove();  // everything it held is in the results now
+  journal->remove();  // everything it held is in the results now
   return j;
 }
 

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/communicator.h"
 #include "data/corpus.h"
 #include "models/auditable.h"
 
@@ -41,6 +42,8 @@ struct AuditOptions {
   // Tests: return {"stopped_after_batches": n} once n condition batches have been journalled in this
   // run, as an audit killed there would stop (0: run to the end).
   int stop_after_batches = 0;
+  // The ranks this audit runs on (core/communicator.h); null: this process alone.
+  const Communicator* communicator = nullptr;
 };
 
 // Runs the audit and writes its outputs; returns the audit.json document (or, with plan_only, the plan).

@@ -1,5 +1,10 @@
 #include "audit/cache.h"
 
+#include <cstring>
+#include <map>
+#include <optional>
+
+#include "audit/work_split.h"
 #include "core/error.h"
 #include "core/json_fields.h"
 #include "core/progress.h"
@@ -103,7 +108,7 @@ void CacheManifest::check_matches(const CacheManifest& found, const std::string&
 
 void write_coefficient_cache(const std::string& path, const CacheManifest& m, AuditableModel& model,
                              const WindowSet& evaluation, const WindowSet& calibration, int batch, bool progress,
-                             const nlohmann::ordered_json& provenance) {
+                             const nlohmann::ordered_json& provenance, const Communicator& comm) {
   const CoefficientShape& s = m.shape;
   const int64_t We = evaluation.count(), Wc = calibration.count();
   std::vector<float> mask_values(size_t(s.layers) * s.streams * s.sources);
@@ -122,33 +127,79 @@ void write_coefficient_cache(const std::string& path, const CacheManifest& m, Au
     tensors.push_back({"calib.discrete", {Wc, s.layers, s.tokens, s.slots}, nullptr, DType::I32});
   }
   std::vector<int32_t> eval_discrete, calib_discrete;
-  SafetensorsStreamWriter writer(path, tensors,
-                                 {{"format", kCacheFormat}, {"manifest", m.to_json().dump()}, {"provenance", provenance.dump()}});
+  std::optional<SafetensorsStreamWriter> writer;
+  if (comm.root())
+    writer.emplace(path, tensors, std::map<std::string, std::string>{{"format", kCacheFormat}, {"manifest", m.to_json().dump()},
+                                                                      {"provenance", provenance.dump()}});
+  // Units: the evaluation batches, then the calibration batches, in the order the file holds them.
+  struct Unit {
+    const WindowSet* set;
+    int w0, B;
+  };
+  std::vector<Unit> units;
+  for (const auto* set : {&evaluation, &calibration})
+    for (int w0 = 0; w0 < set->count(); w0 += batch) units.push_back({set, w0, std::min(batch, set->count() - w0)});
+  std::vector<int> ids(units.size());
+  for (size_t u = 0; u < units.size(); ++u) ids[u] = int(u);
   Progress bar("audit cache", We + Wc, "window");
   int64_t done = 0;
-  for (const auto* set : {&evaluation, &calibration}) {
-    std::vector<double>& nll = set == &evaluation ? eval_nll : calib_nll;
-    for (int w0 = 0; w0 < set->count(); w0 += batch) {
-      const int B = std::min(batch, set->count() - w0);
-      CoefficientTensor record = model.make_coefficients(B, s.tokens);
-      const int64_t off = int64_t(w0) * set->tokens;
-      model.run_live(set->inputs.data() + off, set->targets.data() + off, B, set->tokens, &record, 0, nll.data() + w0);
-      writer.append(record.values().data(), sizeof(float) * record.values().size());
-      std::vector<int32_t>& d = set == &evaluation ? eval_discrete : calib_discrete;
-      d.insert(d.end(), record.discrete().begin(), record.discrete().end());
-      done += B;
-      if (progress) bar.update(done);
+  // A unit's result: its coefficients (F32), its discrete field (I32) and its NLLs (F64), as bytes.
+  run_units(
+      comm, ids,
+      [&](int id) {
+        const Unit& u = units[size_t(id)];
+        CoefficientTensor record = model.make_coefficients(u.B, s.tokens);
+        std::vector<double> nll(static_cast<size_t>(u.B));
+        const int64_t off = int64_t(u.w0) * u.set->tokens;
+        model.run_live(u.set->inputs.data() + off, u.set->targets.data() + off, u.B, u.set->tokens, &record, 0, nll.data());
+        std::string bytes;
+        auto put = [&](const void* p, size_t n) { bytes.append(static_cast<const char*>(p), n); };
+        put(record.values().data(), sizeof(float) * record.values().size());
+        put(record.discrete().data(), sizeof(int32_t) * record.discrete().size());
+        put(nll.data(), sizeof(double) * nll.size());
+        return bytes;
+      },
+      [&](int id, std::string& bytes) {
+        const Unit& u = units[size_t(id)];
+        const size_t values = sizeof(float) * size_t(u.B) * size_t(s.per_window());
+        const size_t slots = sizeof(int32_t) * size_t(u.B) * size_t(s.layers) * s.tokens * size_t(s.slots);
+        const size_t nlls = sizeof(double) * size_t(u.B);
+        if (bytes.size() != values + slots + nlls)
+          throw Error(path + ": a cache batch arrived with " + std::to_string(bytes.size()) + " bytes, expected " +
+                      std::to_string(values + slots + nlls));
+        writer->append(bytes.data(), values);
+        std::vector<int32_t>& d = u.set == &evaluation ? eval_discrete : calib_discrete;
+        const size_t at = d.size();
+        d.resize(at + slots / sizeof(int32_t));
+        if (slots > 0) std::memcpy(d.data() + at, bytes.data() + values, slots);
+        std::vector<double>& nll = u.set == &evaluation ? eval_nll : calib_nll;
+        std::memcpy(nll.data() + u.w0, bytes.data() + values + slots, nlls);
+        done += u.B;
+        if (progress) bar.update(done);
+        return true;
+      });
+  if (comm.root()) {
+    writer->append(eval_nll.data(), sizeof(double) * eval_nll.size());
+    writer->append(calib_nll.data(), sizeof(double) * calib_nll.size());
+    writer->append(mask_values.data(), sizeof(float) * mask_values.size());
+    if (discrete) {
+      writer->append(eval_discrete.data(), sizeof(int32_t) * eval_discrete.size());
+      writer->append(calib_discrete.data(), sizeof(int32_t) * calib_discrete.size());
     }
+    writer->commit();
+    if (progress) bar.finish();
   }
-  writer.append(eval_nll.data(), sizeof(double) * eval_nll.size());
-  writer.append(calib_nll.data(), sizeof(double) * calib_nll.size());
-  writer.append(mask_values.data(), sizeof(float) * mask_values.size());
-  if (discrete) {
-    writer.append(eval_discrete.data(), sizeof(int32_t) * eval_discrete.size());
-    writer.append(calib_discrete.data(), sizeof(int32_t) * calib_discrete.size());
+  comm.barrier();  // the file is complete before any rank opens it
+}
+
+CoefficientCache open_cache(const std::string& path, const CacheManifest& expected, const Communicator& comm) {
+  try {
+    return CoefficientCache(path, expected);
+  } catch (const Error& e) {
+    if (comm.root()) throw;
+    throw Error(std::string(e.what()) + " (on " + comm.description() + ": every rank reads the cache rank 0 wrote, so " +
+                "the output folder, or --cache, must be on a filesystem all ranks see)");
   }
-  writer.commit();
-  if (progress) bar.finish();
 }
 
 CoefficientCache::CoefficientCache(const std::string& path, const CacheManifest& expected) : reader_(path) {

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "core/communicator.h"
 #include "core/safetensors.h"
 #include "models/auditable.h"
 
@@ -51,10 +52,12 @@ struct WindowSet {
   int count() const { return int(indices.size()); }
 };
 
-// Runs the live model over both sets and writes the cache to `path` (atomically).
+// Runs the live model over both sets and writes the cache to `path` (atomically). Distributed, the
+// window batches are spread over the ranks (audit/work_split.h) and rank 0 writes what they
+// recorded, in window order; every rank returns once the file is complete.
 void write_coefficient_cache(const std::string& path, const CacheManifest& manifest, AuditableModel& model,
                              const WindowSet& evaluation, const WindowSet& calibration, int batch, bool progress,
-                             const nlohmann::ordered_json& provenance);
+                             const nlohmann::ordered_json& provenance, const Communicator& comm = single_process());
 
 class CoefficientCache {
  public:
@@ -78,5 +81,9 @@ class CoefficientCache {
   std::vector<uint8_t> mask_;
   std::vector<double> eval_nll_, calib_nll_;
 };
+
+// Opens the cache on this rank; an error on a rank other than 0 says that the file rank 0 wrote must
+// be visible to every rank.
+CoefficientCache open_cache(const std::string& path, const CacheManifest& expected, const Communicator& comm);
 
 }  // namespace fca

@@ -15,7 +15,7 @@
 
 namespace fca {
 
-inline constexpr const char* kJournalFormat = "fca-audit-journal-v1";
+inline constexpr const char* kJournalFormat = "fca-audit-journal-v2";
 
 class AuditJournal {
  public:

@@ -26,6 +26,16 @@ double AuditPlan::estimated_s() const {
   return (double(live_windows) * live_batch_s + double(replay_windows) * replay_batch_s) / probe_batch;
 }
 
+double AuditPlan::rank_share() const {
+  // Every phase runs its batches in rounds; with batches per phase about W / probe_batch, a rank
+  // runs ceil(batches / ranks) of them.
+  const int64_t batches = (eval_windows + probe_batch - 1) / std::max(1, probe_batch);
+  if (ranks <= 1 || batches == 0) return 1.0;
+  return double((batches + ranks - 1) / ranks) / double(batches);
+}
+
+double AuditPlan::estimated_wall_s() const { return estimated_s() * rank_share(); }
+
 double AuditPlan::planned_flops() const {
   return (double(live_windows) * live_batch_flops + double(replay_windows) * replay_batch_flops) / probe_batch;
 }
@@ -71,6 +81,8 @@ AuditPlan plan_audit(AuditableModel& model, const WindowSet& eval, int batch, in
   p.run_state_bytes = model.run_state_bytes();
   p.cache_bytes = size_t(cached_windows) * model.make_coefficients(1, eval.tokens).values().size() * sizeof(float);
   p.live_windows = live_windows;
+  p.eval_windows = eval.count();
+  p.calib_windows = cached_windows - eval.count();
   p.replay_windows = replay_windows;
   p.tokens = eval.tokens;
   p.probe_batch = std::min(batch, eval.count());
@@ -106,6 +118,8 @@ nlohmann::ordered_json AuditPlan::to_json() const {
           {"tokens", planned_tokens()},
           {"gflop", planned_flops() / 1e9},
           {"estimated_s", estimated_s()},
+          {"ranks", ranks},
+          {"estimated_wall_s", estimated_wall_s()},
           {"memory_bytes",
            {{"total", memory_bytes()}, {"weights", weights_bytes}, {"run_state", run_state_bytes}, {"cache", cache_bytes}}},
           {"probe", {{"batch", probe_batch}, {"live_s", live_batch_s}, {"replay_s", replay_batch_s}}}};
@@ -116,7 +130,11 @@ std::string AuditPlan::summary() const {
                   " replayed windows of " + std::to_string(tokens) + " tokens (" + fmt("%.3g", double(planned_tokens())) +
                   " tokens";
   if (planned_flops() > 0) s += ", " + fmt("%.4g", planned_flops() / 1e9) + " GFLOP";
-  s += "); estimated " + fmt("%.1f", estimated_s()) + " s of forward passes (probe: " + std::to_string(probe_batch) +
+  s += "); estimated " + fmt("%.1f", estimated_s()) + " s of forward passes";
+  if (ranks > 1)
+    s += " on one rank, " + fmt("%.1f", estimated_wall_s()) + " s on " + std::to_string(ranks) + " ranks (each runs " +
+         fmt("%.0f", 100 * rank_share()) + "% of the batches; memory below is per rank)";
+  s += " (probe: " + std::to_string(probe_batch) +
        " windows, " + fmt("%.3f", live_batch_s) + " s live, " + fmt("%.3f", replay_batch_s) + " s replayed); memory about " +
        fmt("%.2f", double(memory_bytes()) / double(1 << 30)) + " GiB (weights " + fmt("%.2f", double(weights_bytes) / double(1 << 30)) +
        ", activations " + fmt("%.2f", double(run_state_bytes) / double(1 << 30)) + ", coefficient cache " +
@@ -128,11 +146,11 @@ nlohmann::ordered_json measured_json(const AuditPlan& plan, double seconds, doub
   return {{"seconds", seconds},
           {"tokens_per_s", double(plan.planned_tokens()) / seconds},
           {"gflop_per_s", flops / 1e9 / seconds},
-          {"estimate_ratio", plan.estimated_s() / seconds}};
+          {"estimate_ratio", plan.estimated_wall_s() / seconds}};
 }
 
 std::string measured_summary(const AuditPlan& plan, double seconds, double flops) {
-  std::string s = "audit passes: " + fmt("%.1f", seconds) + " s (estimated " + fmt("%.1f", plan.estimated_s()) + " s), " +
+  std::string s = "audit passes: " + fmt("%.1f", seconds) + " s (estimated " + fmt("%.1f", plan.estimated_wall_s()) + " s), " +
                   fmt("%.0f", double(plan.planned_tokens()) / seconds) + " tokens/s";
   if (flops > 0) s += ", " + fmt("%.1f", flops / 1e9 / seconds) + " GFLOP/s";
   return s;

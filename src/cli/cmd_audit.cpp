@@ -8,6 +8,7 @@
 #include "audit/aggregate.h"
 #include "audit/audit.h"
 #include "cli/common.h"
+#include "core/communicator.h"
 #include "core/error.h"
 #include "core/file_io.h"
 #include "models/registry.h"
@@ -66,6 +67,7 @@ void add_audit_command(CLI::App& app) {
     options.prefix_reuse = !f->no_prefix_reuse;
     options.progress = !f->no_progress;
     options.plan_only = f->plan_only;
+    options.communicator = &world();  // mpirun: every rank runs the audit; rank 0 writes it
     std::stringstream list(f->conditions);
     for (std::string item; std::getline(list, item, ',');)
       if (!item.empty()) options.conditions.push_back(item);
@@ -80,6 +82,7 @@ void add_audit_command(CLI::App& app) {
       options.model_path = "external: " + f->external;
     }
     const auto j = run_audit(*model, corpus, options);
+    if (!world().root()) return;
     if (options.plan_only) {
       std::printf("%s\n", j.dump(2).c_str());
       return;

@@ -11,6 +11,7 @@
 #include <memory>
 
 #include "cli/common.h"
+#include "core/communicator.h"
 #include "core/provenance.h"
 #include "core/rng.h"
 #include "core/sha256.h"
@@ -221,9 +222,9 @@ void add_bench_command(CLI::App& app) {
       ExecCounters counters;
       {
         CountingScope scope(counters);
-        model->step(inputs.data(), targets.data(), 1, 1e-4);
+        model->step(inputs.data(), targets.data(), 1, 1e-4, single_process());
       }
-      const auto pass = [&] { model->step(inputs.data(), targets.data(), 1, 1e-4); };
+      const auto pass = [&] { model->step(inputs.data(), targets.data(), 1, 1e-4, single_process()); };
       const TimingStats s = time_runs(pass, trn->warmup, trn->runs);
       report(*trn, "train", model->config_json(), trn->arch + " L " + std::to_string(o.moe.n_layer) + " D " + std::to_string(o.moe.d_model),
              T, s, double(counters.gemm_flops.load()), model->run_state_bytes(), profile_phases(pass, trn->runs));

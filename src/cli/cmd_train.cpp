@@ -3,6 +3,7 @@
 #include <memory>
 
 #include "cli/common.h"
+#include "core/communicator.h"
 #include "core/error.h"
 #include "data/corpus.h"
 #include "train/trainer.h"
@@ -102,7 +103,9 @@ void add_train_command(CLI::App& app) {
     if (options.arch == "moe") options.moe.validate("flags");
     if (options.arch == "mod") options.mod.validate("flags");
     Corpus corpus(resolve_data_dir(f->data));
+    options.communicator = &world();  // mpirun: data parallel, one micro-batch per rank
     const TrainResult r = train_model(options, corpus);
+    if (!world().root()) return;
     std::printf("trained %ld steps in %.1f s (%.0f tokens/s): final loss %.4f, valid NLL %.4f nats/byte\n",
                 long(r.steps_done), r.seconds, r.tokens_per_second, r.final_loss, r.final_valid_nll);
     std::printf("checkpoint: %s\n", options.out.c_str());

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "cli/common.h"
+#include "core/communicator.h"
 #include "core/error.h"
 #include "core/provenance.h"
 
@@ -22,16 +23,26 @@ int main(int argc, char** argv) {
   fca::cli::add_report_command(app);
   fca::cli::add_study_command(app);
   fca::cli::add_convert_command(app);
+  // Under mpirun every rank runs the same command (docs/cluster.md). A rank that fails ends them all:
+  // the others would otherwise wait for it in a collective forever.
+  const auto fail = [](int code) {
+    if (code != 0 && fca::world().size() > 1) fca::abort_world(code);
+    fca::stop_world();
+    return code;
+  };
   try {
+    fca::start_world(&argc, &argv);
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    return fail(app.exit(e));
   } catch (const fca::Error& e) {
-    std::fprintf(stderr, "fca: error: %s\n", e.what());
-    return 1;
+    std::fprintf(stderr, "fca: error%s: %s\n", fca::world().size() > 1 ? (" on " + fca::world().description()).c_str() : "",
+                 e.what());
+    return fail(1);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "fca: internal error: %s\n", e.what());
-    return 2;
+    return fail(2);
   }
+  fca::stop_world();
   return 0;
 }

@@ -30,8 +30,9 @@ class MuddTrainable : public Trainable {
   size_t parameter_count() const override { return model_.parameter_count(); }
   const std::vector<TensorSlot>& layout() const override { return model_.layout(); }
   AdamW& optimizer() override { return step_.optimizer(); }
-  StepStats step(const int32_t* inputs, const int32_t* targets, int micro_batches, double lr) override {
-    return step_.run(inputs, targets, micro_batches, lr);
+  StepStats step(const int32_t* inputs, const int32_t* targets, int micro_batches, double lr,
+                 const Communicator& comm) override {
+    return step_.run(inputs, targets, micro_batches, lr, comm);
   }
   ValidStats validate(const TextSplit& valid, int64_t windows, int batch) override;
   void save(const std::string& out, const std::map<std::string, std::string>& metadata) const override;

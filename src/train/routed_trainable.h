@@ -55,8 +55,9 @@ class RoutedTrainable : public Trainable {
   size_t parameter_count() const override { return layout_parameter_count(model_.layout()); }
   const std::vector<TensorSlot>& layout() const override { return model_.layout(); }
   AdamW& optimizer() override { return step_.optimizer(); }
-  StepStats step(const int32_t* inputs, const int32_t* targets, int micro_batches, double lr) override {
-    return step_.run(inputs, targets, micro_batches, lr);
+  StepStats step(const int32_t* inputs, const int32_t* targets, int micro_batches, double lr,
+                 const Communicator& comm) override {
+    return step_.run(inputs, targets, micro_batches, lr, comm);
   }
   // Mean NLL over `windows` evenly spaced windows, live routing.
   ValidStats validate(const TextSplit& valid, int64_t windows, int batch) override {

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/communicator.h"
 #include "data/corpus.h"
 #include "models/gated/config.h"  // TensorSlot
 #include "train/adamw.h"
@@ -34,8 +35,10 @@ class Trainable {
   virtual size_t parameter_count() const = 0;
   virtual const std::vector<TensorSlot>& layout() const = 0;
   virtual AdamW& optimizer() = 0;
-  // inputs/targets [micro_batches, batch, T]: forward, backward, clipping, AdamW at rate lr.
-  virtual StepStats step(const int32_t* inputs, const int32_t* targets, int micro_batches, double lr) = 0;
+  // inputs/targets [micro_batches, batch, T]: forward, backward, clipping, AdamW at rate lr; over
+  // the ranks of `comm`, each with its own micro-batch (train_step.h).
+  virtual StepStats step(const int32_t* inputs, const int32_t* targets, int micro_batches, double lr,
+                         const Communicator& comm) = 0;
   virtual ValidStats validate(const TextSplit& valid, int64_t windows, int batch) = 0;
   // Checkpoint files of `out`: the weights (whose hash the training state records), the training
   // state and the default log.

@@ -114,9 +114,22 @@ std::unique_ptr<Trainable> make_trainable(const TrainOptions& o) {
   throw Error("unknown --arch '" + o.arch + "' (expected gated, mudd, moe or mod)");
 }
 
-TrainResult train_model(const TrainOptions& o, const Corpus& corpus) {
+TrainResult train_model(const TrainOptions& options, const Corpus& corpus) {
+  // Data parallel over the ranks of `comm` (docs/cluster.md): rank r computes micro-batch r of every
+  // step, and the run is the single-process run with --grad-accum N (train_step.h), recorded as such
+  // in the training state so that either layout resumes the other. Rank 0 alone validates and
+  // writes the log and the checkpoints.
+  const Communicator& comm = options.communicator != nullptr ? *options.communicator : single_process();
+  TrainOptions o = options;
   if (o.out.empty()) throw Error("--out is required");
   if (o.batch <= 0 || o.grad_accum <= 0 || o.steps <= 0) throw Error("batch, grad-accum and steps must be positive");
+  if (comm.size() > 1 && o.grad_accum != 1)
+    throw Error("--grad-accum " + std::to_string(o.grad_accum) + " under mpirun: each of the " + std::to_string(comm.size()) +
+                " ranks takes one micro-batch per step, so the run already is --grad-accum " + std::to_string(comm.size()) +
+                " (use --grad-accum 1, or more ranks)");
+  const int rank_micro_batch = comm.rank();  // this rank's micro-batch of each step
+  o.grad_accum *= comm.size();
+  o.progress = o.progress && comm.root();
   std::unique_ptr<Trainable> model = make_trainable(o);
   const int T = model->seq_len();
   const TextSplit& train = corpus.split("train");
@@ -132,38 +145,44 @@ TrainResult train_model(const TrainOptions& o, const Corpus& corpus) {
   if (o.arch == "mudd") std::filesystem::create_directories(o.out);
   else if (const auto parent = std::filesystem::path(o.out).parent_path(); !parent.empty())
     std::filesystem::create_directories(parent);
-  std::ofstream log(log_path, o.resume ? std::ios::app : std::ios::trunc);
-  if (!log) throw Error(log_path + ": cannot open the training log for writing");
-  {
+  std::ofstream log;
+  if (comm.root()) {
+    log.open(log_path, o.resume ? std::ios::app : std::ios::trunc);
+    if (!log) throw Error(log_path + ": cannot open the training log for writing");
+  }
+  if (comm.root()) {
     nlohmann::ordered_json start;
     start["type"] = o.resume ? "resume" : "start";
     start["step"] = first_step;
     start["provenance"] = provenance_base();
     start["options"] = options_json(o, *model);
     start["parameters"] = model->parameter_count();
+    start["ranks"] = comm.size();
     start["data"] = {{"dir", corpus.dir()}, {"train_sha256", data_hash}, {"valid_sha256", valid.content_hash()}};
     log << start.dump() << "\n" << std::flush;
   }
 
   const int64_t last_step = o.stop_after > 0 ? std::min(o.steps, first_step + o.stop_after) : o.steps;
   const size_t micro = size_t(o.batch) * T;
-  std::vector<int32_t> inputs(micro * o.grad_accum), targets(micro * o.grad_accum);
+  const int local_micro_batches = comm.size() > 1 ? 1 : o.grad_accum;
+  std::vector<int32_t> inputs(micro * local_micro_batches), targets(micro * local_micro_batches);
   TrainResult result;
   Progress progress("train", last_step - first_step, "step");
   const auto start = std::chrono::steady_clock::now();
   double loss = 0;
   for (int64_t step = first_step; step < last_step; ++step) {
-    for (int k = 0; k < o.grad_accum; ++k) {
+    for (int j = 0; j < local_micro_batches; ++j) {
+      const int k = comm.size() > 1 ? rank_micro_batch : j;
       Rng rng(derive_seed(o.seed, uint64_t(step), uint64_t(k)));
       for (int b = 0; b < o.batch; ++b) {
-        const size_t row = k * micro + size_t(b) * T;
+        const size_t row = j * micro + size_t(b) * T;
         train.window_at(size_t(rng.below(train.size() - size_t(T))), T, inputs.data() + row, targets.data() + row);
       }
     }
     const double lr = learning_rate(step, o.steps, o.warmup, o.lr, o.min_lr_ratio);
     StepStats stats;
     try {
-      stats = model->step(inputs.data(), targets.data(), o.grad_accum, lr);
+      stats = model->step(inputs.data(), targets.data(), local_micro_batches, lr, comm);
     } catch (const Error& e) {
       throw Error("step " + std::to_string(step) + ": " + e.what());
     }
@@ -175,6 +194,7 @@ TrainResult train_model(const TrainOptions& o, const Corpus& corpus) {
     char detail[96];
     std::snprintf(detail, sizeof detail, "loss %.4f  %.0f tok/s", loss, tokens_per_s);
     if (o.progress) progress.update(done - first_step, detail);
+    if (!comm.root()) continue;  // the rest of the step (log, validation, checkpoint) is rank 0's
     if (done % o.log_every == 0 || done == last_step) {
       nlohmann::ordered_json j{{"type", "step"}, {"step", done}, {"loss", loss}, {"lr", lr}, {"grad_norm", stats.grad_norm},
                                {"tokens_per_s", tokens_per_s}, {"elapsed_s", elapsed}};
@@ -208,6 +228,7 @@ TrainResult train_model(const TrainOptions& o, const Corpus& corpus) {
     std::snprintf(detail, sizeof detail, "loss %.4f", loss);
     progress.finish(detail);
   }
+  if (!comm.root()) return result;
   nlohmann::ordered_json end{{"type", "end"}, {"step", last_step}, {"loss", loss}, {"seconds", result.seconds},
                              {"tokens_per_s", result.tokens_per_second}};
   log << end.dump() << "\n" << std::flush;

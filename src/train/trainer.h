@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <string>
 
+#include "core/communicator.h"
 #include "data/corpus.h"
 #include <memory>
 
@@ -45,6 +46,8 @@ struct TrainOptions {
   std::string log_path;      // JSON-lines log; default <out>.log.jsonl (gated), <out>/train.log.jsonl (mudd)
   bool resume = false;       // continue from <out> and its training state
   bool progress = true;
+  // The ranks of a data-parallel run (core/communicator.h); null: this process alone.
+  const Communicator* communicator = nullptr;
 };
 
 struct TrainResult {
