@@ -110,7 +110,10 @@ CommandResult run_fca(const std::vector<std::string>& args, int ranks) {
   if (ranks > 0) {
     const char* asan = std::getenv("ASAN_OPTIONS");
     const std::string options = std::string(asan != nullptr ? asan : "") + (asan != nullptr && *asan ? ":" : "") + "detect_leaks=0";
-    cmd = "ASAN_OPTIONS='" + options + "' '" + FCA_MPIEXEC + "' --allow-run-as-root --oversubscribe -x ASAN_OPTIONS -np " +
+    // Containers often forbid the cross-process reads (CMA, ptrace) of OpenMPI's shared-memory
+    // transport; copying through the shared segment works everywhere.
+    cmd = "ASAN_OPTIONS='" + options + "' '" + FCA_MPIEXEC +
+          "' --allow-run-as-root --oversubscribe --mca btl_vader_single_copy_mechanism none -x ASAN_OPTIONS -np " +
           std::to_string(ranks) + " " + cmd;
   }
   for (const auto& a : args) {
