@@ -49,6 +49,32 @@ import mudd_adapter   # noqa: E402  (the repository's PyTorch MUDDPythia)
 # DeltaNLL is a difference of two such means. 1e-5 (the issue's bound) leaves two orders of
 # magnitude; a wrong profile or condition moves these figures by 1e-4 or more.
 FIGURE_TOLERANCE = 1e-5
+
+
+def figure_tolerances(ours, theirs):
+    """The allowed |fca - PyTorch| per figure: FIGURE_TOLERANCE, except for retention.
+
+    Retention R = 1 - n / d is a ratio of two DeltaNLLs (n: the profile's, d: structure_removed's),
+    so the two engines' rounding differences in n and d reach R amplified by its conditioning:
+    |dR| <= (|dn| + |n / d| |dd|) / |d|. With d small (a briefly trained model: d ~ 6e-6), 3e-9 of
+    rounding in the inputs becomes 1e-3 in R while every input agrees to 5e-9. So R must agree as
+    well as its inputs explain, twice over, and never looser than needed: the bound is
+    max(FIGURE_TOLERANCE, 2 (|dn| + |n / d| |dd|) / |d|) with dn, dd the measured input
+    differences. A wrong ratio (another profile, another denominator) still fails it."""
+    tol = {k: FIGURE_TOLERANCE for k in ours}
+    d_key = "delta_nll[structure_removed]"
+    for k in ours:
+        if not k.startswith("retention[") or d_key not in ours or d_key not in theirs:
+            continue
+        n_key = "delta_nll[" + k[len("retention["):]
+        if n_key not in ours or n_key not in theirs:
+            continue
+        n, d = ours[n_key], ours[d_key]
+        if d == 0:
+            continue
+        dn, dd = abs(ours[n_key] - theirs[n_key]), abs(ours[d_key] - theirs[d_key])
+        tol[k] = max(FIGURE_TOLERANCE, 2 * (dn + abs(n / d) * dd) / abs(d))
+    return tol
 BOOTSTRAP = 10000
 
 
@@ -373,7 +399,8 @@ def main():
             diffs = {k: abs(ours[k] - theirs[k]) for k in ours if k in theirs}
             missing = sorted(set(ours) ^ set(theirs))
             worst = max(diffs.values()) if diffs else float("nan")
-            agree = not missing and worst <= FIGURE_TOLERANCE
+            tolerance = figure_tolerances(ours, theirs)
+            agree = not missing and all(diffs[k] <= tolerance[k] for k in diffs)
             ok = ok and agree
             fca_conditions = {c["name"] for c in audit["conditions"]}
             torch_conditions = set(torch_out["conditions"]) | {"correct"}
@@ -384,14 +411,17 @@ def main():
                   f"PyTorch audit {torch_wall:.2f} s (forward passes {torch_times['forward_passes']:.2f} s, "
                   f"statistics {torch_times['statistics']:.2f} s, I/O {torch_times['io']:.2f} s, {torch_passes} window passes)")
             print(f"  speed-up {torch_wall / fca_wall:.2f}x wall; deterministic figures: {len(diffs)} compared, "
-                  f"max |fca - PyTorch| = {worst:.2e} (tolerance {FIGURE_TOLERANCE:g})" +
+                  f"max |fca - PyTorch| = {worst:.2e} (tolerance {FIGURE_TOLERANCE:g}; retention's scaled by its "
+                  f"conditioning, below)" +
                   (f"; missing on one side: {missing}" if missing else ""))
             for k in sorted(diffs):
-                print(f"    {k:36s} fca {ours[k]:+.8f}  PyTorch {theirs[k]:+.8f}")
+                print(f"    {k:36s} fca {ours[k]:+.8f}  PyTorch {theirs[k]:+.8f}" +
+                      (f"  (tolerance {tolerance[k]:.2g}, from its inputs' differences)" if tolerance[k] != FIGURE_TOLERANCE else "") +
+                      ("" if diffs[k] <= tolerance[k] else "  DISAGREES"))
             results["families"][family] = {"fca_wall_s": fca_wall, "fca_measured": measured, "torch_wall_s": torch_wall,
                                            "torch_timings": torch_times, "torch_window_passes": torch_passes,
                                            "speedup": torch_wall / fca_wall, "figures_fca": ours, "figures_torch": theirs,
-                                           "max_abs_diff": worst, "agree": agree, "fca_stderr_tail": p.stderr[-2000:]}
+                                           "max_abs_diff": worst, "tolerances": tolerance, "agree": agree, "fca_stderr_tail": p.stderr[-2000:]}
     if args.json_out:
         write_json_atomically(args.json_out, results)
     if not ok:
