@@ -143,6 +143,8 @@ void attention_forward(T* out, T* probs, T* scratch, const AttentionStats<T>* st
         const T* prev = stats && stats->prev_logp ? stats->prev_logp + bh * TT + int64_t(t) * Tn : nullptr;
         if (prev != nullptr && t + 1 < Tn)  // the next row of the previous layer's logp: cold, read once
           for (int u = 0; u <= t + 1; u += int(64 / sizeof(T))) __builtin_prefetch(prev + Tn + u);
+        if (logp != nullptr && t + 1 < Tn)  // and the next row this layer's logp goes to
+          for (int u = 0; u <= t + 1; u += int(64 / sizeof(T))) __builtin_prefetch(logp + Tn + u, 1);
         T* feat = stats ? stats->head_features + (int64_t(bh) * Tn + t) * 3 : nullptr;
         causal_softmax_row(p + int64_t(t) * Tn, t, keys, logp, prev, feat);
       }
