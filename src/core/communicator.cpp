@@ -47,19 +47,18 @@ void send_bytes(const void* data, size_t n, int to) {
     check(MPI_Send(p + off, int(std::min(kPiece, n - off)), MPI_BYTE, to, 1, MPI_COMM_WORLD), "send");
 }
 
-// Receives a message of exactly `expected` bytes (SIZE_MAX: any size, returned).
-size_t receive_bytes(std::string& out, int from, size_t expected) {
+// The size announced by send_bytes.
+size_t receive_size(int from) {
   unsigned long long size = 0;
   check(MPI_Recv(&size, 1, MPI_UNSIGNED_LONG_LONG, from, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE), "receive");
-  if (expected != SIZE_MAX && size != expected)
-    throw Error("MPI: rank " + std::to_string(from) + " sent " + std::to_string(size) + " bytes, expected " +
-                std::to_string(expected));
-  out.resize(size_t(size));
-  for (size_t off = 0; off < out.size(); off += kPiece)
-    check(MPI_Recv(out.data() + off, int(std::min(kPiece, out.size() - off)), MPI_BYTE, from, 1, MPI_COMM_WORLD,
-                   MPI_STATUS_IGNORE),
+  return size_t(size);
+}
+
+void receive_into(void* data, size_t n, int from) {
+  auto* p = static_cast<char*>(data);
+  for (size_t off = 0; off < n; off += kPiece)
+    check(MPI_Recv(p + off, int(std::min(kPiece, n - off)), MPI_BYTE, from, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE),
           "receive");
-  return out.size();
 }
 
 void broadcast_raw(void* data, size_t n) {
@@ -92,18 +91,22 @@ class MpiCommunicator final : public Communicator {
     }
     std::vector<std::string> all(static_cast<size_t>(size_));
     all[0] = std::move(bytes);
-    for (int r = 1; r < size_; ++r) receive_bytes(all[size_t(r)], r, SIZE_MAX);
+    for (int r = 1; r < size_; ++r) {
+      all[size_t(r)].resize(receive_size(r));
+      receive_into(all[size_t(r)].data(), all[size_t(r)].size(), r);
+    }
     return all;
   }
   void sum_in_rank_order(float* data, size_t n) const override {
     if (rank_ != 0) {
       send_bytes(data, n * sizeof(float), 0);
     } else {
-      std::string share;
       std::vector<float> x(n);
       for (int r = 1; r < size_; ++r) {  // ((x_0 + x_1) + x_2) ...: rank r's share is added r-th
-        receive_bytes(share, r, n * sizeof(float));
-        std::memcpy(x.data(), share.data(), share.size());
+        if (const size_t bytes = receive_size(r); bytes != n * sizeof(float))
+          throw Error("MPI: rank " + std::to_string(r) + " sent " + std::to_string(bytes) + " bytes to sum, expected " +
+                      std::to_string(n * sizeof(float)));
+        receive_into(x.data(), n * sizeof(float), r);
         for (size_t i = 0; i < n; ++i) data[i] = data[i] + x[i];
       }
     }
