@@ -42,6 +42,19 @@ PY
   done
   "$fca" audit --model "$work/gated.safetensors" --data "$work/data" --eval-windows 4 --calib-windows 4 --reps 2 \
     --bootstrap 20 --no-progress --out "$work/audit" >/dev/null
+  # Degenerate models (no coefficient variation at all): their audits hold undefined statistics
+  # (retention 0/0, variance shares of a constant tensor), valid as null with the reason; two
+  # Uniform checkpoints aggregate into undefined figures.
+  for gate in uniform dense fixed; do
+    for seed in 1 2; do
+      [ "$gate" != uniform ] && [ "$seed" = 2 ] && continue
+      "$fca" train --gate "$gate" --layers 2 --dim 8 --heads 2 --seq 8 --steps 2 --batch 2 --eval-every 0 --eval-windows 2 \
+        --seed "$seed" --data "$work/data" --no-progress --out "$work/$gate-s$seed.safetensors" >/dev/null
+      "$fca" audit --model "$work/$gate-s$seed.safetensors" --data "$work/data" --eval-windows 4 --calib-windows 4 --reps 2 \
+        --bootstrap 20 --no-progress --out "$work/$gate-s$seed-audit" >/dev/null
+    done
+  done
+  "$fca" aggregate "$work"/uniform-s{1,2}-audit/audit.json --bootstrap 20 --out "$work/uniform-aggregate" >/dev/null
   "$fca" exec --model "$work/gated.safetensors" --data "$work/data" --runs 1 --warmup 0 --batch 2 --eval-windows 2 \
     --calib-windows 2 --out "$work/exec" >/dev/null 2>&1 || true
   mkdir -p "$seeds"/{fuzz_safetensors,fuzz_checkpoint,fuzz_mudd_config,fuzz_mudd_index,fuzz_tokenizer,fuzz_cache_manifest,fuzz_study_config,fuzz_report_inputs,fuzz_data_folder}
@@ -54,6 +67,8 @@ PY
     "$work/audit/cache.safetensors" > "$seeds/fuzz_cache_manifest/manifest.json"
   cp "$root/configs/demo-quick.json" "$root/configs/demo.json" "$seeds/fuzz_study_config/"
   cp "$work/audit/audit.json" "$seeds/fuzz_report_inputs/"
+  for gate in uniform dense fixed; do cp "$work/$gate-s1-audit/audit.json" "$seeds/fuzz_report_inputs/$gate-audit.json"; done
+  cp "$work/uniform-aggregate/aggregate.json" "$seeds/fuzz_report_inputs/uniform-aggregate.json"
   [ -f "$work/exec/exec.json" ] && cp "$work/exec/exec.json" "$seeds/fuzz_report_inputs/"
   head -c 3000 "$work/data/train.txt" > "$seeds/fuzz_data_folder/text"
   # A small tokenizer.json: the GPT-NeoX file's settings and added tokens, the byte alphabet and

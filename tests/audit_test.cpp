@@ -12,6 +12,7 @@
 #include "audit/audit.h"
 #include "audit/conditions.h"
 #include "core/rng.h"
+#include "core/undefined_statistic.h"
 #include "core/safetensors.h"
 #include "core/threads.h"
 #include "models/gated/auditable.h"
@@ -183,7 +184,10 @@ TEST_F(AuditEndToEnd, UniformGateGivesExactlyZeroPenalties) {
   EXPECT_FALSE(j["criteria"]["retention_high"]["holds"].get<bool>());
   const auto again = audit(model_of(GateKind::uniform, 20, 2), "uniform2");
   const auto agg = aggregate_audits({dir.file("uniform/audit.json"), dir.file("uniform2/audit.json")}, 100, 1);
-  EXPECT_TRUE(agg["figures"]["retention.static_profile"].contains("undefined"));
+  EXPECT_TRUE(is_undefined_statistic(agg["figures"]["retention.static_profile"]));
+  // A uniform gate's coefficients are constant: the variance shares are 0/0, null with the reason.
+  EXPECT_TRUE(j["variance"]["shares"]["coordinate"].is_null());
+  EXPECT_FALSE(undefined_reason(j["variance"]).empty());
   EXPECT_EQ(agg["figures"]["delta_nll.identity"]["values"].size(), 2u);
   EXPECT_EQ(j["exact_replay"]["max_abs_delta_logit"], 0.0);
   for (const auto& c : j["conditions"]) EXPECT_EQ(c["controller_evaluations"], 0);

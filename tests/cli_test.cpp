@@ -252,6 +252,20 @@ TEST_F(Cli, NumbersOutOfRangeAreNamedPlainly) {
   expect_no_stray_files({"m.safetensors"});
 }
 
+// --plan writes nothing, so it needs no --out; an audit that runs does.
+TEST_F(Cli, AuditPlanNeedsNoOutFolder) {
+  const auto r = run_fca({"audit", "--model", model, "--data", dir.path(), "--eval-windows", "2", "--calib-windows", "2", "--reps", "2",
+                          "--plan", "--no-progress"});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("audit plan:"), std::string::npos) << r.output;
+  expect_no_stray_files({"m.safetensors"});
+  expect_error({"audit", "--model", model, "--data", dir.path(), "--no-progress"}, {"--out is required", "--plan"});
+  testing::write_text(dir.file("notadir"), "a file");
+  expect_error({"audit", "--model", model, "--data", dir.path(), "--eval-windows", "2", "--calib-windows", "2", "--reps", "2",
+                "--no-progress", "--out", dir.file("notadir")},
+               {"--out " + dir.file("notadir") + ": exists and is not a folder"});
+}
+
 // Study configs: unknown keys (a typo), wrong types, numbers that would narrow, empty lists and
 // names that would leave the output folder are errors naming the file and the field.
 TEST_F(Cli, StudyConfigsAreReadStrictly) {

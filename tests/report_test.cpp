@@ -7,11 +7,15 @@
 #include <filesystem>
 #include <fstream>
 #include <regex>
+#include <set>
 
+#include "audit/aggregate.h"
 #include "audit/audit.h"
+#include "core/undefined_statistic.h"
 #include "core/threads.h"
 #include "exec/exec.h"
 #include "models/gated/auditable.h"
+#include "models/gated/model.h"
 #include "models/mudd/auditable.h"
 #include "report/report.h"
 #include "test_util.h"
@@ -151,7 +155,8 @@ TEST_F(Report, WrongTypesDeepInsideAreErrors) {
     }
   };
   refused("exec/exec.json", "string-blocks.json", [](nlohmann::json& j) { j["models"][0]["modes"][0]["executed_blocks"] = "two"; }, true);
-  refused("gated-audit/audit.json", "string-share.json", [](nlohmann::json& j) { j["variance"]["shares"]["input"] = "big"; }, false);
+  refused("gated-audit/audit.json", "string-share.json", [](nlohmann::json& j) { j["variance"]["shares"]["input"] = "big"; }, false,
+          "'/variance/shares/input' must be a number");
   refused("gated-audit/audit.json", "no-ci.json", [](nlohmann::json& j) { j["conditions"][1].erase("mc_se"); j["factor_effects"]["input"].erase("ci95"); }, false);
   // Found by fuzz_report_inputs: a ragged profile was indexed out of bounds (heap-buffer-overflow).
   refused("mudd-audit/audit.json", "ragged-profile.json", [](nlohmann::json& j) { j["profiles"]["static_profile"][1][0].erase(0); }, false,
@@ -235,6 +240,154 @@ TEST(ReportLabels, EveryFamilyIsNamedFromItsConfig) {
   EXPECT_EQ(config_family_label(nlohmann::json::parse(R"({"n_expert":8,"top_k":2,"n_layer":2})")), "moe E8 k2");
   EXPECT_EQ(config_family_label(nlohmann::json::parse(R"({"capacity":0.125,"routed_every":2})")), "mod c0.125");
   EXPECT_EQ(config_family_label(nlohmann::json::parse(R"({"dim":64,"n_layer":2})")), "mudd");
+}
+
+}  // namespace
+}  // namespace fca
+
+namespace fca {
+namespace {
+
+// Models with no coefficient variation at all (Uniform, Dense, Fixed): their audits hold undefined
+// statistics (retention 0/0, the variance shares of a constant tensor) in the one shape of
+// core/undefined_statistic.h, and the report renders each as "undefined" with its reason. Two
+// Uniform checkpoints aggregate into one card.
+class DegenerateReport : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    set_threads(2);
+    dir = new testing::TempDir();
+    testing::write_corpus(dir->path(), 20000, 4000, 4000);
+    const Corpus corpus(dir->path());
+    for (const auto& [gate, seed] : std::vector<std::pair<GateKind, int>>{
+             {GateKind::uniform, 1}, {GateKind::uniform, 2}, {GateKind::dense, 1}, {GateKind::fixed, 1}}) {
+      const std::string name = std::string(gate_kind_name(gate)) + "-s" + std::to_string(seed);
+      GatedModel<float>::initialized(testing::tiny_config(gate), uint64_t(seed)).save(dir->file(name + ".safetensors"));
+      AuditOptions a;
+      a.model_path = dir->file(name + ".safetensors");
+      a.eval_windows = 8;
+      a.calib_windows = 4;
+      a.reps = 2;
+      a.bootstrap_resamples = 100;
+      a.out_dir = dir->file(name + "-audit");
+      a.progress = false;
+      GatedAuditable m(a.model_path, 8, 1 << 20);
+      run_audit(m, corpus, a);
+    }
+    const auto agg = aggregate_audits({dir->file("uniform-s1-audit/audit.json"), dir->file("uniform-s2-audit/audit.json")}, 100, 1);
+    std::ofstream(dir->file("uniform-aggregate.json")) << agg.dump(2);
+  }
+  static void TearDownTestSuite() { delete dir; }
+  static ReportInputs inputs() {
+    ReportInputs in;
+    for (const char* name : {"uniform-s1", "uniform-s2", "dense-s1", "fixed-s1"}) in.audits.push_back(dir->file(std::string(name) + "-audit/audit.json"));
+    in.aggregates = {dir->file("uniform-aggregate.json")};
+    return in;
+  }
+  static nlohmann::json audit(const std::string& name) {
+    nlohmann::json j;
+    std::ifstream(dir->file(name + "-audit/audit.json")) >> j;
+    return j;
+  }
+  static testing::TempDir* dir;
+};
+testing::TempDir* DegenerateReport::dir = nullptr;
+
+TEST_F(DegenerateReport, AuditsWriteUndefinedStatisticsWithTheirReason) {
+  for (const char* name : {"uniform-s1", "dense-s1", "fixed-s1"}) {
+    const nlohmann::json j = audit(name);
+    const auto& r = j["retention"]["static_profile"];
+    EXPECT_TRUE(r["estimate"].is_null()) << name;
+    EXPECT_TRUE(r["ci95"].is_null()) << name;
+    EXPECT_NE(r["note"].get<std::string>().find("undefined: structure_removed leaves the NLL unchanged"), std::string::npos) << r;
+    EXPECT_EQ(j["variance"]["total_variance"].get<double>(), 0.0) << name;
+    for (const auto& [key, share] : j["variance"]["shares"].items()) EXPECT_TRUE(share.is_null()) << name << " " << key;
+    EXPECT_EQ(undefined_reason(j["variance"]).find("the coefficients are constant"), 0u) << j["variance"];
+    EXPECT_TRUE(j["criteria"]["retention_high"]["value"].is_null());
+    EXPECT_FALSE(j["criteria"]["retention_high"]["holds"].get<bool>());
+    // The audit's own Markdown says why too.
+    const std::string md = testing::read_bytes(dir->file(std::string(name) + "-audit/audit.md"));
+    EXPECT_NE(md.find("undefined: structure_removed leaves the NLL unchanged"), std::string::npos) << name;
+    EXPECT_NE(md.find("The shares are undefined: the coefficients are constant"), std::string::npos) << name;
+  }
+  nlohmann::json agg;
+  std::ifstream(dir->file("uniform-aggregate.json")) >> agg;
+  const auto& f = agg["figures"]["retention.static_profile"];
+  EXPECT_TRUE(is_undefined_statistic(f)) << f;
+  EXPECT_TRUE(f["mean"].is_null());
+  EXPECT_EQ(undefined_reason(f).rfind("in every checkpoint, structure_removed leaves the NLL unchanged", 0), 0u) << f;
+  EXPECT_TRUE(is_undefined_statistic(agg["figures"]["variance_share.input"]));
+  EXPECT_NO_THROW(check_statistics(agg, "uniform-aggregate.json"));
+}
+
+TEST_F(DegenerateReport, TheReportRendersUndefinedAndOneCardPerVariant) {
+  const ReportData data = load_report_data(inputs());
+  const std::string html = report_html(data), md = report_markdown(data);
+  EXPECT_TRUE(well_formed(html));
+  // One card per variant: the two Uniform checkpoints share their aggregate's card.
+  const std::vector<Verdicts> verdicts = compute_verdicts(data);
+  ASSERT_EQ(verdicts.size(), 3u);
+  std::set<std::string> titles;
+  for (const auto& v : verdicts) {
+    EXPECT_TRUE(titles.insert(v.model).second) << "two cards titled " << v.model;
+    EXPECT_NE(v.dependence.find("retention undefined: "), std::string::npos) << v.dependence;
+    EXPECT_NE(v.dependence.find("structure_removed leaves the NLL unchanged"), std::string::npos) << v.dependence;
+    EXPECT_EQ(v.variation.rfind("Coefficients do not vary; the variance shares are undefined: ", 0), 0u) << v.variation;
+    EXPECT_EQ(v.variation.find("nan"), std::string::npos) << v.variation;
+    EXPECT_FALSE(v.varies);
+    EXPECT_NE(md.find(v.dependence), std::string::npos);
+  }
+  EXPECT_EQ(verdicts[0].checkpoints.size(), 2u);
+  // The HTML tables: the retention rows say "undefined" with the reason; no number stands for it.
+  EXPECT_NE(html.find("<td colspan=\"2\" class=\"l\">undefined: structure_removed leaves the NLL unchanged"), std::string::npos);
+  EXPECT_NE(html.find("undefined: in every checkpoint, structure_removed leaves the NLL unchanged"), std::string::npos);
+  EXPECT_EQ(html.find(">nan"), std::string::npos);  // no NaN printed where a number was undefined
+  EXPECT_EQ(html.find("nan%"), std::string::npos);
+  EXPECT_NE(md.find("Retention of static_profile: undefined: structure_removed leaves the NLL unchanged"), std::string::npos);
+  EXPECT_NE(md.find("Variance shares undefined: the coefficients are constant"), std::string::npos);
+  // Every checkpoint under its own label, never two under one.
+  for (const char* label : {"uniform-s1: uniform L 2", "uniform-s2: uniform L 2", "dense-s1: dense L 2", "fixed-s1: fixed L 2"})
+    EXPECT_NE(html.find(label), std::string::npos) << label;
+  for (const std::string id : {"fig-penalties", "fig-retention", "fig-variance"})
+    EXPECT_NE(html.find("id=\"" + id + "\""), std::string::npos) << id;
+}
+
+// The shape is checked both ways: null needs its reason, and a malformed interval is still an error.
+TEST_F(DegenerateReport, UndefinedNeedsItsReasonAndMalformedIntervalsStayErrors) {
+  auto refused = [&](const std::string& name, auto mutate, const std::string& part) {
+    nlohmann::json j = audit("uniform-s1");
+    mutate(j);
+    std::ofstream(dir->file(name)) << j.dump();
+    ReportInputs in;
+    in.audits = {dir->file(name)};
+    try {
+      load_report_data(in);
+      ADD_FAILURE() << name << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(name), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+    }
+  };
+  refused("no-reason.json", [](nlohmann::json& j) { j["retention"]["static_profile"].erase("note"); },
+          "'/retention/static_profile/ci95' is null (an undefined statistic) but '/retention/static_profile/note' does not say why");
+  refused("number-without-interval.json", [](nlohmann::json& j) { j["retention"]["static_profile"]["estimate"] = 0.5; },
+          "'/retention/static_profile/estimate' is a number but its interval");
+  refused("one-element.json", [](nlohmann::json& j) { j["retention"]["static_profile"]["ci95"] = {0.5}; }, "must be an interval");
+  refused("strings.json", [](nlohmann::json& j) { j["conditions"][1]["ci95"] = {"0", "1"}; }, "must be an interval");
+  refused("reversed.json", [](nlohmann::json& j) { j["conditions"][1]["ci95"] = {1.0, 0.0}; }, "lower bound above its upper bound");
+  refused("share-without-reason.json", [](nlohmann::json& j) { j["variance"].erase("note"); }, "'/variance/note' does not say why");
+  refused("share-string.json", [](nlohmann::json& j) { j["variance"]["shares"]["input"] = "none"; }, "must be a number, or null");
+  EXPECT_TRUE(ratio_or_null(1.0, 0.0).is_null());
+  EXPECT_TRUE(ratio_or_null(std::nan(""), 1.0).is_null());
+  EXPECT_EQ(ratio_or_null(1.0, 4.0).get<double>(), 0.25);
+}
+
+TEST(ReportLabels, CheckpointsAreLabelledByTheShortestDistinctPath) {
+  EXPECT_EQ(path_labels({"build/demo/featuregate-s1.safetensors", "build/demo/featuregate-s2.safetensors", "build/demo/mudd-s1"}),
+            (std::vector<std::string>{"featuregate-s1", "featuregate-s2", "mudd-s1"}));
+  EXPECT_EQ(path_labels({"runs/a/model.safetensors", "runs/b/model.safetensors", "runs/a/model.safetensors"}),
+            (std::vector<std::string>{"a/model", "b/model", "a/model"}));
+  EXPECT_EQ(path_labels({"x/mudd/", "./y.safetensors"}), (std::vector<std::string>{"mudd", "y"}));
 }
 
 }  // namespace

@@ -37,10 +37,16 @@ TEST(Study, RunsAndResumes) {
   const std::string md = testing::read_bytes(out + "/report.md");
   EXPECT_NE(md.find("Claims 1 and 2 at the checkpoint level: aggregate of 2 independently trained checkpoints (" + out +
                     "/fg-aggregate.json)"), std::string::npos) << md;
-  EXPECT_NE(md.find("per-checkpoint audit: `" + out + "/fg-s2-audit/audit.json`"), std::string::npos) << md;
+  EXPECT_NE(md.find("per-checkpoint audit: `fg-s2 (" + out + "/fg-s2-audit/audit.json)`"), std::string::npos) << md;
   EXPECT_NE(md.find("over checkpoints"), std::string::npos) << md;
   const std::string html = testing::read_bytes(out + "/report.html");
   EXPECT_NE(html.find("Per-checkpoint audits:"), std::string::npos);
+  // One card per variant; every seed's tables under its own label.
+  size_t cards = 0;
+  for (size_t at = html.find("<div class=\"card\">"); at != std::string::npos; at = html.find("<div class=\"card\">", at + 1)) ++cards;
+  EXPECT_EQ(cards, 2u);
+  for (const char* heading : {"fg-s1: featuregate", "fg-s2: featuregate", "mudd-s1: mudd", "mudd-s2: mudd"})
+    EXPECT_NE(html.find(heading), std::string::npos) << heading;
   r = testing::run_fca({"study", "--config", dir.file("study.json"), "--out", out});
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("train fg seed 1: done before, skipped"), std::string::npos) << r.output;

@@ -1,5 +1,6 @@
 #include "audit/aggregate.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -10,6 +11,7 @@
 #include "core/error.h"
 #include "core/provenance.h"
 #include "core/rng.h"
+#include "core/undefined_statistic.h"
 
 namespace fca {
 namespace {
@@ -41,6 +43,17 @@ double figure_at(const nlohmann::json& j, const std::string& pointer, const std:
   if (j.at(p).is_null()) return std::nan("");
   if (!j.at(p).is_number()) throw Error(path + ": field '" + pointer + "' is not a number");
   return j.at(p).get<double>();
+}
+
+// Why the figure at `pointer` is undefined: the "note" of the nearest enclosing object that has one
+// (a retention entry's own, the variance block's for its shares).
+std::string reason_at(const nlohmann::json& j, std::string pointer) {
+  while (!pointer.empty()) {
+    pointer = pointer.substr(0, pointer.find_last_of('/'));
+    const nlohmann::json::json_pointer p(pointer);
+    if (j.contains(p) && !undefined_reason(j.at(p)).empty()) return undefined_reason(j.at(p));
+  }
+  return "recorded as null";
 }
 
 // The field at `pointer`, as JSON, or null when absent (settings an older audit may lack).
@@ -117,6 +130,8 @@ nlohmann::ordered_json aggregate_audits(const std::vector<std::string>& paths, i
   std::vector<double> factor_p;
   for (const auto& [name, pointer] : figures) {
     std::vector<double> values;
+    std::vector<std::string> pointers;
+    auto pointer_of = [&](size_t i) { return pointers[i]; };
     for (size_t i = 0; i < audits.size(); ++i) {
       // Conditions are matched by name, not position, in the other audits.
       std::string ptr = pointer;
@@ -128,11 +143,35 @@ nlohmann::ordered_json aggregate_audits(const std::vector<std::string>& paths, i
         if (!found) throw Error(paths[i] + ": condition '" + cond + "' is missing (present in " + paths[0] + ")");
       }
       values.push_back(figure_at(audits[i], ptr, paths[i]));
+      pointers.push_back(ptr);
     }
-    bool undefined = false;
-    for (double v : values) undefined = undefined || std::isnan(v);
-    if (undefined) {  // reported, not averaged
-      figs[name] = {{"undefined", true}, {"note", "undefined in at least one checkpoint (recorded as null)"}};
+    // Undefined in any checkpoint: reported with the checkpoints' reasons, not averaged (the shared
+    // shape of core/undefined_statistic.h).
+    std::vector<std::pair<std::string, std::string>> why;  // reason, the checkpoints it holds in
+    size_t undefined = 0;
+    for (size_t i = 0; i < values.size(); ++i) {
+      if (!std::isnan(values[i])) continue;
+      ++undefined;
+      const std::string r = reason_at(audits[i], pointer_of(i));
+      auto it = std::find_if(why.begin(), why.end(), [&](const auto& w) { return w.first == r; });
+      if (it == why.end()) why.push_back({r, paths[i]});
+      else it->second += ", " + paths[i];
+    }
+    if (undefined > 0) {
+      std::string reasons;
+      if (why.size() == 1 && undefined == values.size())
+        reasons = "in every checkpoint, " + why[0].first;
+      else
+        for (const auto& [r, where] : why) reasons += (reasons.empty() ? "" : "; ") + r + " (in " + where + ")";
+      nlohmann::ordered_json u = nlohmann::ordered_json::object();
+      u["values"] = nlohmann::ordered_json::array();
+      for (double v : values) u["values"].push_back(std::isnan(v) ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(v));
+      u["mean"] = nullptr;
+      u["sd"] = nullptr;
+      u["ci95"] = nullptr;
+      u["sign_flip_p"] = nullptr;
+      u["note"] = undefined_note(reasons);
+      figs[name] = u;
       continue;
     }
     const Interval ci = bootstrap_mean_ci(values, resamples, derive_seed(seed, 0xA66, index++));
@@ -152,7 +191,7 @@ nlohmann::ordered_json aggregate_audits(const std::vector<std::string>& paths, i
   // audit's own criteria use window-level CIs within one checkpoint).
   nlohmann::ordered_json criteria = nlohmann::ordered_json::object();
   const nlohmann::json penalty_threshold = field_or_null(first, "/criteria/static_penalty_small/threshold");
-  if (!penalty_threshold.is_null() && figs.contains("delta_nll.static_profile") && !figs["delta_nll.static_profile"].contains("undefined")) {
+  if (!penalty_threshold.is_null() && figs.contains("delta_nll.static_profile") && !is_undefined_statistic(figs["delta_nll.static_profile"])) {
     const double upper = figs["delta_nll.static_profile"]["ci95"][1];
     criteria["static_penalty_small"] = {{"rule", "upper 95% CI bound of the checkpoint-level mean static_profile DeltaNLL < threshold"},
                                         {"threshold", penalty_threshold}, {"value", upper},
@@ -161,10 +200,10 @@ nlohmann::ordered_json aggregate_audits(const std::vector<std::string>& paths, i
   const nlohmann::json retention_threshold = field_or_null(first, "/criteria/retention_high/threshold");
   if (!retention_threshold.is_null() && figs.contains("retention.static_profile")) {
     const auto& f = figs["retention.static_profile"];
-    if (f.contains("undefined")) {
+    if (is_undefined_statistic(f)) {
       criteria["retention_high"] = {{"rule", "lower 95% CI bound of the checkpoint-level mean static_profile retention > threshold"},
                                     {"threshold", retention_threshold}, {"value", nullptr}, {"holds", false},
-                                    {"note", "retention is undefined in at least one checkpoint"}};
+                                    {"note", f["note"]}};
     } else {
       const double lower = f["ci95"][0];
       criteria["retention_high"] = {{"rule", "lower 95% CI bound of the checkpoint-level mean static_profile retention > threshold"},
@@ -185,8 +224,8 @@ std::string aggregate_markdown(const nlohmann::ordered_json& a) {
   md << "\n| figure | mean | sd | 95% CI (checkpoint bootstrap) | sign-flip p | Holm p |\n|---|---:|---:|---|---:|---:|\n";
   for (auto it = a["figures"].begin(); it != a["figures"].end(); ++it) {
     const auto& f = it.value();
-    if (f.contains("undefined")) {
-      md << "| " << it.key() << " | undefined | | | | |\n";
+    if (is_undefined_statistic(f)) {
+      md << "| " << it.key() << " | " << f["note"].get<std::string>() << " | | | | |\n";
       continue;
     }
     std::snprintf(buf, sizeof buf, "| %s | %.5f | %.5f | [%.5f, %.5f] | %.4g | %s |\n", it.key().c_str(), f["mean"].get<double>(),

@@ -1,5 +1,6 @@
 #include "audit/audit.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -23,6 +24,7 @@
 #include "core/progress.h"
 #include "core/provenance.h"
 #include "core/rng.h"
+#include "core/undefined_statistic.h"
 #include "models/routing_record.h"
 #include "report/audit_markdown.h"
 
@@ -68,7 +70,7 @@ nlohmann::ordered_json run_audit(AuditableModel& model, const Corpus& corpus, co
   if (T > model.max_tokens())
     throw Error("--seq " + std::to_string(T) + " is longer than the model's " + std::to_string(model.max_tokens()) + " positions");
   if (o.reps < 2) throw Error("--reps must be at least 2 (the Monte-Carlo SE needs two randomisations), found " + std::to_string(o.reps));
-  if (o.out_dir.empty()) throw Error("--out is required");
+  if (o.out_dir.empty() && !o.plan_only) throw Error("--out is required (the output folder; only --plan runs without one)");
   const TextSplit& test = corpus.split("test");
   const TextSplit& valid = corpus.split("valid");
   const WindowSet eval = make_windows(model.tokenize(test), test, T, o.eval_windows);
@@ -143,9 +145,10 @@ nlohmann::ordered_json run_audit(AuditableModel& model, const Corpus& corpus, co
   if (o.conditions.empty() && routing) skipped = {"identity", "layer_permutation"};
   names.erase(std::remove(names.begin(), names.end(), "correct"), names.end());
 
-  if (!o.plan_only && comm.root()) std::filesystem::create_directories(o.out_dir);
-  const std::string cache_path = o.cache_path.empty() ? o.out_dir + "/cache.safetensors" : o.cache_path;
-  std::string cache_found = file_exists(cache_path) ? "1" : "0";
+  if (!o.plan_only && comm.root()) ensure_folder(o.out_dir, "--out");
+  // A plan without --out or --cache knows no cache: it plans the live passes that write one.
+  const std::string cache_path = !o.cache_path.empty() ? o.cache_path : o.out_dir.empty() ? "" : o.out_dir + "/cache.safetensors";
+  std::string cache_found = !cache_path.empty() && file_exists(cache_path) ? "1" : "0";
   comm.broadcast(cache_found);  // as rank 0, which writes it, sees it
   const bool cache_reused = cache_found == "1";
 
@@ -471,25 +474,34 @@ nlohmann::ordered_json run_audit(AuditableModel& model, const Corpus& corpus, co
     j["factor_effects"] = nullptr;
   }
 
-  // Retention against structure_removed, with the ratio inside each resample.
+  // Retention against structure_removed, with the ratio inside each resample. Undefined (the shared
+  // shape of core/undefined_statistic.h) where the ratio is 0/0: structure_removed leaves the NLL
+  // unchanged (a Uniform or Dense gate: GlobalMean is the gate itself), or sums to 0 in some
+  // bootstrap resamples, so that the ratio has no interval.
   nlohmann::ordered_json retention = nlohmann::ordered_json::object();
   if (const ConditionRun* removed = find("structure_removed")) {
     const std::vector<double> den = window_deltas(*removed);
+    const int64_t changed = std::count_if(den.begin(), den.end(), [](double v) { return v != 0.0; });
     for (const char* s : {"static_profile", "layer_position_mean"})
       if (const ConditionRun* run = find(s)) {
         const std::vector<double> num = window_deltas(*run);
         const uint64_t seed = next_seed();  // drawn either way, so later figures keep their streams
+        std::string reason;
+        Interval ci{0, 0};
         if (mean(den) == 0.0) {
-          // structure_removed changes nothing (e.g. a uniform gate): the ratio is 0/0, undefined.
-          retention[s] = {{"estimate", nullptr}, {"ci95", nullptr}, {"delta_nll", mean(num)},
-                          {"structure_removed_delta_nll", 0.0},
-                          {"note", "undefined: structure_removed leaves the NLL unchanged"}};
-          continue;
+          reason = changed == 0 ? "structure_removed leaves the NLL unchanged on every window (DeltaNLL 0), so retention is 0/0"
+                                : "structure_removed's mean DeltaNLL is exactly 0, so retention divides by 0";
+        } else {
+          ci = bootstrap_retention_ci(num, den, o.bootstrap_resamples, seed);
+          if (!std::isfinite(ci.low) || !std::isfinite(ci.high))
+            reason = "structure_removed changes the NLL on only " + std::to_string(changed) + " of " + std::to_string(W) +
+                     " windows, so some bootstrap resamples divide by 0 and the ratio has no interval";
         }
-        retention[s] = {{"estimate", 1.0 - mean(num) / mean(den)},
-                        {"ci95", interval_json(bootstrap_retention_ci(num, den, o.bootstrap_resamples, seed))},
-                        {"delta_nll", mean(num)},
-                        {"structure_removed_delta_nll", mean(den)}};
+        nlohmann::ordered_json r = reason.empty() ? nlohmann::ordered_json{{"estimate", 1.0 - mean(num) / mean(den)}, {"ci95", interval_json(ci)}}
+                                                  : undefined_statistic("estimate", reason);
+        r["delta_nll"] = mean(num);
+        r["structure_removed_delta_nll"] = mean(den);
+        retention[s] = r;
       }
   }
   j["retention"] = retention;
@@ -508,7 +520,7 @@ nlohmann::ordered_json run_audit(AuditableModel& model, const Corpus& corpus, co
     criteria["retention_high"] = {{"rule", "lower 95% CI bound of static_profile retention > threshold"},
                                   {"threshold", o.high_retention}, {"value", lower},
                                   {"holds", !lower.is_null() && lower.get<double>() > o.high_retention}};
-    if (lower.is_null()) criteria["retention_high"]["note"] = "retention is undefined (structure_removed changes nothing)";
+    if (lower.is_null()) criteria["retention_high"]["note"] = undefined_note(undefined_reason(retention["static_profile"]));
   }
   j["criteria"] = criteria;
 
@@ -516,16 +528,22 @@ nlohmann::ordered_json run_audit(AuditableModel& model, const Corpus& corpus, co
   // token, zeros where unselected; MoD: sigmoid(s)).
   const CoefficientTensor dense_weights = routing ? routing_weights_dense(A) : CoefficientTensor();
   const VarianceDecomposition v = functional_anova(routing ? dense_weights.view() : A);
+  // A constant tensor (total variance 0) has no shares: each is 0/0, written as null with the reason.
+  const bool constant = !(v.total_variance > 0);
+  auto share = [&](double x) { return constant ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(x); };
   j["variance"] = {{"total_variance", v.total_variance},
                    {"cells", {{"coordinates", v.coordinates}, {"inputs", v.inputs}, {"tokens", v.tokens}}},
                    {"shares",
-                    {{"coordinate", v.coordinate},
-                     {"input", v.input},
-                     {"token", v.token},
-                     {"coordinate_x_input", v.coordinate_input},
-                     {"coordinate_x_token", v.coordinate_token},
-                     {"input_x_token", v.input_token},
-                     {"residual", v.residual}}}};
+                    {{"coordinate", share(v.coordinate)},
+                     {"input", share(v.input)},
+                     {"token", share(v.token)},
+                     {"coordinate_x_input", share(v.coordinate_input)},
+                     {"coordinate_x_token", share(v.coordinate_token)},
+                     {"input_x_token", share(v.input_token)},
+                     {"residual", share(v.residual)}}}};
+  if (constant)
+    j["variance"]["note"] = undefined_note("the coefficients are constant (one value for every coordinate, input and token; "
+                                           "total variance 0), so every share is 0/0");
   // Calibrated profiles for figures: S[l][s][k] (null where invalid) and, for one-stream one-source
   // tensors (the gated family), the layer x position means.
   {

@@ -54,7 +54,7 @@ void add_audit_command(CLI::App& app) {
       ->check(CLI::Range(0.0, 1.0))->capture_default_str();
   cmd->add_option("--replay-tolerance", a.replay_tolerance, "Allowed replay difference (0 = bitwise; for other backends only)")
       ->check(non_negative_number)->capture_default_str();
-  cmd->add_option("--out", a.out_dir, "Output folder (audit.json, windows.csv, audit.md)")->required();
+  cmd->add_option("--out", a.out_dir, "Output folder (audit.json, windows.csv, audit.md); required except with --plan");
   cmd->add_flag("--no-progress", f->no_progress, "No progress bar");
   cmd->add_flag("--plan", f->plan_only,
                 "Print the plan (passes, tokens, FLOPs, memory, time estimated from a short probe) and stop");
@@ -109,11 +109,11 @@ void add_aggregate_command(CLI::App& app) {
   cmd->add_option("--bootstrap", f->bootstrap, "Bootstrap resamples")->check(positive_number)->capture_default_str();
   cmd->add_option("--seed", f->seed, "Bootstrap seed")->check(unsigned_integer)->capture_default_str();
   cmd->callback([f] {
+    if (!f->out.empty()) ensure_folder(f->out, "--out");  // before anything is printed or computed
     const auto j = aggregate_audits(f->audits, f->bootstrap, f->seed);
     const std::string md = aggregate_markdown(j);
     std::printf("%s", md.c_str());
     if (!f->out.empty()) {
-      std::filesystem::create_directories(f->out);
       write_json_file(f->out + "/aggregate.json", j);
       write_file_atomically(f->out + "/aggregate.md", [&](std::ostream& out) { out << md; });
     }

@@ -23,13 +23,18 @@ void add_convert_command(CLI::App& app) {
   cmd->add_option("--out", f->out, "Output folder (config.json, model.safetensors, tokenizer.json when present)")->required();
   cmd->callback([f] {
     if (family_of(f->model).name != "mudd") throw Error(f->model + ": convert takes a MUDD model folder");
-    if (std::filesystem::exists(f->out) && std::filesystem::equivalent(f->model, f->out))
+    std::error_code same_error;
+    if (std::filesystem::equivalent(f->model, f->out, same_error) && !same_error)
       throw Error("--out " + f->out + " is the model folder itself; give another folder");
+    ensure_folder(f->out, "--out");
     const MuddModel<float> model = MuddModel<float>::load(f->model);  // every tensor upcast into one F32 buffer
     model.save(f->out, {{"converted_from_sha256", model.content_hash()}});
     const std::string tokenizer = f->model + "/tokenizer.json";
-    if (file_exists(tokenizer))
-      std::filesystem::copy_file(tokenizer, f->out + "/tokenizer.json", std::filesystem::copy_options::overwrite_existing);
+    if (file_exists(tokenizer)) {
+      std::error_code ec;
+      std::filesystem::copy_file(tokenizer, f->out + "/tokenizer.json", std::filesystem::copy_options::overwrite_existing, ec);
+      if (ec) throw Error(f->out + "/tokenizer.json: cannot copy " + tokenizer + " there (" + ec.message() + ")");
+    }
     std::printf("written: %s (F32, %zu parameters; from %s, sha256 %s)\n", f->out.c_str(), model.parameter_count(),
                 f->model.c_str(), model.content_hash().c_str());
   });

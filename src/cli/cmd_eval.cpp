@@ -38,6 +38,7 @@ void add_eval_command(CLI::App& app) {
   add_threads_flag(*cmd, f->threads);
   cmd->callback([f] {
     apply_threads(f->threads);
+    if (!f->out.empty()) ensure_file_destination(f->out, "--out");
     Corpus corpus(resolve_data_dir(f->data));
     const TextSplit& split = corpus.split(f->split);
     EvalResult r;

@@ -24,6 +24,8 @@ void add_report_command(CLI::App& app) {
   cmd->add_option("--out", f->out, "HTML file to write")->required();
   cmd->add_option("--markdown", f->markdown, "Markdown summary to write (default: <out> with .md)");
   cmd->callback([f] {
+    ensure_file_destination(f->out, "--out");
+    if (!f->markdown.empty()) ensure_file_destination(f->markdown, "--markdown");
     const ReportData data = load_report_data(f->in);
     const std::string html = report_html(data), md = report_markdown(data);
     write_file_atomically(f->out, [&](std::ostream& o) { o << html; });

@@ -58,6 +58,13 @@ struct TraceFlags {
   int threads = 0;
 };
 
+// The input must fit the model's positions; the error names the flag it came from.
+void check_fits(const TraceFlags& f, int tokens, int positions) {
+  if (tokens > positions)
+    throw Error((f.ids.empty() ? std::string("--text") : "--ids " + f.ids) + ": " + std::to_string(tokens) +
+                " tokens are longer than the model's " + std::to_string(positions) + " positions");
+}
+
 // Targets for NLL: each row's next token (the last position has none and is excluded).
 void next_token_targets(const std::vector<std::vector<int32_t>>& rows, std::vector<int32_t>& tokens,
                         std::vector<int32_t>& targets) {
@@ -108,8 +115,7 @@ void trace_mudd(const TraceFlags& f) {
   }
   if (rows[0].empty()) throw Error("trace: the text has no tokens");
   const int B = int(rows.size()), n = int(rows[0].size()), L = c.n_layer, D = c.dim;
-  if (n > c.block_size)
-    throw Error("sequence of " + std::to_string(n) + " tokens is longer than the model's " + std::to_string(c.block_size) + " positions");
+  check_fits(f, n, c.block_size);
   std::vector<int32_t> tokens, targets;
   next_token_targets(rows, tokens, targets);
   MuddRunState<float> rs(c, B, n);
@@ -149,9 +155,7 @@ void trace_routed(const TraceFlags& f) {
                          reinterpret_cast<const unsigned char*>(f.text.data()) + f.text.size());
   if (rows[0].empty()) throw Error("trace: the text has no tokens");
   const int B = int(rows.size()), n = int(rows[0].size()), V = model->vocab();
-  if (n > model->max_tokens())
-    throw Error("sequence of " + std::to_string(n) + " tokens is longer than the model's " + std::to_string(model->max_tokens()) +
-                " positions");
+  check_fits(f, n, model->max_tokens());
   if (B > 1 << 10) throw Error("trace: at most 1024 rows, found " + std::to_string(B));
   std::vector<int32_t> tokens, targets;
   next_token_targets(rows, tokens, targets);
@@ -208,9 +212,7 @@ void trace_gated(const TraceFlags& f) {
   else rows.emplace_back(reinterpret_cast<const unsigned char*>(f.text.data()),
                          reinterpret_cast<const unsigned char*>(f.text.data()) + f.text.size());
   const int B = int(rows.size()), n = int(rows[0].size()), L = c.n_layer, D = c.d_model;
-  if (n > c.seq_len)
-    throw Error("sequence of " + std::to_string(n) + " tokens is longer than the model's " + std::to_string(c.seq_len) +
-                " positions");
+  check_fits(f, n, c.seq_len);
   std::vector<int32_t> tokens, targets;
   next_token_targets(rows, tokens, targets);
   GatedRunState<float> rs(c, B, n, false);
@@ -263,6 +265,7 @@ void add_trace_command(CLI::App& app) {
   cmd->callback([f] {
     apply_threads(f->threads);
     if (f->ids.empty() && f->text.empty()) throw Error("trace needs --ids FILE or --text STRING");
+    ensure_file_destination(f->out, "--out");
     const std::string family = family_of(f->model).name;
     if (family == "mudd") trace_mudd(*f);
     else if (family == "gated") trace_gated(*f);

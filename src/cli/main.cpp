@@ -2,6 +2,7 @@
 // parses its flags and calls a library function; errors become one message and a nonzero exit.
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <filesystem>
 
 #include "cli/common.h"
 #include "core/communicator.h"
@@ -38,6 +39,10 @@ int main(int argc, char** argv) {
   } catch (const fca::Error& e) {
     std::fprintf(stderr, "fca: error%s: %s\n", fca::world().size() > 1 ? (" on " + fca::world().description()).c_str() : "",
                  e.what());
+    return fail(1);
+  } catch (const std::filesystem::filesystem_error& e) {
+    // A path the user gave that the file system refused, reached by a path no check above covers.
+    std::fprintf(stderr, "fca: error: %s: %s\n", e.path1().empty() ? "file system" : e.path1().c_str(), e.code().message().c_str());
     return fail(1);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "fca: internal error: %s\n", e.what());

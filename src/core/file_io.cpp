@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 
 #include "core/error.h"
@@ -74,6 +75,38 @@ void write_file_atomically(const std::string& path, const std::function<void(std
     std::remove(tmp.c_str());
     throw;
   }
+}
+
+void ensure_folder(const std::string& path, const std::string& what) {
+  const std::string name = what.empty() ? path : what + " " + path;
+  if (path.empty()) throw Error(what + ": the folder name is empty");
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0) {
+    if (!S_ISDIR(st.st_mode)) throw Error(name + ": exists and is not a folder");
+    return;
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(path, ec);
+  if (ec) {
+    // Name the part of the path that is in the way: a parent that is a file, say.
+    std::string parent = path;
+    while (!parent.empty() && parent != "/" && parent != ".") {
+      parent = parent_folder(parent);
+      if (::stat(parent.c_str(), &st) == 0) {
+        if (!S_ISDIR(st.st_mode)) throw Error(name + ": cannot create the folder: " + parent + " is not a folder");
+        break;
+      }
+    }
+    throw Error(name + ": cannot create the folder (" + ec.message() + ")");
+  }
+}
+
+void ensure_file_destination(const std::string& path, const std::string& what) {
+  const std::string name = what.empty() ? path : what + " " + path;
+  if (path.empty()) throw Error(what + ": the file name is empty");
+  if (is_directory(path)) throw Error(name + ": is a folder; give a file name");
+  const std::string parent = parent_folder(path);
+  if (!is_directory(parent)) ensure_folder(parent, what.empty() ? "the folder of " + path : "the folder of " + what + " " + path);
 }
 
 bool file_exists(const std::string& path) {

@@ -35,6 +35,14 @@ void sync_to_disk(const std::string& path);
 // The folder part of a path ("." when it has none).
 std::string parent_folder(const std::string& path);
 
+// Makes sure `path` is a folder that exists, creating it and its parents where missing. `what`
+// names it in errors (a flag, "--out"): "--out notadir: exists and is not a folder". Never
+// throws anything but Error.
+void ensure_folder(const std::string& path, const std::string& what);
+// Makes sure a file can be written at `path`: it is not a folder, and its parent folder exists
+// (created where missing). `what` names it in errors.
+void ensure_file_destination(const std::string& path, const std::string& what);
+
 bool file_exists(const std::string& path);
 bool is_directory(const std::string& path);
 

@@ -10,6 +10,7 @@
 #include "core/file_io.h"
 #include "core/progress.h"
 #include "core/provenance.h"
+#include "core/undefined_statistic.h"
 #include "core/sha256.h"
 #include "exec/counted_pass.h"
 #include "exec/gated_flops.h"
@@ -146,6 +147,7 @@ TokenWindows load_token_windows(const TextSplit& split, int T, int wanted) {
 }
 
 nlohmann::ordered_json run_exec(const Corpus& corpus, const ExecOptions& o) {
+  if (!o.out_dir.empty()) ensure_folder(o.out_dir, "--out");  // before the measurements, not after
   if (o.models.empty()) throw Error("exec needs at least one --model");
   if (o.runs < 1 || o.warmup < 0 || o.batch < 1) throw Error("exec: --runs and --batch must be positive");
   for (double t : o.skip_thresholds)
@@ -263,18 +265,21 @@ nlohmann::ordered_json run_exec(const Corpus& corpus, const ExecOptions& o) {
       dense_latency = m["modes"][0]["latency"]["median_s"];
     }
   out["dense_reference_latency_s"] = dense_layers >= 0 ? nlohmann::ordered_json(dense_latency) : nlohmann::ordered_json(nullptr);
+  // Null where there is no Dense model, or its median is 0 (a ratio with a zero denominator).
+  auto ratio_to_dense = [&](nlohmann::ordered_json& mode) {
+    mode["latency_ratio_to_dense"] =
+        dense_layers >= 0 ? ratio_or_null(mode["latency"]["median_s"].get<double>(), dense_latency) : nlohmann::ordered_json(nullptr);
+  };
   for (auto& m : out["models"]) {
-    for (auto& mode : m["modes"])
-      mode["latency_ratio_to_dense"] = dense_layers >= 0 ? nlohmann::ordered_json(mode["latency"]["median_s"].get<double>() / dense_latency) : nlohmann::ordered_json(nullptr);
+    for (auto& mode : m["modes"]) ratio_to_dense(mode);
     if (m.contains("skip_sweep"))
-      for (auto& mode : m["skip_sweep"])
-        mode["latency_ratio_to_dense"] = dense_layers >= 0 ? nlohmann::ordered_json(mode["latency"]["median_s"].get<double>() / dense_latency) : nlohmann::ordered_json(nullptr);
+      for (auto& mode : m["skip_sweep"]) ratio_to_dense(mode);
   }
   auto prov = provenance_base();
   prov["data"] = {{"dir", corpus.dir()}, {"test_sha256", corpus.split("test").content_hash()}};
   out["provenance"] = prov;
   if (!o.out_dir.empty()) {
-    std::filesystem::create_directories(o.out_dir);
+    ensure_folder(o.out_dir, "--out");
     write_file_atomically(o.out_dir + "/exec.json", [&](std::ostream& s) { s << out.dump(2) << "\n"; });
     write_file_atomically(o.out_dir + "/exec.md", [&](std::ostream& s) { s << exec_markdown(out); });
   }
@@ -318,6 +323,10 @@ std::string exec_markdown(const nlohmann::ordered_json& e) {
     if (!m.contains("savings")) continue;
     md << "\n" << m["gate"].get<std::string>() << " (" << m["path"].get<std::string>() << "), live routing against:\n";
     for (const auto& s : m["savings"]) {
+      if (s["flop_ratio"].is_null() || s["latency_ratio"].is_null()) {
+        md << "- " << s["against"].get<std::string>() << ": " << s["note"].get<std::string>() << "; no saving claimed\n";
+        continue;
+      }
       std::snprintf(buf, sizeof buf, "- %s: FLOPs x%.3f, latency x%.3f: %s\n", s["against"].get<std::string>().c_str(),
                     s["flop_ratio"].get<double>(), s["latency_ratio"].get<double>(),
                     s["saves"].get<bool>() ? "saves compute (both lower)" : "no saving claimed (not both lower)");

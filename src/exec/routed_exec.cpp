@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "core/exec_counters.h"
 #include "core/sha256.h"
+#include "core/undefined_statistic.h"
 #include "exec/counted_pass.h"
 #include "exec/gated_flops.h"
 #include "exec/timing.h"
@@ -65,16 +66,25 @@ nlohmann::ordered_json dense_baseline(int L, int D, int H, int T, const std::vec
 }
 
 // Savings of `mode` against `reference`: claimed only where both FLOPs and latency are lower.
+// Savings of `mode` against `reference`: claimed only where both FLOPs and latency are lower. A
+// ratio with a zero denominator (a reference that counted no FLOPs or measured 0 s) is undefined:
+// null, with the reason, and no saving is claimed.
 nlohmann::ordered_json saving(const nlohmann::ordered_json& mode, const nlohmann::ordered_json& reference) {
-  const double flops = mode["gflop_per_token"].get<double>() / reference["gflop_per_token"].get<double>();
-  const double latency = mode["latency"]["median_s"].get<double>() / reference["latency"]["median_s"].get<double>();
-  return {{"mode", mode["mode"]},
-          {"against", reference["mode"]},
-          {"flop_ratio", flops},
-          {"latency_ratio", latency},
-          {"flop_saving", 1.0 - flops},
-          {"latency_saving", 1.0 - latency},
-          {"saves", flops < 1.0 && latency < 1.0}};
+  const nlohmann::ordered_json flops = ratio_or_null(mode["gflop_per_token"].get<double>(), reference["gflop_per_token"].get<double>());
+  const nlohmann::ordered_json latency =
+      ratio_or_null(mode["latency"]["median_s"].get<double>(), reference["latency"]["median_s"].get<double>());
+  auto saved = [](const nlohmann::ordered_json& ratio) { return ratio.is_null() ? ratio : nlohmann::ordered_json(1.0 - ratio.get<double>()); };
+  nlohmann::ordered_json s{{"mode", mode["mode"]},
+                           {"against", reference["mode"]},
+                           {"flop_ratio", flops},
+                           {"latency_ratio", latency},
+                           {"flop_saving", saved(flops)},
+                           {"latency_saving", saved(latency)},
+                           {"saves", !flops.is_null() && !latency.is_null() && flops.get<double>() < 1.0 && latency.get<double>() < 1.0}};
+  if (flops.is_null() || latency.is_null())
+    s["note"] = undefined_note(std::string("the reference ") + reference["mode"].get<std::string>() + " has " +
+                               (flops.is_null() ? "no counted FLOPs" : "a median latency of 0 s") + ", so the ratio divides by 0");
+  return s;
 }
 
 template <typename Pass>

@@ -145,7 +145,9 @@ void check_transformer_shape(int n_layer, int d_model, int n_head, int seq_len, 
 }
 
 void check_parameters_fit(size_t parameters, const std::string& file) {
-  const uintmax_t bytes = std::filesystem::file_size(file);
+  std::error_code ec;
+  const uintmax_t bytes = std::filesystem::file_size(file, ec);
+  if (ec) throw Error(file + ": cannot read its size (" + ec.message() + ")");
   if (parameters > bytes / 2)
     throw Error(file + ": its config describes " + std::to_string(parameters) + " parameters, but the file's " +
                 std::to_string(bytes) + " bytes hold at most " + std::to_string(bytes / 2) + " (config and tensors disagree)");

@@ -3,6 +3,8 @@
 #include <cstdio>
 #include <sstream>
 
+#include "core/undefined_statistic.h"
+
 namespace fca {
 namespace {
 
@@ -66,8 +68,8 @@ std::string audit_markdown(const nlohmann::ordered_json& a) {
     md << "## Retention\n\n| profile | retention | 95% CI | DeltaNLL | structure_removed DeltaNLL |\n|---|---:|---|---:|---:|\n";
     for (auto it = a["retention"].begin(); it != a["retention"].end(); ++it)
       md << "| " << it.key() << " | "
-         << (it.value()["estimate"].is_null() ? std::string("undefined (0/0)") : pct(it.value()["estimate"])) << " | "
-         << (it.value()["ci95"].is_null() ? std::string("–") : ci(it.value()["ci95"], "%.2f%%", 100.0)) << " | " << num(it.value()["delta_nll"]) << " | "
+         << (is_undefined_statistic(it.value()) ? "undefined: " + undefined_reason(it.value()) : pct(it.value()["estimate"])) << " | "
+         << (is_undefined_statistic(it.value()) ? std::string("–") : ci(it.value()["ci95"], "%.2f%%", 100.0)) << " | " << num(it.value()["delta_nll"]) << " | "
          << num(it.value()["structure_removed_delta_nll"]) << " |\n";
     md << "\n";
   }
@@ -89,7 +91,8 @@ std::string audit_markdown(const nlohmann::ordered_json& a) {
      << v["cells"]["coordinates"] << " coordinates x " << v["cells"]["inputs"] << " inputs x " << v["cells"]["tokens"]
      << " tokens.\n\n| source | share of SS |\n|---|---:|\n";
   for (auto it = v["shares"].begin(); it != v["shares"].end(); ++it)
-    md << "| " << it.key() << " | " << pct(it.value()) << " |\n";
+    md << "| " << it.key() << " | " << (it.value().is_null() ? std::string("undefined") : pct(it.value())) << " |\n";
+  if (!undefined_reason(v).empty()) md << "\nThe shares are undefined: " << undefined_reason(v) << ".\n";
   md << "\nBalanced functional ANOVA of the evaluation coefficients; the three-way interaction is the residual.\n\n";
   const auto& p = a["provenance"];
   md << "## Provenance\n\nfca " << p["fca_version"].get<std::string>() << " (commit " << p["git_commit"].get<std::string>()

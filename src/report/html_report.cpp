@@ -6,7 +6,9 @@
 #include <sstream>
 
 #include "core/provenance.h"
+#include "core/undefined_statistic.h"
 #include "report/report.h"
+#include "report/report_util.h"
 #include "report/svg.h"
 
 namespace fca {
@@ -14,20 +16,9 @@ namespace {
 
 using svg::escape;
 
-std::string fmt(const char* f, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, f, v);
-  return buf;
-}
+using report_util::fmt;
 
-std::string ci(const nlohmann::json& c, const char* f = "%+.5f") {
-  std::string s = "[";
-  s += fmt(f, c[0].get<double>());
-  s += ", ";
-  s += fmt(f, c[1].get<double>());
-  s += "]";
-  return s;
-}
+std::string ci(const nlohmann::json& c, const char* f = "%+.5f") { return report_util::interval(c, f); }
 
 const char* kStyle = R"(
 body { font-family: -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; color: #222; max-width: 1100px; margin: 24px auto; padding: 0 16px; line-height: 1.45; }
@@ -121,7 +112,7 @@ std::string report_html(const ReportData& d) {
     figure("fig-retention", figure_retention(d),
            "How much of the structure-removed penalty a static profile recovers; the dashed line is the 95% criterion.");
     for (const auto& a : d.audits) {
-      h << "<h3>" << escape(a.doc["model"]["description"].get<std::string>()) << "</h3><table><tr><th class=\"l\">condition</th>"
+      h << "<h3>" << escape(report_util::audit_heading(d, a.doc)) << "</h3><table><tr><th class=\"l\">condition</th>"
            "<th>DeltaNLL</th><th class=\"l\">95% CI</th><th>MC SE</th><th>controller evals</th></tr>";
       for (const auto& c : a.doc["conditions"])
         h << "<tr><td class=\"l\">" << escape(c["name"].get<std::string>()) << "</td><td>" << fmt("%+.5f", c["delta_nll"].get<double>())
@@ -129,6 +120,22 @@ std::string report_html(const ReportData& d) {
           << (c.contains("mc_se") && !c["mc_se"].is_null() ? fmt("%.5f", c["mc_se"].get<double>()) : std::string("–")) << "</td><td>"
           << c.value("controller_evaluations", 0) << "</td></tr>";
       h << "</table>";
+      if (!a.doc["retention"].empty()) {
+        h << "<table><tr><th class=\"l\">retention of</th><th>estimate</th><th class=\"l\">95% CI</th><th>profile DeltaNLL</th>"
+             "<th>structure_removed DeltaNLL</th></tr>";
+        for (auto it = a.doc["retention"].begin(); it != a.doc["retention"].end(); ++it) {
+          const auto& r = it.value();
+          h << "<tr><td class=\"l\">" << escape(it.key()) << "</td>";
+          if (is_undefined_statistic(r))
+            h << "<td colspan=\"2\" class=\"l\">undefined: " << escape(undefined_reason(r)) << "</td>";
+          else
+            h << "<td>" << fmt("%.1f%%", 100 * r["estimate"].get<double>()) << "</td><td class=\"l\">" << report_util::interval(r["ci95"], "%.1f%%", 100)
+              << "</td>";
+          h << "<td>" << fmt("%+.5f", r["delta_nll"].get<double>()) << "</td><td>" << fmt("%+.5f", r["structure_removed_delta_nll"].get<double>())
+            << "</td></tr>";
+        }
+        h << "</table>";
+      }
       if (!a.doc["factor_effects"].is_null()) {
         h << "<table><tr><th class=\"l\">factor effect</th><th>estimate</th><th class=\"l\">95% CI</th></tr>";
         for (const char* f : {"input", "token", "interaction"})
@@ -151,12 +158,15 @@ std::string report_html(const ReportData& d) {
     h << "<h2 id=\"seeds\">Across seeds</h2>";
     for (const auto& a : d.aggregates) {
       h << "<p class=\"sub\">" << a.doc["checkpoints"] << " checkpoints: ";
-      for (const auto& in : a.doc["inputs"]) h << "<code>" << escape(in["path"].get<std::string>()) << "</code> ";
+      for (const auto& in : a.doc["inputs"])
+        h << escape(d.label(in.value("model_sha256", ""), in["path"].get<std::string>())) << " (<code>" << escape(in["path"].get<std::string>())
+          << "</code>) ";
       h << "</p><table><tr><th class=\"l\">figure</th><th>mean</th><th>sd</th><th class=\"l\">95% CI (checkpoints)</th>"
            "<th>sign-flip p</th><th>Holm p</th></tr>";
       for (auto it = a.doc["figures"].begin(); it != a.doc["figures"].end(); ++it)
-        if (it.value().contains("undefined"))
-          h << "<tr><td class=\"l\">" << escape(it.key()) << "</td><td colspan=\"5\" class=\"l\">undefined (0/0 in at least one checkpoint)</td></tr>";
+        if (is_undefined_statistic(it.value()))
+          h << "<tr><td class=\"l\">" << escape(it.key()) << "</td><td colspan=\"5\" class=\"l\">undefined: "
+            << escape(undefined_reason(it.value())) << "</td></tr>";
         else
           h << "<tr><td class=\"l\">" << escape(it.key()) << "</td><td>" << fmt("%.5f", it.value()["mean"].get<double>())
             << "</td><td>" << fmt("%.5f", it.value()["sd"].get<double>()) << "</td><td class=\"l\">"
@@ -176,7 +186,7 @@ std::string report_html(const ReportData& d) {
            "<th>ratio to Dense</th><th>NLL</th></tr>";
       for (const auto& m : e.doc["models"]) {
         auto row = [&](const nlohmann::json& r, const std::string& mode) {
-          h << "<tr><td class=\"l\">" << escape(m["gate"].get<std::string>()) << " L" << m["config"].value("n_layer", 0)
+          h << "<tr><td class=\"l\">" << escape(d.label(m["model_sha256"].get<std::string>(), m["gate"].get<std::string>()))
             << "</td><td class=\"l\">" << escape(mode) << "</td><td>" << r["executed_blocks"] << "/" << r["total_blocks"] << "</td><td>"
             << fmt("%.4g", r["gflop_per_token"].get<double>()) << "</td><td>"
             << (r.contains("gflop_per_pass_by_kind") && m.contains("tokens_per_pass")
@@ -186,7 +196,8 @@ std::string report_html(const ReportData& d) {
             << fmt("%.2f", 1e3 * r["latency"]["median_s"].get<double>()) << " [" << fmt("%.2f", 1e3 * r["latency"]["p10_s"].get<double>())
             << ", " << fmt("%.2f", 1e3 * r["latency"]["p90_s"].get<double>()) << "]</td><td>" << fmt("%.0f", r["tokens_per_s"].get<double>())
             << "</td><td>"
-            << (r.contains("latency_ratio_to_dense") && !r["latency_ratio_to_dense"].is_null() ? fmt("%.3f", r["latency_ratio_to_dense"].get<double>()) : std::string("–"))
+            << (r.contains("latency_ratio_to_dense") && !r["latency_ratio_to_dense"].is_null() ? fmt("%.3f", r["latency_ratio_to_dense"].get<double>())
+                : std::string("–"))
             << "</td><td>" << (r.contains("nll") ? fmt("%.4f", r["nll"].get<double>()) : std::string("–")) << "</td></tr>";
         };
         for (const auto& r : m["modes"]) row(r, r["mode"]);
@@ -230,10 +241,18 @@ std::string report_markdown(const ReportData& d) {
     md << "\n";
   }
   for (const auto& a : d.audits) {
-    md << "### " << a.doc["model"]["description"].get<std::string>() << ": conditions\n\n| condition | DeltaNLL | 95% CI |\n|---|---:|---|\n";
+    md << "### " << report_util::audit_heading(d, a.doc) << ": conditions\n\n| condition | DeltaNLL | 95% CI |\n|---|---:|---|\n";
     for (const auto& c : a.doc["conditions"])
       md << "| " << c["name"].get<std::string>() << " | " << fmt("%+.5f", c["delta_nll"].get<double>()) << " | " << ci(c["ci95"]) << " |\n";
-    md << "\n";
+    for (auto it = a.doc["retention"].begin(); it != a.doc["retention"].end(); ++it) {
+      const auto& r = it.value();
+      md << "\nRetention of " << it.key() << ": "
+         << (is_undefined_statistic(r) ? "undefined: " + undefined_reason(r)
+                                       : fmt("%.1f%%", 100 * r["estimate"].get<double>()) + " " + report_util::interval(r["ci95"], "%.1f%%", 100))
+         << ".";
+    }
+    if (!undefined_reason(a.doc["variance"]).empty()) md << "\nVariance shares undefined: " << undefined_reason(a.doc["variance"]) << ".";
+    md << "\n\n";
   }
   return md.str();
 }

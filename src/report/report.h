@@ -3,6 +3,7 @@
 // training logs. Never loads a model.
 #pragma once
 #include "core/json.h"
+#include <map>
 #include <string>
 #include <vector>
 
@@ -27,14 +28,26 @@ struct ReportData {
   };
   std::vector<TrainLog> train_logs;
   std::string title;
+  // A short, distinct label per checkpoint (model sha256 -> label), from its path: the file or
+  // folder name without ".safetensors" ("featuregate-s1" in a study), extended by parent folders
+  // until every checkpoint among the inputs has its own. Tables, figures and cards name
+  // checkpoints by it, so two seeds of one variant never share a label.
+  std::map<std::string, std::string> labels;
+  // The label of a checkpoint, or `fallback` when the inputs do not know it.
+  std::string label(const std::string& sha256, const std::string& fallback = "?") const;
 };
+
+// The labels path_labels gives distinct paths: the shortest path suffixes (at least the last
+// component, ".safetensors" removed) that tell them apart. Equal paths get equal labels.
+std::vector<std::string> path_labels(const std::vector<std::string>& paths);
 
 ReportData load_report_data(const ReportInputs& inputs);
 
-// The three-claim verdict lines of one audited model (and its exec entry, if any).
-// With an aggregate over several checkpoints of the model's configuration among the inputs,
-// claims 1 and 2 come from it (checkpoint-level CIs, the paper's primary analysis) and `basis`
-// says so and lists the per-checkpoint audits; otherwise they come from the one audit.
+// The three-claim verdict lines of one model: one card per configuration. With an aggregate over
+// several checkpoints of the configuration among the inputs, its audits make one card, claims 1 and
+// 2 come from the aggregate (checkpoint-level CIs, the paper's primary analysis) and `basis` says so
+// and lists the per-checkpoint audits; otherwise they come from the one audit. Claim 3 comes from
+// whichever of the card's checkpoints an exec.json timed, named in the text.
 struct Verdicts {
   std::string model, family, sha256;
   std::string variation, dependence, execution;

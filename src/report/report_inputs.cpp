@@ -1,10 +1,12 @@
 // Loading and validating the report's inputs.
 #include <cmath>
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
 
 #include "core/error.h"
+#include "core/undefined_statistic.h"
 #include "report/report.h"
 
 namespace fca {
@@ -46,24 +48,68 @@ void expect_fields(const nlohmann::json& j, const std::string& path, const std::
   }
 }
 
-// Every confidence interval anywhere in the document ("ci95" members) must be [lower, upper], two
-// numbers: the figures and tables index both ends (a shorter array was read out of bounds; found
-// by fuzz_report_inputs).
-void expect_intervals(const nlohmann::json& j, const std::string& path, const std::string& where = "") {
-  if (j.is_object()) {
-    for (const auto& [key, value] : j.items()) {
-      const std::string at = where + "/" + key;
-      if (key == "ci95" && !(value.is_array() && value.size() == 2 && value[0].is_number() && value[1].is_number()))
-        throw Error(path + ": '" + at + "' must be an interval [lower, upper] of two numbers, found " +
-                    value.dump().substr(0, 60));
-      expect_intervals(value, path, at);
-    }
-  } else if (j.is_array()) {
-    for (size_t i = 0; i < j.size(); ++i) expect_intervals(j[i], path, where + "/" + std::to_string(i));
+// The variance shares: numbers, or all null with the reason in "/variance/note" (a constant tensor).
+void expect_shares(const nlohmann::json& j, const std::string& path) {
+  const auto& shares = j["variance"]["shares"];
+  if (!shares.is_object()) throw Error(path + ": '/variance/shares' must be an object of numbers");
+  for (const auto& [key, value] : shares.items()) {
+    if (value.is_number()) continue;
+    if (!value.is_null())
+      throw Error(path + ": '/variance/shares/" + key + "' must be a number, or null when the shares are undefined; found " +
+                  value.dump().substr(0, 60));
+    if (undefined_reason(j["variance"]).empty())
+      throw Error(path + ": '/variance/shares/" + key + "' is null but '/variance/note' does not say why: expected \"undefined: <reason>\"");
   }
 }
 
 }  // namespace
+
+std::vector<std::string> path_labels(const std::vector<std::string>& paths) {
+  auto components = [](std::string p) {
+    std::vector<std::string> parts;
+    std::string part;
+    for (char c : p + "/") {
+      if (c != '/') {
+        part += c;
+      } else if (!part.empty() && part != ".") {
+        parts.push_back(part);
+        part.clear();
+      } else {
+        part.clear();
+      }
+    }
+    if (parts.empty()) parts.push_back(p);
+    const std::string ext = ".safetensors";
+    std::string& last = parts.back();
+    if (last.size() > ext.size() && last.compare(last.size() - ext.size(), ext.size(), ext) == 0) last.resize(last.size() - ext.size());
+    return parts;
+  };
+  auto suffix = [](const std::vector<std::string>& parts, size_t k) {
+    std::string out;
+    for (size_t i = parts.size() - std::min(k, parts.size()); i < parts.size(); ++i) out += (out.empty() ? "" : "/") + parts[i];
+    return out;
+  };
+  std::vector<std::vector<std::string>> parts;
+  size_t longest = 1;
+  for (const auto& p : paths) parts.push_back(components(p)), longest = std::max(longest, parts.back().size());
+  std::vector<std::string> labels(paths.size());
+  for (size_t k = 1; k <= longest; ++k) {
+    std::map<std::string, std::string> owner;  // label -> the path that has it
+    bool distinct = true;
+    for (size_t i = 0; i < paths.size(); ++i) {
+      labels[i] = suffix(parts[i], k);
+      const auto [it, fresh] = owner.emplace(labels[i], paths[i]);
+      distinct = distinct && (fresh || it->second == paths[i]);
+    }
+    if (distinct) break;
+  }
+  return labels;
+}
+
+std::string ReportData::label(const std::string& sha256, const std::string& fallback) const {
+  const auto it = labels.find(sha256);
+  return it == labels.end() ? fallback : it->second;
+}
 
 ReportData load_report_data(const ReportInputs& in) {
   ReportData d;
@@ -79,7 +125,8 @@ ReportData load_report_data(const ReportInputs& in) {
                          "/provenance/fca_version", "/provenance/git_commit", "/provenance/threads", "/provenance/machine"});
     for (size_t i = 0; i < j["conditions"].size(); ++i)
       expect_fields(j["conditions"][i], p + " conditions[" + std::to_string(i) + "]", {"/name", "/delta_nll", "/ci95"});
-    expect_intervals(j, p);
+    check_statistics(j, p);
+    expect_shares(j, p);
     d.audits.push_back({p, std::move(j)});
   }
   for (const auto& p : in.execs) {
@@ -89,13 +136,14 @@ ReportData load_report_data(const ReportInputs& in) {
     for (size_t i = 0; i < j["models"].size(); ++i)
       expect_fields(j["models"][i], p + " models[" + std::to_string(i) + "]",
                     {"/model_sha256", "/gate", "/modes/0/latency/median_s", "/modes/0/executed_blocks", "/modes/0/total_blocks"});
+    check_statistics(j, p);
     d.execs.push_back({p, std::move(j)});
   }
   for (const auto& p : in.aggregates) {
     nlohmann::json j = read_json(p);
     expect_schema(j, p, "fca-aggregate-v1");
     expect_fields(j, p, {"/figures", "/checkpoints", "/inputs"});
-    expect_intervals(j, p);
+    check_statistics(j, p);
     d.aggregates.push_back({p, std::move(j)});
   }
   for (const auto& p : in.evals) {
@@ -136,6 +184,24 @@ ReportData load_report_data(const ReportInputs& in) {
     if (t.label.empty()) throw Error(p + ": no 'start' record: not an fca training log");
     d.train_logs.push_back(std::move(t));
   }
+  // Labels: one per checkpoint (by weights hash), from the paths the audits and execs give.
+  {
+    std::vector<std::string> shas, paths;
+    auto add = [&](const nlohmann::json& sha, const nlohmann::json& path, const nlohmann::json& description) {
+      if (!sha.is_string() || !path.is_string()) return;
+      for (const auto& s : shas)
+        if (s == sha.get<std::string>()) return;
+      shas.push_back(sha.get<std::string>());
+      // An external adapter's "path" is its command: the model's description names it better.
+      const std::string p = path.get<std::string>();
+      paths.push_back(p.rfind("external: ", 0) == 0 && description.is_string() ? description.get<std::string>() : p);
+    };
+    for (const auto& a : d.audits) add(a.doc["provenance"]["model_sha256"], a.doc["model"]["path"], a.doc["model"]["description"]);
+    for (const auto& e : d.execs)
+      for (const auto& m : e.doc["models"]) add(m["model_sha256"], m.contains("path") ? m["path"] : nlohmann::json(), nlohmann::json());
+    const std::vector<std::string> labels = path_labels(paths);
+    for (size_t i = 0; i < shas.size(); ++i) d.labels[shas[i]] = labels[i];
+  }
   // Each document alone through everything the report does with it: a field of the wrong type,
   // or one missing beyond the checks above, is an error naming the file, not a crash later.
   auto check_renders = [&](const ReportData& single, const std::string& path) {
@@ -151,6 +217,7 @@ ReportData load_report_data(const ReportInputs& in) {
   auto alone = [&](auto member, const ReportData::Named& doc) {
     ReportData single;
     single.title = d.title;
+    single.labels = d.labels;
     (single.*member).push_back(doc);
     check_renders(single, doc.path);
   };

@@ -120,7 +120,7 @@ std::string run_study(const std::string& config_path, const std::string& out_arg
   const std::string out = !out_arg.empty() ? out_arg : c.out;
   if (out.empty()) throw Error(config_path + ": no 'out' folder (or pass --out)");
   const Corpus corpus(c.data.empty() ? default_corpus_dir() : c.data);
-  std::filesystem::create_directories(out);
+  ensure_folder(out, "the study's output folder");
 
   int64_t total = 2;  // execution and report
   for (const auto& v : c.variants) total += v.arch == "external" ? 2 : 3 * int64_t(c.seeds.size()) + 1;
@@ -254,6 +254,7 @@ std::string run_study(const std::string& config_path, const std::string& out_arg
         stage("audit " + v.name + " seed " + std::to_string(seed) + ": done before, skipped");
       }
       variant_audits.push_back(audit_dir + "/audit.json");
+      report.audits.push_back(audit_dir + "/audit.json");  // every checkpoint's tables; one card per variant
       if (seed == c.seeds.front()) exec_models.push_back(o.out);
     }
     if (variant_audits.size() >= 2) {
@@ -264,8 +265,6 @@ std::string run_study(const std::string& config_path, const std::string& out_arg
     } else {
       stage("aggregate " + v.name + ": one seed, nothing to aggregate");
     }
-    // Audit the first seed only in the report's cards: other c.seeds enter through the aggregate.
-    report.audits.push_back(variant_audits.front());
   }
   const std::string exec_dir = out + "/exec";
   if (!file_exists(exec_dir + "/exec.json")) {

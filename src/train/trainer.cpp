@@ -9,6 +9,7 @@
 #include "core/json.h"
 
 #include "core/error.h"
+#include "core/file_io.h"
 #include "core/progress.h"
 #include "core/provenance.h"
 #include "core/rng.h"
@@ -142,9 +143,8 @@ TrainResult train_model(const TrainOptions& options, const Corpus& corpus) {
 
   const std::string log_path = o.log_path.empty() ? model->default_log(o.out) : o.log_path;
   // The checkpoint's folder (MUDD: the checkpoint itself) is created if missing.
-  if (o.arch == "mudd") std::filesystem::create_directories(o.out);
-  else if (const auto parent = std::filesystem::path(o.out).parent_path(); !parent.empty())
-    std::filesystem::create_directories(parent);
+  if (o.arch == "mudd") ensure_folder(o.out, "--out");
+  else ensure_file_destination(o.out, "--out");
   std::ofstream log;
   if (comm.root()) {
     log.open(log_path, o.resume ? std::ios::app : std::ios::trunc);

@@ -313,7 +313,7 @@ MuddModel<T> MuddModel<T>::initialized(const MuddConfig& config, uint64_t seed) 
 template <typename T>
 void MuddModel<T>::save(const std::string& dir, const std::map<std::string, std::string>& extra) const {
   if (mapped()) throw Error(dir + ": cannot save a model loaded in place (read-only pages of its files); load it with copies");
-  std::filesystem::create_directories(dir);
+  ensure_folder(dir, "");
   // Float weights are written from the buffer itself (no copy: a 1.4B model is 5.7 GB).
   std::vector<float> converted;
   const float* base = nullptr;

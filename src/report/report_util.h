@@ -1,0 +1,31 @@
+// Helpers shared by the report's files (verdicts, figures, HTML and Markdown): number formatting
+// and look-ups across the validated inputs.
+#pragma once
+#include <string>
+
+#include "report/report.h"
+
+namespace fca::report_util {
+
+// printf-style formatting of one number, e.g. fmt("%+.5f", x).
+std::string fmt(const char* format, double v);
+// "[lower, upper]" of an interval, or "–" for an undefined (null) one.
+std::string interval(const nlohmann::json& ci, const char* format = "%+.5f", double scale = 1.0);
+
+// The condition `name` of an audit, or null.
+const nlohmann::json* find_condition(const nlohmann::json& audit, const std::string& name);
+// The aggregate among the inputs that combines the checkpoint `sha256` with others, or null.
+const ReportData::Named* find_aggregate(const ReportData& d, const std::string& sha256);
+// The exec entry of a model (matched by weights hash), or null.
+const nlohmann::json* find_exec(const ReportData& d, const std::string& sha256);
+
+// A checkpoint's label (ReportData::labels) for an audit document.
+std::string audit_label(const ReportData& d, const nlohmann::json& audit);
+// "<label>: <description>", the heading of a checkpoint's tables.
+std::string audit_heading(const ReportData& d, const nlohmann::json& audit);
+
+// Approximate width in pixels of `text` at `size` px in the report's sans-serif font (an average
+// glyph is about 0.6 em), so that figures can size their label margins to fit.
+double text_width(const std::string& text, int size);
+
+}  // namespace fca::report_util

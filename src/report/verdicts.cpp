@@ -1,0 +1,209 @@
+// The three-claim verdicts: one card per configuration (the checkpoints of an aggregate share one).
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+#include "core/undefined_statistic.h"
+#include "report/report.h"
+#include "report/report_util.h"
+
+namespace fca {
+namespace {
+
+using report_util::fmt;
+
+// The variance shares, by name; NaN where undefined.
+struct Shares {
+  double coordinate, input, token, coordinate_x_input, coordinate_x_token, input_x_token, residual;
+};
+
+// Claim 1 in words. `over` is "" for one audit, else " (mean over N checkpoints)". Every share that
+// makes up the input- or token-dependent part is named, interactions included: for routers most of
+// it is coordinate x token (which expert a token picks), not a main effect.
+std::string variation_text(const Shares& s, double total_variance, const std::string& over, bool& varies) {
+  const double dynamic = std::max(0.0, 1.0 - s.coordinate);
+  varies = std::isfinite(s.coordinate) && dynamic >= 0.01;  // a constant tensor has no shares (constant_text)
+  auto pct = [](double v) { return fmt("%.1f%%", 100 * v); };
+  std::string t = (varies ? "Coefficients vary with input and position: " : "Coefficients are essentially static: ") + pct(dynamic) +
+                  " of their variance is input- or token-dependent" + over + ": input " + pct(s.input) + ", token " + pct(s.token) +
+                  ", coordinate x input " + pct(s.coordinate_x_input) + ", coordinate x token " + pct(s.coordinate_x_token) +
+                  ", input x token " + pct(s.input_x_token) + ", three-way residual " + pct(s.residual) +
+                  " (coordinate alone " + pct(s.coordinate);
+  if (std::isfinite(total_variance)) t += "; total variance " + fmt("%.3g", total_variance);
+  return t + ").";
+}
+
+std::string constant_text(const std::string& reason) {
+  return "Coefficients do not vary; the variance shares are undefined: " + reason + ".";
+}
+
+std::string dependence_text(double mean, double lo, double hi, bool small, double threshold, const std::string& over,
+                            const std::string& retention, bool& depends) {
+  depends = lo > threshold;
+  const std::string lead = small     ? "The frozen model does not need its dynamic coefficients: the static profile costs "
+                           : depends ? "The frozen model depends on its dynamic coefficients: the static profile costs "
+                                     : "Not established either way: the static profile costs ";
+  const std::string rule = small ? "upper bound < " : depends ? "lower bound > " : "interval straddles ";
+  return lead + fmt("%+.4f", mean) + " nats/token [" + fmt("%+.4f", lo) + ", " + fmt("%+.4f", hi) + "]" + over + " (" + rule +
+         fmt("%g", threshold) + ")" + retention + ".";
+}
+
+// "; retention 97.1% [95.0, 99.0]%" or "; retention undefined: <reason>".
+std::string retention_text(const nlohmann::json& stat, const char* value_key) {
+  if (is_undefined_statistic(stat)) return "; retention undefined: " + undefined_reason(stat);
+  return "; retention " + fmt("%.1f%%", 100 * stat[value_key].get<double>()) + " [" + fmt("%.1f", 100 * stat["ci95"][0].get<double>()) +
+         ", " + fmt("%.1f", 100 * stat["ci95"][1].get<double>()) + "]%";
+}
+
+void audit_verdicts(const nlohmann::json& j, Verdicts& v) {
+  const auto& variance = j["variance"];
+  const auto& sh = variance["shares"];
+  if (sh["coordinate"].is_null()) {
+    v.variation = constant_text(undefined_reason(variance));
+  } else {
+    auto g = [&](const char* k) { return sh[k].get<double>(); };
+    v.variation = variation_text({g("coordinate"), g("input"), g("token"), g("coordinate_x_input"), g("coordinate_x_token"),
+                                  g("input_x_token"), g("residual")},
+                                 variance["total_variance"].get<double>(), "", v.varies);
+  }
+  const nlohmann::json* st = report_util::find_condition(j, "static_profile");
+  if (st == nullptr) {
+    v.dependence = "Not assessed: the audit ran without the static_profile condition.";
+    return;
+  }
+  const bool has_criterion = j["criteria"].contains("static_penalty_small");
+  const bool small = has_criterion && j["criteria"]["static_penalty_small"]["holds"].get<bool>();
+  const double threshold = has_criterion ? j["criteria"]["static_penalty_small"]["threshold"].get<double>() : 0.002;
+  const std::string ret = j["retention"].contains("static_profile") ? retention_text(j["retention"]["static_profile"], "estimate") : "";
+  v.dependence = dependence_text((*st)["delta_nll"], (*st)["ci95"][0], (*st)["ci95"][1], small, threshold, "", ret, v.needs_dynamic);
+}
+
+// Claims 1 and 2 from an aggregate: the checkpoint-level means and bootstrap CIs, and the criteria
+// it applied to them.
+void aggregate_verdicts(const nlohmann::json& g, Verdicts& v) {
+  const auto& f = g["figures"];
+  const std::string over = " (mean over " + std::to_string(g["checkpoints"].get<int>()) + " checkpoints)";
+  auto mean_of = [&](const std::string& name) {
+    return f.contains(name) && !is_undefined_statistic(f[name]) ? f[name]["mean"].get<double>() : std::nan("");
+  };
+  if (f.contains("variance_share.coordinate") && is_undefined_statistic(f["variance_share.coordinate"])) {
+    v.variation = constant_text(undefined_reason(f["variance_share.coordinate"]));
+    v.varies = false;
+  } else {
+    v.variation = variation_text({mean_of("variance_share.coordinate"), mean_of("variance_share.input"), mean_of("variance_share.token"),
+                                  mean_of("variance_share.coordinate_x_input"), mean_of("variance_share.coordinate_x_token"),
+                                  mean_of("variance_share.input_x_token"), mean_of("variance_share.residual")},
+                                 std::nan(""), over, v.varies);
+  }
+  if (!f.contains("delta_nll.static_profile") || is_undefined_statistic(f["delta_nll.static_profile"]) || !g.contains("criteria") ||
+      !g["criteria"].contains("static_penalty_small")) {
+    v.dependence = "Not assessed: the aggregate has no checkpoint-level static_profile penalty.";
+    return;
+  }
+  const auto& st = f["delta_nll.static_profile"];
+  const auto& crit = g["criteria"]["static_penalty_small"];
+  const std::string ret = f.contains("retention.static_profile") ? retention_text(f["retention.static_profile"], "mean") : "";
+  v.dependence = dependence_text(st["mean"], st["ci95"][0], st["ci95"][1], crit["holds"].get<bool>(), crit["threshold"], " over checkpoints",
+                                 ret, v.needs_dynamic);
+}
+
+// Claim 3 from one exec entry.
+std::string execution_text(const nlohmann::json& e, bool& saves_compute) {
+  std::string t;
+  const auto& live = e["modes"][0];
+  const double ratio = live.contains("latency_ratio_to_dense") && !live["latency_ratio_to_dense"].is_null()
+                           ? live["latency_ratio_to_dense"].get<double>() : std::nan("");
+  t = std::to_string(live["executed_blocks"].get<int>()) + "/" + std::to_string(live["total_blocks"].get<int>()) +
+                 " blocks execute with the live controller; " + fmt("%.2f", 1e3 * live["latency"]["median_s"].get<double>()) +
+                 " ms per batch" + (std::isnan(ratio) ? std::string("") : ", " + fmt("%.2fx", ratio) + " Dense latency");
+  saves_compute = live["executed_blocks"].get<int>() < live["total_blocks"].get<int>();
+  if (e.contains("savings")) {
+    // Routed models: a saving is claimed only where counted FLOPs and measured latency are both lower.
+    t = "Routing executes " + fmt("%.3g", live["gflop_per_token"].get<double>() * 1e3) + " MFLOP/token in " +
+                   fmt("%.2f", 1e3 * live["latency"]["median_s"].get<double>()) + " ms per batch";
+    saves_compute = false;
+    for (const auto& s : e["savings"]) {
+      const bool saves = s["saves"].get<bool>();
+      t += std::string("; against ") + s["against"].get<std::string>() + ": ";
+      if (s["flop_ratio"].is_null() || s["latency_ratio"].is_null())
+        t += "no saving claimed (" + s.value("note", std::string("undefined ratio")) + ")";
+      else
+        t += saves ? "saves " + fmt("%.0f%%", 100 * s["flop_saving"].get<double>()) + " FLOPs and " +
+                                   fmt("%.0f%%", 100 * s["latency_saving"].get<double>()) + " latency"
+                             : "no saving (FLOPs x" + fmt("%.2f", s["flop_ratio"].get<double>()) + ", latency x" +
+                                   fmt("%.2f", s["latency_ratio"].get<double>()) + ")";
+      if (saves && s["against"] == "dense_same_shape") saves_compute = true;
+    }
+  }
+  if (e.contains("skip_sweep")) {
+    // The largest removal whose NLL stays within 0.01 nats of the unskipped static model.
+    const auto& sweep = e["skip_sweep"];
+    const double base = sweep[0]["nll"];
+    const nlohmann::json* best = nullptr;
+    for (const auto& s : sweep)
+      if (s["nll"].get<double>() - base <= 0.01 && (!best || s["executed_blocks"] < (*best)["executed_blocks"])) best = &s;
+    if (best && (*best)["executed_blocks"] < live["executed_blocks"]) {
+      const int removed = live["executed_blocks"].get<int>() - (*best)["executed_blocks"].get<int>();
+      const double live_ms = live["latency"]["median_s"].get<double>();
+      t += "; a real skip (tau " + fmt("%g", (*best)["threshold"].get<double>()) + ") removes " + std::to_string(removed) +
+                     (removed == 1 ? " block" : " blocks") + " at " + fmt("%+.4f", (*best)["nll"].get<double>() - base) + " nats" +
+                     (live_ms > 0 ? " and " + fmt("%.2fx", (*best)["latency"]["median_s"].get<double>() / live_ms) + " the latency" : "");
+    } else {
+      t += "; no block can be removed within 0.01 nats";
+    }
+  }
+  return t + ".";
+}
+
+}  // namespace
+
+std::vector<Verdicts> compute_verdicts(const ReportData& d) {
+  std::vector<Verdicts> out;
+  std::set<const ReportData::Named*> carded;  // aggregates that already have their card
+  for (const auto& a : d.audits) {
+    const auto& j = a.doc;
+    Verdicts v;
+    v.model = j["model"]["description"].get<std::string>();
+    v.family = j["model"]["family"];
+    v.sha256 = j["provenance"]["model_sha256"];
+    std::vector<std::string> group{v.sha256};  // the card's checkpoints, by weights hash
+    const ReportData::Named* g = report_util::find_aggregate(d, v.sha256);
+    if (g != nullptr && !carded.insert(g).second) continue;  // this configuration has its card
+    audit_verdicts(j, v);
+    if (g != nullptr) {
+      // Several checkpoints of this configuration: claims 1 and 2 at the checkpoint level.
+      aggregate_verdicts(g->doc, v);
+      v.basis = "Claims 1 and 2 at the checkpoint level: aggregate of " + std::to_string(g->doc["checkpoints"].get<int>()) +
+                " independently trained checkpoints (" + g->path + "), bootstrap over checkpoints.";
+      group.clear();
+      for (const auto& in : g->doc["inputs"]) {
+        const std::string sha = in.value("model_sha256", "");
+        group.push_back(sha);
+        v.checkpoints.push_back(d.label(sha, in["path"].get<std::string>()) + " (" + in["path"].get<std::string>() + ")");
+      }
+    } else {
+      v.model += " · " + report_util::audit_label(d, j);
+      v.basis = "One checkpoint: window-level CIs of " + a.path + ".";
+    }
+    // 3. Actual execution, measured by fca exec on whichever of the card's checkpoints it timed.
+    std::vector<std::pair<std::string, const nlohmann::json*>> timed;
+    for (const auto& sha : group)
+      if (const nlohmann::json* e = report_util::find_exec(d, sha)) timed.push_back({d.label(sha, sha.substr(0, 12)), e});
+    if (timed.empty()) {
+      v.execution = "Not measured (no exec.json among the inputs times " +
+                    std::string(group.size() > 1 ? "any of these checkpoints" : "this checkpoint") + ").";
+    } else {
+      if (group.size() > 1) {
+        std::string names;
+        for (const auto& [label, e] : timed) names += (names.empty() ? "" : ", ") + label;
+        v.execution = "Timed on " + names + " (" + std::to_string(timed.size()) + " of " + std::to_string(group.size()) +
+                      " checkpoints" + (timed.size() > 1 ? "; figures of " + timed.front().first : std::string()) + "): ";
+      }
+      v.execution += execution_text(*timed.front().second, v.saves_compute);
+    }
+    out.push_back(v);
+  }
+  return out;
+}
+
+}  // namespace fca
