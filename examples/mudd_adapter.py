@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
-import fca_adapter  # noqa: E402  (python/fca_adapter.py: numpy and torch only)
+import fca_adapter  # noqa: E402  (python/fca_adapter: numpy and torch only)
 
 MASKED_SCORE = -65504.0  # fp16 minimum, the reference's causal-mask fill value
 

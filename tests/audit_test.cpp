@@ -17,6 +17,7 @@
 #include "core/threads.h"
 #include "models/gated/auditable.h"
 #include "models/mudd/auditable.h"
+#include "report/report.h"
 #include "test_util.h"
 #include "train/trainer.h"
 
@@ -232,12 +233,13 @@ TEST_F(AuditEndToEnd, AggregateAppliesCriteriaAndRefusesWhatDoesNotCombine) {
 TEST_F(AuditEndToEnd, ThePlanCountsEveryPassAndIsRecordedBesideTheMeasuredTime) {
   const std::string m = model_of(GateKind::featuregate, 0);
   const auto j = audit(m, "plan");
-  // 24 + 16 windows: the cache pass (40 live), exact replay (24 live + 24 replayed), four
-  // randomized conditions x 3 reps and four profile conditions x 1, over 24 windows each.
+  // 24 + 16 windows: the cache pass (40 live), exact replay (24 live + 24 replayed), the replay
+  // sensitivity probe (a calibration batch of 8, replayed twice), four randomized conditions x 3 reps and
+  // four profile conditions x 1, over 24 windows each.
   const auto& plan = j["provenance"]["run"]["plan"];
   EXPECT_EQ(plan["live_windows"], 40 + 24);
-  EXPECT_EQ(plan["replay_windows"], 24 + 24 * (4 * 3 + 4));
-  EXPECT_EQ(plan["tokens"], (40 + 24 + 24 + 24 * 16) * 16);
+  EXPECT_EQ(plan["replay_windows"], 24 + 2 * 8 + 24 * (4 * 3 + 4));
+  EXPECT_EQ(plan["tokens"], (40 + 24 + 24 + 2 * 8 + 24 * 16) * 16);
   EXPECT_GT(plan["gflop"].get<double>(), 0);
   EXPECT_GT(plan["estimated_s"].get<double>(), 0);
   const auto& measured = j["provenance"]["run"]["measured"];
@@ -372,9 +374,10 @@ TEST_F(AuditEndToEnd, PlanOnlyWritesNothing) {
   const auto plan = run_audit(model, Corpus(dir.path()), o);
   EXPECT_FALSE(std::filesystem::exists(dir.file("planned")));
   // 24 evaluation windows: the cache pass over 24 + 16, exact replay's live half; replayed: exact
-  // replay, 3 randomised conditions x 3 reps, 4 fixed profiles, layer_permutation x 3.
+  // replay, the sensitivity probe's two replays of a calibration batch of 8, 3 randomised conditions x 3
+  // reps, 4 fixed profiles, layer_permutation x 3.
   EXPECT_EQ(plan["plan"]["live_windows"], 24 + 16 + 24);
-  EXPECT_EQ(plan["plan"]["replay_windows"], 24 * (1 + 3 * 3 + 4 + 3));
+  EXPECT_EQ(plan["plan"]["replay_windows"], 24 * (1 + 3 * 3 + 4 + 3) + 2 * 8);
   EXPECT_GT(plan["plan"]["estimated_s"].get<double>(), 0.0);
   const auto& memory = plan["plan"]["memory_bytes"];
   EXPECT_EQ(memory["weights"], model.parameter_count() * sizeof(float));
@@ -388,6 +391,9 @@ class CountingModel : public AuditableModel {
  public:
   explicit CountingModel(AuditableModel& inner) : m_(inner) {}
   int64_t live_windows = 0, replay_windows = 0;
+  // The broken adapter of the issue: replay runs the model's own controller (uncounted) instead of
+  // using the coefficients it is handed. Exact replay cannot see it; the sensitivity probe must.
+  bool ignore_replayed_coefficients = false;
   std::string family() const override { return m_.family(); }
   std::string description() const override { return m_.description(); }
   std::string content_hash() const override { return m_.content_hash(); }
@@ -403,7 +409,8 @@ class CountingModel : public AuditableModel {
   }
   void run_replay(const int32_t* x, const int32_t* y, int B, int T, const CoefficientTensor& c, double* nll) override {
     replay_windows += B;
-    m_.run_replay(x, y, B, T, c, nll);
+    if (ignore_replayed_coefficients) m_.run_live(x, y, B, T, nullptr, 0, nll);
+    else m_.run_replay(x, y, B, T, c, nll);
   }
   size_t run_state_bytes() const override { return m_.run_state_bytes(); }
   bool batch_invariant() const override { return m_.batch_invariant(); }
@@ -423,6 +430,45 @@ class CountingModel : public AuditableModel {
  private:
   AuditableModel& m_;
 };
+
+// A replay that ignores the coefficients it is handed passes exact replay and reports 0 controller
+// evaluations, so without the sensitivity probe every penalty would be exactly 0 and the verdict
+// "no functional dependence". The probe refuses it; with --allow-insensitive-replay the audit runs
+// and says so, and the report does not read its zeros as a finding.
+TEST_F(AuditEndToEnd, AReplayThatIgnoresItsCoefficientsIsRefused) {
+  const std::string m = model_of(GateKind::featuregate, 20);
+  GatedAuditable inner(m, 8, 1 << 20);
+  CountingModel broken(inner);
+  broken.ignore_replayed_coefficients = true;
+  AuditOptions o = options(m, "ignoring");
+  try {
+    run_audit(broken, Corpus(dir.path()), o);
+    ADD_FAILURE() << "an audit whose replay ignores its coefficients was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("replay sensitivity probe failed"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("ignores the handed coefficients"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(file_exists(dir.file("ignoring/audit.json")));
+  o.allow_insensitive_replay = true;
+  const auto j = run_audit(broken, Corpus(dir.path()), o);
+  EXPECT_FALSE(j["replay_sensitivity"]["passed"].get<bool>());
+  EXPECT_EQ(j["replay_sensitivity"]["differing_logits"], 0);
+  EXPECT_NE(j["replay_sensitivity"]["warning"].get<std::string>().find("0 by construction"), std::string::npos);
+  for (const auto& c : j["conditions"]) EXPECT_EQ(c["delta_nll"].get<double>(), 0.0) << c["name"];
+  ReportInputs in;
+  in.audits = {dir.file("ignoring/audit.json")};
+  const ReportData data = load_report_data(in);
+  const auto verdicts = compute_verdicts(data);
+  ASSERT_EQ(verdicts.size(), 1u);
+  EXPECT_EQ(verdicts[0].dependence.rfind("Not assessed: the replay did not depend on the coefficients it was handed", 0), 0u)
+      << verdicts[0].dependence;
+  EXPECT_NE(report_html(data).find("class=\"warn\""), std::string::npos);
+  // The native model's own replay does depend on them.
+  const auto good = audit(m, "good");
+  EXPECT_TRUE(good["replay_sensitivity"]["passed"].get<bool>());
+  EXPECT_GT(good["replay_sensitivity"]["differing_logits"].get<int64_t>(), 0);
+  EXPECT_EQ(good["replay_sensitivity"]["controller_evaluations"], 0);
+}
 
 // An audit stopped after one and then after two more window batches (as a kill would leave it:
 // the cache and the journal's records on disk), then run to the end, gives bitwise the results of
@@ -460,8 +506,9 @@ TEST_F(AuditEndToEnd, AStoppedAuditResumesToTheSameResults) {
       }
     }
     // 24 windows: exact replay once, then each batch of 8 windows' condition replays once, plus the
-    // plan's one-batch probe in each of the three runs (8 windows replayed each).
-    EXPECT_EQ(replayed, 24 + 24 * per_window + 3 * 8);
+    // plan's one-batch probe in each of the three runs (8 windows replayed each) and the replay
+    // sensitivity probe's two replays of a calibration batch of 8 in each run.
+    EXPECT_EQ(replayed, 24 + 24 * per_window + 3 * 8 + 3 * 2 * 8);
     // Live: the cache pass over 24 + 16 windows and exact replay's live half once (the resumed runs
     // read the cache and the journal), plus the probe's warm-up window and live batch in each run.
     EXPECT_EQ(live, 24 + 16 + 24 + 3 * (1 + 8));

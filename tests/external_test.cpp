@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include "core/json.h"
 
 #include "core/error.h"
@@ -44,7 +45,10 @@ void expect_same_figures(const nlohmann::json& native, const nlohmann::json& ext
                          double& worst, std::string& worst_path) {
   static const std::vector<std::string> skipped{"/provenance", "/model/path", "/model/family", "/model/description",
                                                 "/settings/cache", "/exact_replay/logits_compared", "/settings/batch",
-                                                "/exact_replay/batches"};
+                                                "/exact_replay/batches", "/model/controller_evaluations_counted_by",
+                                                // the probe's logits: compared by value natively, by digest here
+                                                "/replay_sensitivity/logits_compared", "/replay_sensitivity/differing_logits",
+                                                "/replay_sensitivity/max_abs_delta_logit", "/replay_sensitivity/calibration_windows"};
   for (const auto& s : skipped)
     if (path == s) return;
   ASSERT_EQ(native.type(), external.type()) << path;
@@ -232,6 +236,43 @@ TEST_F(External, StudyRejectsAnExternalVariantWithoutCommand) {
   EXPECT_NE(r.output.find("arch \"external\" needs a 'command'"), std::string::npos) << r.output;
 }
 
+// Models written in the styles of third-party code (tests/external/hooked_models.py), audited as
+// they are through fca_adapter.HookedAdapter: a MUDD-style [C, B, T, L] controller with per-layer
+// sizes, a router Linear over flattened tokens with inline top-k, one gate called twice per pass, a
+// tuple-returning gate with converters, a bf16 gate. Each passes exact replay and the sensitivity
+// probe with 0 controller evaluations in every replay; what the hooks cannot vouch for is refused.
+TEST_F(External, HookedModelsOfThirdPartyStylesAreAuditedAsTheyAre) {
+  const std::map<std::string, int> layers{{"mudd", 3}, {"moe", 3}, {"twice", 2}, {"tuple", 3}, {"bf16", 3}};
+  for (const auto& [style, L] : layers) {
+    const std::string out = dir.file("hooked-" + style);
+    auto args = audit_args(out);
+    args.insert(args.end(), {"--external", python() + " " + source("tests/external/hooked_models.py") + " --style " + style});
+    const auto r = run_fca(args);
+    ASSERT_EQ(r.exit_code, 0) << style << ": " << r.output;
+    const auto j = read_json(out + "/audit.json");
+    EXPECT_TRUE(j["exact_replay"]["passed"].get<bool>()) << style;
+    EXPECT_TRUE(j["replay_sensitivity"]["passed"].get<bool>()) << style;
+    EXPECT_EQ(j["model"]["coefficient_shape"]["layer"], L) << style;
+    EXPECT_EQ(j["model"]["controller_evaluations_counted_by"], "the adapter (reported in its answers)");
+    for (const auto& c : j["conditions"]) EXPECT_EQ(c["controller_evaluations"], 0) << style << " " << c["name"];
+    // Without identity coefficients the identity condition is skipped, and the audit says why.
+    if (style == "mudd" || style == "moe") {
+      EXPECT_NE(j["settings"]["skipped_reasons"]["identity"].get<std::string>().find("no identity coefficients"), std::string::npos);
+    }
+  }
+  auto refused = [&](const std::string& style, const std::string& fault, const std::string& part) {
+    auto args = audit_args(dir.file("hooked-" + fault));
+    args.insert(args.end(), {"--external", python() + " " + source("tests/external/hooked_models.py") + " --style " + style +
+                                               " --fault " + fault});
+    const auto r = run_fca(args);
+    EXPECT_NE(r.exit_code, 0) << fault << ": " << r.output;
+    EXPECT_NE(r.output.find(part), std::string::npos) << fault << ": " << r.output;
+    EXPECT_FALSE(std::filesystem::exists(dir.file("hooked-" + fault + "/audit.json")));
+  };
+  refused("bf16", "unused", "replay sensitivity probe failed");
+  refused("tuple", "direct", "module 'gates.0.proj', inside the controller 'gates.0', was called");
+}
+
 class BrokenAdapter : public External {
  protected:
   void SetUp() override {
@@ -285,6 +326,20 @@ TEST_F(BrokenAdapter, RaisesAnError) {
 
 TEST_F(BrokenAdapter, EvaluatesTheControllerInReplay) {
   expect_failure("controller", {"controller was evaluated"});
+}
+
+// The bug that once produced a clean audit ("no functional dependence"): replay calls the original
+// controller instead of using the handed coefficients, counts nothing, and exact replay passes.
+TEST_F(BrokenAdapter, IgnoresTheHandedCoefficients) {
+  expect_failure("ignores", {"replay sensitivity probe failed", "ignores the handed coefficients"});
+}
+
+TEST_F(BrokenAdapter, ReportsOtherCoefficientsThanItWasHanded) {
+  expect_failure("ignores_reported", {"the adapter's replay used coefficients with SHA-256", "but fca sent"});
+}
+
+TEST_F(BrokenAdapter, CountsNoControllerEvaluationsLive) {
+  expect_failure("uncounted", {"reports 0 controller evaluations for a live pass"});
 }
 
 TEST_F(BrokenAdapter, CommandThatIsNoAdapter) {

@@ -14,6 +14,7 @@
 #include "audit/exact_replay.h"
 #include "audit/journal.h"
 #include "audit/plan.h"
+#include "audit/replay_probe.h"
 #include "audit/routing_conditions.h"
 #include "audit/statistics.h"
 #include "audit/work_split.h"
@@ -138,11 +139,24 @@ nlohmann::ordered_json run_audit(AuditableModel& model, const Corpus& corpus, co
   const std::vector<std::string>& known = routing ? routing_condition_names() : all_condition_names();
   std::vector<std::string> names = o.conditions.empty() ? known : o.conditions;
   std::vector<std::string> skipped;
-  if (o.conditions.empty() && !routing && !layers_are_permutable(model.make_coefficients(1, T).view())) {
-    names.erase(std::remove(names.begin(), names.end(), "layer_permutation"), names.end());
-    skipped.push_back("layer_permutation");
+  nlohmann::ordered_json skipped_reasons = nlohmann::ordered_json::object();
+  auto skip = [&](const std::string& name, const std::string& reason) {
+    names.erase(std::remove(names.begin(), names.end(), name), names.end());
+    skipped.push_back(name);
+    skipped_reasons[name] = reason;
+  };
+  if (o.conditions.empty() && !routing && !layers_are_permutable(model.make_coefficients(1, T).view()))
+    skip("layer_permutation", "the layers have different valid (stream, source) coordinates");
+  if (o.conditions.empty() && routing) {
+    skip("identity", "routing records have no identity coefficients");
+    skip("layer_permutation", "routing records are not permuted across layers");
   }
-  if (o.conditions.empty() && routing) skipped = {"identity", "layer_permutation"};
+  if (!routing && !model.has_identity_profile()) {
+    const std::string reason = "the model gives no identity coefficients (the values that make its controller a no-op)";
+    if (!o.conditions.empty() && std::find(names.begin(), names.end(), "identity") != names.end())
+      throw Error("--conditions identity: " + reason);
+    if (o.conditions.empty()) skip("identity", reason);
+  }
   names.erase(std::remove(names.begin(), names.end(), "correct"), names.end());
 
   if (!o.plan_only && comm.root()) ensure_folder(o.out_dir, "--out");
@@ -153,7 +167,8 @@ nlohmann::ordered_json run_audit(AuditableModel& model, const Corpus& corpus, co
   const bool cache_reused = cache_found == "1";
 
   // ---- The plan, before any pass: windows, tokens, FLOPs and time from a one-batch probe ----
-  int64_t replay_windows = W;  // exact replay's replayed half
+  // Exact replay's replayed half, and the sensitivity probe's two replays of one calibration batch.
+  int64_t replay_windows = W + 2 * int64_t(std::min(o.batch, calib.count()));
   for (const auto& n : names) replay_windows += int64_t(W) * (condition_randomized(n, routing) ? o.reps : 1);
   const int64_t live_windows = (cache_reused ? 0 : int64_t(W) + calib.count()) + W;
   AuditPlan plan = plan_audit(model, eval, o.batch, live_windows, replay_windows, int64_t(W) + calib.count());
@@ -187,7 +202,7 @@ nlohmann::ordered_json run_audit(AuditableModel& model, const Corpus& corpus, co
     profiles.layer_position_mean = routing_profile.layer_position_mean;
   } else {
     compute_means(cache.calibration(), profiles.layer_position_mean, profiles.static_profile);
-    model.identity_profile(profiles.identity);
+    if (model.has_identity_profile()) model.identity_profile(profiles.identity);
     model.structure_removed_profile(profiles.static_profile, profiles.structure_removed);
   }
   const AuditRandomness randomness(o.seed, W, T, o.reps);
@@ -280,6 +295,29 @@ nlohmann::ordered_json run_audit(AuditableModel& model, const Corpus& corpus, co
   comm.broadcast(verdict);
   if (!verdict.empty()) {
     if (comm.root()) journal->remove();  // a failed replay leaves no records to resume from
+    throw Error(verdict);
+  }
+
+  // ---- The replay sensitivity probe (replay_probe.h): the replay must depend on what it is handed
+  // before any intervention counts. Rank 0 runs it; all stop together ----
+  ReplayProbe probe;
+  if (comm.root()) {
+    try {
+      probe = probe_replay_sensitivity(model, calib, cache.calibration(), 0, std::min(o.batch, calib.count()));
+      if (probe.controller_evaluations != 0)
+        verdict = "the controller was evaluated " + std::to_string(probe.controller_evaluations) +
+                  " times during the replay sensitivity probe";
+      else if (!probe.sensitive() && !o.allow_insensitive_replay)
+        verdict = probe.failure();
+      else if (!probe.sensitive())
+        std::fprintf(stderr, "audit: WARNING: %s; auditing anyway (--allow-insensitive-replay)\n", probe.failure().c_str());
+    } catch (const Error& e) {  // an adapter's answer refused during the probe: stop as any failed check does
+      verdict = std::string("replay sensitivity probe: ") + e.what();
+    }
+  }
+  comm.broadcast(verdict);
+  if (!verdict.empty()) {
+    if (comm.root()) journal->remove();
     throw Error(verdict);
   }
 
@@ -400,6 +438,7 @@ nlohmann::ordered_json run_audit(AuditableModel& model, const Corpus& corpus, co
                  {{"layer", manifest.shape.layers}, {"token", T}, {"stream", manifest.shape.streams}, {"source", manifest.shape.sources}}},
                 {"record_kind", record_kind_name(manifest.shape.kind)},
                 {"static_profile", model.static_profile_name()},
+                {"controller_evaluations_counted_by", model.controller_evaluations_counted_by()},
                 {"structure_removed", model.structure_removed_name()}};
   j["settings"] = {{"eval_windows", W},
                    {"calib_windows", calib.count()},
@@ -410,6 +449,7 @@ nlohmann::ordered_json run_audit(AuditableModel& model, const Corpus& corpus, co
                    {"seed", o.seed},
                    {"conditions", names},
                    {"skipped_conditions", skipped},
+                   {"skipped_reasons", skipped_reasons},
                    {"cache", cache_path},
                    {"cache_reused", cache_reused},
                    {"cache_build", cache.manifest().build},
@@ -425,6 +465,7 @@ nlohmann::ordered_json run_audit(AuditableModel& model, const Corpus& corpus, co
                        {"batches", exact.batches},
                        {"passed", true}};
   const double base_mean = mean(base);
+  j["replay_sensitivity"] = probe.to_json(o.allow_insensitive_replay);
   j["baseline"] = {{"nll", base_mean}, {"bits_per_byte", base_mean / std::log(2.0)}, {"byte_ppl", std::exp(base_mean)},
                    {"live_nll", mean(cache.evaluation_nll())}, {"calib_nll", mean(cache.calibration_nll())}};
 

@@ -39,6 +39,9 @@ struct AuditOptions {
   // Stop after the plan (windows, tokens, FLOPs, memory and the time estimated from a probe on this
   // machine) and return it as {"plan", "batch_choice", "conditions", "cache_reused"}; nothing written.
   bool plan_only = false;
+  // Audit a model whose replay does not depend on the coefficients it is handed (the replay
+  // sensitivity probe, replay_probe.h, fails). audit.json and the report then say so prominently.
+  bool allow_insensitive_replay = false;
   // Tests: return {"stopped_after_batches": n} once n condition batches have been journalled in this
   // run, as an audit killed there would stop (0: run to the end).
   int stop_after_batches = 0;

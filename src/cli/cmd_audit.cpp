@@ -58,6 +58,9 @@ void add_audit_command(CLI::App& app) {
   cmd->add_flag("--no-progress", f->no_progress, "No progress bar");
   cmd->add_flag("--plan", f->plan_only,
                 "Print the plan (passes, tokens, FLOPs, memory, time estimated from a short probe) and stop");
+  cmd->add_flag("--allow-insensitive-replay", a.allow_insensitive_replay,
+                "Audit even when replaying changed coefficients leaves the logits unchanged (the replay ignores them: "
+                "every penalty is then 0 by construction; audit.json and the report say so)");
   cmd->add_flag("--no-prefix-reuse", f->no_prefix_reuse,
                 "Recompute the embedding and block 0 in every condition replay (bitwise the same results, slower)");
   add_threads_flag(*cmd, f->threads);

@@ -54,6 +54,9 @@ class AuditableModel {
   virtual std::string last_logits_sha256() const { return {}; }
   // Controller evaluations made by run_replay since construction (must stay 0).
   virtual int64_t replay_controller_evaluations() const = 0;
+  // Who counted them, for audit.json: fca itself (its coefficient sources count every controller
+  // call), or an external adapter that reports its counts.
+  virtual std::string controller_evaluations_counted_by() const { return "fca (its coefficient sources)"; }
   // While enabled, a run_replay of the same windows as the model's last pass may start after the
   // part of the pass that precedes the first coefficient (models/prefix_reuse.h), with bitwise the
   // same results. The audit enables it for its condition replays only. Models without the ability
@@ -65,6 +68,9 @@ class AuditableModel {
   // written into window 0 of `out`.
   // Continuous coefficients only; the audit never asks a routed model (its table has no identity).
   virtual void identity_profile(CoefficientTensor& out) const;
+  // False for a model that cannot say which coefficients make its controller a no-op (an external
+  // adapter that gives none): the audit skips the identity condition and says why.
+  virtual bool has_identity_profile() const { return true; }
   // structure_removed from the static profile S (window 0 of `static_profile`, constant over
   // tokens): gated GlobalMean, MUDD SourceUniformMean. Written into window 0 of `out`.
   // Continuous coefficients only (routing records use the randomised structure_removed).

@@ -46,6 +46,15 @@ std::string audit_markdown(const nlohmann::ordered_json& a) {
      << (e.value("logits_compared", "values") == "sha256" ? "; the logits were compared by their SHA-256 (they stay in the adapter process)" : "")
      << ".\n\n";
 
+  if (a.contains("replay_sensitivity")) {
+    const auto& p = a["replay_sensitivity"];
+    if (p["passed"].get<bool>())
+      md << "**Replay sensitivity:** replaying changed coefficients (" << p["perturbation"].get<std::string>() << ") changed "
+         << p["differing_logits"] << (p["logits_compared"] == "sha256" ? " logits digest" : " logits")
+         << ": the replay uses the coefficients it is handed.\n\n";
+    else
+      md << "**WARNING: " << p["warning"].get<std::string>() << ".**\n\n";
+  }
   md << "## Functional dependence\n\n";
   md << "| condition | DeltaNLL | 95% CI | MC SE | controller evaluations |\n|---|---:|---|---:|---:|\n";
   for (const auto& c : a["conditions"]) {

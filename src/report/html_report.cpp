@@ -28,6 +28,7 @@ h1 { font-size: 26px; margin-bottom: 4px; } h2 { font-size: 20px; margin-top: 36
 .card { flex: 1 1 320px; border: 1px solid #ddd; border-radius: 8px; padding: 12px 16px; background: #fafafa; }
 .card h3 { margin: 0 0 8px 0; font-size: 16px; }
 .basis { margin: 4px 0; font-size: 12px; color: #555; }
+.warn { margin: 4px 0; padding: 6px 8px; font-size: 13px; font-weight: bold; color: #8a1c1c; background: #fde8e8; border: 1px solid #d62728; border-radius: 4px; }
 .claim { margin: 8px 0; padding-left: 10px; border-left: 4px solid #999; font-size: 14px; }
 .claim b { display: block; font-size: 12px; text-transform: uppercase; letter-spacing: 0.04em; color: #555; }
 .yes { border-color: #d62728; } .no { border-color: #2ca02c; } .na { border-color: #aaa; }
@@ -53,7 +54,9 @@ std::string report_html(const ReportData& d) {
   if (!verdicts.empty()) {
     h << "<h2 id=\"verdicts\">Verdicts</h2><div class=\"cards\">";
     for (const auto& v : verdicts) {
-      h << "<div class=\"card\"><h3>" << escape(v.model) << "</h3><p class=\"basis\">" << escape(v.basis) << "</p>";
+      h << "<div class=\"card\"><h3>" << escape(v.model) << "</h3>";
+      if (!v.warning.empty()) h << "<p class=\"warn\">" << escape(v.warning) << "</p>";
+      h << "<p class=\"basis\">" << escape(v.basis) << "</p>";
       h << "<div class=\"claim " << (v.varies ? "yes" : "no") << "\"><b>1. Coefficient variation</b>" << escape(v.variation) << "</div>";
       const bool undecided = v.dependence.rfind("Not ", 0) == 0;
       h << "<div class=\"claim " << (undecided ? "na" : (v.needs_dynamic ? "yes" : "no")) << "\"><b>2. Functional dependence</b>" << escape(v.dependence)
@@ -233,7 +236,9 @@ std::string report_markdown(const ReportData& d) {
   std::ostringstream md;
   md << "# " << d.title << "\n\n";
   for (const auto& v : compute_verdicts(d)) {
-    md << "## " << v.model << "\n\n" << v.basis << "\n\n";
+    md << "## " << v.model << "\n\n";
+    if (!v.warning.empty()) md << "**Warning: " << v.warning << "**\n\n";
+    md << v.basis << "\n\n";
     md << "- **Coefficient variation:** " << v.variation << "\n";
     md << "- **Functional dependence:** " << v.dependence << "\n";
     md << "- **Actual execution:** " << v.execution << "\n";

@@ -52,6 +52,7 @@ struct Verdicts {
   std::string model, family, sha256;
   std::string variation, dependence, execution;
   std::string basis;                     // "Checkpoint level: ..." or "One checkpoint: ..."
+  std::string warning;                   // shown first on the card: a check the audit was allowed to skip
   std::vector<std::string> checkpoints;  // the audits behind an aggregate verdict
   bool varies = false, needs_dynamic = false, saves_compute = false;
 };

@@ -185,6 +185,17 @@ std::vector<Verdicts> compute_verdicts(const ReportData& d) {
       v.model += " · " + report_util::audit_label(d, j);
       v.basis = "One checkpoint: window-level CIs of " + a.path + ".";
     }
+    // An audit whose replay ignored the coefficients it was handed (run with
+    // --allow-insensitive-replay): its penalties are 0 by construction, so claim 2 is not assessed.
+    for (const auto& other : d.audits)
+      if (std::find(group.begin(), group.end(), other.doc["provenance"]["model_sha256"].get<std::string>()) != group.end() &&
+          other.doc.contains("replay_sensitivity") && !other.doc["replay_sensitivity"].value("passed", true)) {
+        v.dependence = "Not assessed: the replay did not depend on the coefficients it was handed (" +
+                       report_util::audit_label(d, other.doc) +
+                       ", audited with --allow-insensitive-replay), so every penalty is 0 by construction, not evidence.";
+        v.needs_dynamic = false;
+        v.warning = "Replay ignored its coefficients: the functional-dependence figures of this model are not evidence.";
+      }
     // 3. Actual execution, measured by fca exec on whichever of the card's checkpoints it timed.
     std::vector<std::pair<std::string, const nlohmann::json*>> timed;
     for (const auto& sha : group)

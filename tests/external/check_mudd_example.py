@@ -167,7 +167,7 @@ def main():
         flag("sharded checkpoint: bit-identical logits",
              torch.equal(ex.MuddPythia.from_pretrained(sharded).forward(ids)[0], logits))
 
-    # ---- the adapter wrapper (when python/fca_adapter.py is present) --------------------------------
+    # ---- the adapter wrapper (when python/fca_adapter is present) --------------------------------
     if ex.fca_adapter is not None:
         adapter = ex.MuddAdapter(folder)
         d = adapter.describe()
@@ -191,7 +191,7 @@ def main():
             except ValueError as e:
                 flag("adapter refuses a folder with tokenizer.json", "byte-level" in str(e))
     else:
-        print("skip adapter checks: python/fca_adapter.py not found")
+        print("skip adapter checks: python/fca_adapter not found")
 
     print("FAILED: " + ", ".join(failures) if failures else "all checks passed")
     return 1 if failures else 0

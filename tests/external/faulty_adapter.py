@@ -5,7 +5,10 @@
 Faults: wrong_shape (run_live records one token too few), inexact (replay perturbs one logit by one
 ulp), exit (the process exits with status 3 at the first replay), hang (the first replay never
 answers), stdout (describe prints to the real stdout, corrupting the framing), raise (run_live
-raises), controller (replay evaluates the controller).
+raises), controller (replay evaluates the controller), ignores (replay runs its own controller,
+uncounted, and claims to have used the coefficients it was handed: the bug that once produced a clean
+audit), ignores_reported (the same, but it reports the coefficients it really used), uncounted (live
+passes never count the controller).
 """
 
 import os
@@ -20,7 +23,8 @@ sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
 import fca_adapter  # noqa: E402
 from gated_adapter import GatedAdapter  # noqa: E402
 
-FAULTS = ("wrong_shape", "inexact", "exit", "hang", "stdout", "raise", "controller")
+FAULTS = ("wrong_shape", "inexact", "exit", "hang", "stdout", "raise", "controller", "ignores", "ignores_reported",
+          "uncounted")
 
 
 class FaultyAdapter(GatedAdapter):
@@ -41,6 +45,11 @@ class FaultyAdapter(GatedAdapter):
             time.sleep(3600)
         if not replay and self.fault == "raise":
             raise RuntimeError("injected failure in forward")
+        if (replay and self.fault in ("ignores", "ignores_reported")) or (not replay and self.fault == "uncounted"):
+            B, T = ids.shape
+            logits, own = self.model.forward(ids, None, lambda: None)     # its own controller, not counted
+            own = own.reshape(B, self.model.L, T, 1, 1)
+            return logits, (coefficients if self.fault == "ignores" else own)
         logits, used = super().forward(ids, coefficients)
         if replay and self.fault == "controller":
             self.count_controller()

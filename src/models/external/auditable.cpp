@@ -6,6 +6,7 @@
 #include "core/json.h"
 
 #include "core/error.h"
+#include "core/sha256.h"
 
 namespace fca {
 namespace {
@@ -77,10 +78,7 @@ ExternalAuditable::ExternalAuditable(const std::string& command, double timeout_
   mask_.assign(mask.data, mask.data + coordinates);
   if (std::none_of(mask_.begin(), mask_.end(), [](uint8_t v) { return v != 0; }))
     throw Error(d.path() + ": the mask marks no coordinate valid");
-  if (shape_.kind == RecordKind::continuous) {
-    if (!d.has("identity"))
-      throw Error(d.path() + ": tensor 'identity' [layer, stream, source] is missing (the coefficients that make the "
-                  "controller a no-op; required for continuous records)");
+  if (shape_.kind == RecordKind::continuous && d.has("identity")) {  // optional: without it, no identity condition
     const TensorInfo& identity = answer_tensor(d, "identity", DType::F32, {shape_.layers, shape_.streams, shape_.sources});
     identity_.resize(size_t(coordinates));
     std::memcpy(identity_.data(), identity.data, identity.nbytes);
@@ -133,6 +131,14 @@ void ExternalAuditable::run_live(const int32_t* inputs, const int32_t* targets, 
   const SafetensorsReader a = connection_->request(
       "run_live", {{"inputs", {B, T}, inputs, DType::I32}, {"targets", {B, T}, targets, DType::I32}});
   read_run_answer(a, B, window_nll);
+  // A live pass runs the controller: an adapter that reports no evaluation does not count them (or
+  // recorded nothing), and its replay count of 0 would then mean nothing either.
+  const int64_t evaluations = answer_integer(a, "controller_evaluations", 0, int64_t(1) << 50);
+  if (evaluations < 1)
+    throw Error(a.path() + ": the adapter reports 0 controller evaluations for a live pass of " + std::to_string(B) +
+                " windows; a live pass runs the controller, so its count cannot be 0 (fca_adapter.HookedAdapter counts "
+                "through its hooks; a hand-written Adapter calls count_controller() at each evaluation)");
+  live_evaluations_ += evaluations;
   const CoefficientShape& s = shape_;
   const TensorInfo& values = answer_tensor(a, "coefficients", DType::F32, {B, s.layers, T, s.streams, s.sources});
   const float* v = reinterpret_cast<const float*>(values.data);  // the reader's buffer: new-allocated, aligned
@@ -166,6 +172,16 @@ void ExternalAuditable::run_replay(const int32_t* inputs, const int32_t* targets
   const SafetensorsReader a = connection_->request("run_replay", tensors);
   read_run_answer(a, B, window_nll);
   replay_evaluations_ += answer_integer(a, "controller_evaluations", 0, int64_t(1) << 50);
+  // The adapter hashes the coefficients it used (the record its forward returns); they must be the
+  // ones sent: values F32 [B, L, T, S, K] then, for routing records, discrete I32 [B, L, T, slots].
+  Sha256 sent;
+  sent.update(coefficients.values().data(), size_t(B) * size_t(s.per_window()) * sizeof(float));
+  if (s.slots > 0) sent.update(coefficients.discrete().data(), size_t(B) * size_t(s.discrete_per_window()) * sizeof(int32_t));
+  const std::string expected = sent.hex_digest(), used = answer_text(a, "coefficients_sha256");
+  if (used != expected)
+    throw Error(a.path() + ": the adapter's replay used coefficients with SHA-256 " + used.substr(0, 16) + "..., but fca sent " +
+                expected.substr(0, 16) + "...: the replay must use exactly the coefficients it is handed (is a hooked "
+                "module not called, or called with other values?)");
 }
 
 void ExternalAuditable::identity_profile(CoefficientTensor& out) const {

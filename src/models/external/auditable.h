@@ -36,6 +36,8 @@ class ExternalAuditable : public AuditableModel {
   const float* last_logits() const override { return nullptr; }
   std::string last_logits_sha256() const override { return last_digest_; }
   int64_t replay_controller_evaluations() const override { return replay_evaluations_; }
+  bool has_identity_profile() const override { return !identity_.empty(); }
+  std::string controller_evaluations_counted_by() const override { return "the adapter (reported in its answers)"; }
   void identity_profile(CoefficientTensor& out) const override;
   void structure_removed_profile(const CoefficientTensor& static_profile, CoefficientTensor& out) const override;
   std::string static_profile_name() const override { return static_profile_; }
@@ -59,6 +61,7 @@ class ExternalAuditable : public AuditableModel {
   std::vector<float> identity_;    // [L, S, K], continuous records only
   std::string last_digest_;
   int64_t replay_evaluations_ = 0;
+  int64_t live_evaluations_ = 0;  // as the adapter reports them (its replay count too: fca cannot count inside it)
 };
 
 }  // namespace fca

@@ -257,7 +257,7 @@ def _describe_message(d: Description) -> Tuple[Dict[str, np.ndarray], Dict[str, 
             "categories": str(d.categories), "selected": str(d.selected),
             "config": json.dumps(d.config or {}), "parameter_count": str(d.parameter_count),
             "values_dtype": "F32", "discrete_dtype": "I32" if d.record_kind != "continuous" else "",
-            "adapter": "python/fca_adapter.py", "torch": torch.__version__}
+            "adapter": "fca_adapter (python/fca_adapter)", "torch": torch.__version__}
     return tensors, meta
 
 
@@ -298,11 +298,22 @@ def _run(adapter: Adapter, d: Description, tensors: Dict[str, np.ndarray], repla
     out = {"nll": window_nll(logits, targets)}
     meta = {"type": "run_replay" if replay else "run_live", "logits_sha256": logits_digest(logits),
             "controller_evaluations": str(adapter._controller_evaluations - before)}
-    if not replay:
-        record = _as_record(record)
-        out["coefficients"] = record.values.detach().to(torch.float32).contiguous().numpy()
-        if record.discrete is not None:
-            out["discrete"] = record.discrete.detach().to(torch.int32).contiguous().numpy()
+    if record is None:
+        raise AdapterError("forward returned no record: it returns (logits, the coefficients it used), "
+                           "in replay too (fca checks that they are the ones it sent)")
+    record = _as_record(record)
+    values = record.values.detach().to(torch.float32).contiguous().numpy()
+    discrete = None if record.discrete is None else record.discrete.detach().to(torch.int32).contiguous().numpy()
+    if replay:
+        # What this replay used, hashed as fca hashes what it sent: values F32 then discrete I32 bytes.
+        h = hashlib.sha256(values.astype("<f4", copy=False).tobytes())
+        if discrete is not None:
+            h.update(discrete.astype("<i4", copy=False).tobytes())
+        meta["coefficients_sha256"] = h.hexdigest()
+    else:
+        out["coefficients"] = values
+        if discrete is not None:
+            out["discrete"] = discrete
     return out, meta
 
 

@@ -1,0 +1,21 @@
+"""fca's PyTorch side: audit a model with `fca audit --external "<command>"`.
+
+Two ways to give fca a model (docs/audit-your-model.md, docs/external-protocol.md):
+
+- `HookedAdapter(model, forward, controllers)`: an unmodified `nn.Module`. Forward hooks on the
+  controller modules (named by globs) record their outputs live and hand fca's coefficients back in
+  replay; the modules cannot run during replay, and the hooks do the counting.
+- a subclass of `Adapter` with `describe()` and `forward(ids, coefficients=None)`, for a model whose
+  coefficients are not the output of a module.
+
+Either is served to fca with `main(...)` or `serve(adapter)`. Python 3 with numpy and torch only.
+"""
+
+from .protocol import (PROTOCOL, Adapter, AdapterError, Coefficients, Description, decode_safetensors,
+                       encode_safetensors, logits_digest, main, read_message, read_safetensors_file, serve,
+                       sha256_files, window_nll, write_message)
+from .hooks import Controller, HookedAdapter, match_modules
+
+__all__ = ["PROTOCOL", "Adapter", "AdapterError", "Coefficients", "Controller", "Description", "HookedAdapter",
+           "decode_safetensors", "encode_safetensors", "logits_digest", "main", "match_modules", "read_message",
+           "read_safetensors_file", "serve", "sha256_files", "window_nll", "write_message"]

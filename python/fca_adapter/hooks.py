@@ -1,0 +1,416 @@
+"""HookedAdapter: audit an unmodified PyTorch model through hooks on its controller modules.
+
+    adapter = fca_adapter.HookedAdapter(model, forward=lambda ids: model(ids).logits,
+                                        controllers={"layers.*.gate": "B T K"}, identity=1.0)
+    fca_adapter.serve(adapter)
+
+`controllers` maps module-name globs (names as in `model.named_modules()`; `*` matches one dotted
+component or part of one, `**` any number of components) to the axes of each matched module's
+output:
+
+- `B` the window axis and `T` the token axis, or `(B T)` one flattened token axis (B-major);
+- `S` an optional stream axis;
+- every other name is a source axis, and all of them flatten into fca's source axis K in order;
+- a trailing `...` takes any remaining axes (into K), so one module called with outputs of
+  different ranks fits one spec.
+
+Examples: "S B T K" (MUDD's mixing weights), "(B T) K" (a router Linear over flattened tokens),
+"B T ..." (a gate activation of any trailing shape). A module whose output is not one tensor is
+given as `Controller(axes, to_tensor=..., from_tensor=...)`.
+
+Each call of a matched module in one forward pass is one layer of the coefficient tensor
+[B, L, T, S, K], in call order; modules of different sizes are laid out with the validity mask.
+
+Live, the matched modules run as usual and their outputs are recorded exactly (bf16 and fp16 as
+float32, which holds them exactly). In replay, each matched module returns the coefficients fca
+hands it, in its output's layout, dtype and device, and its own computation never runs: this is
+structural, not a promise. The module's forward is replaced for the pass, any of its submodules
+that is called anyway fails the request naming it, and its parameters are NaN for the pass, so a
+code path that reads them anyway fails exact replay. The hooks count controller evaluations; the
+user never does. (A bf16 or fp16 controller receives fca's float32 coefficients rounded to its
+dtype; the recorded ones round-trip exactly, so exact replay stays exact.)
+"""
+
+import dataclasses
+import fnmatch
+import hashlib
+import math
+from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
+
+import torch
+
+from .protocol import Adapter, AdapterError, Description
+
+_WINDOW, _TOKEN, _STREAM = "B", "T", "S"
+
+
+@dataclasses.dataclass
+class _Axes:
+    items: List[Tuple[str, ...]]   # one entry per output dimension: ("B",), ("B", "T"), ("K",) ...
+    ellipsis: bool                 # a trailing "...": any further dimensions are source axes
+
+
+def _parse_axes(spec: str, where: str) -> _Axes:
+    text = spec.replace("(", " ( ").replace(")", " ) ").split()
+    items: List[Tuple[str, ...]] = []
+    ellipsis = False
+    i = 0
+    while i < len(text):
+        word = text[i]
+        if ellipsis:
+            raise AdapterError(f"{where}: axes {spec!r}: '...' must be the last axis")
+        if word == "...":
+            ellipsis = True
+        elif word == "(":
+            close = text.index(")", i) if ")" in text[i:] else -1
+            group = tuple(text[i + 1:close])
+            if close < 0 or group != (_WINDOW, _TOKEN):
+                raise AdapterError(f"{where}: axes {spec!r}: the only group is '(B T)', a flattened token axis")
+            items.append(group)
+            i = close
+        elif word == ")":
+            raise AdapterError(f"{where}: axes {spec!r}: unbalanced ')'")
+        else:
+            items.append((word,))
+        i += 1
+    names = [n for item in items for n in item]
+    for axis in (_WINDOW, _TOKEN):
+        if names.count(axis) != 1:
+            raise AdapterError(f"{where}: axes {spec!r} must name the window axis B and the token axis T once each")
+    if names.count(_STREAM) > 1:
+        raise AdapterError(f"{where}: axes {spec!r} name the stream axis S twice")
+    if len(set(names)) != len(names):
+        raise AdapterError(f"{where}: axes {spec!r} name an axis twice")
+    return _Axes(items, ellipsis)
+
+
+class Controller:
+    """A controller module's output spec: its axes (see the module docstring) and, for an output
+    that is not one tensor (a tuple of weights and indices, say), converters: `to_tensor(output)`
+    gives the tensor laid out as `axes`, `from_tensor(tensor)` builds the output to return in
+    replay from such a tensor."""
+
+    def __init__(self, axes: str, to_tensor: Optional[Callable] = None, from_tensor: Optional[Callable] = None):
+        self.axes = axes
+        self.to_tensor = to_tensor
+        self.from_tensor = from_tensor
+
+
+def _glob_match(pattern: Sequence[str], name: Sequence[str]) -> bool:
+    if not pattern:
+        return not name
+    if pattern[0] == "**":
+        return any(_glob_match(pattern[1:], name[i:]) for i in range(len(name) + 1))
+    return bool(name) and fnmatch.fnmatchcase(name[0], pattern[0]) and _glob_match(pattern[1:], name[1:])
+
+
+def match_modules(model: torch.nn.Module, controllers: Dict[str, Union[str, Controller]]
+                  ) -> List[Tuple[str, torch.nn.Module, Controller]]:
+    """The matched (name, module, Controller), in `named_modules()` order. A glob that matches no
+    module, a module matched by two globs, and a module inside another matched one are errors."""
+    if not controllers:
+        raise AdapterError("controllers: give at least one module-name glob and the axes of its output")
+    names = [(n, m) for n, m in model.named_modules() if n]
+    matched: Dict[str, Tuple[torch.nn.Module, Controller, str]] = {}
+    for glob, spec in controllers.items():
+        controller = spec if isinstance(spec, Controller) else Controller(spec)
+        _parse_axes(controller.axes, f"controllers[{glob!r}]")
+        hits = [(n, m) for n, m in names if _glob_match(glob.split("."), n.split("."))]
+        if not hits:
+            examples = ", ".join(n for n, _ in names[:8])
+            raise AdapterError(f"controllers: the glob {glob!r} matches no module of {type(model).__name__} "
+                               f"(module names look like: {examples}; python3 -m fca_adapter modules lists them all)")
+        for n, m in hits:
+            if n in matched:
+                raise AdapterError(f"controllers: module {n!r} is matched by both {matched[n][2]!r} and {glob!r}")
+            matched[n] = (m, controller, glob)
+    for a in matched:
+        for b in matched:
+            if b.startswith(a + "."):
+                raise AdapterError(f"controllers: module {b!r} ({matched[b][2]!r}) lies inside module {a!r} "
+                                   f"({matched[a][2]!r}); hook the one whose output is the coefficients")
+    return [(n, matched[n][0], matched[n][1]) for n, _ in names if n in matched]
+
+
+@dataclasses.dataclass
+class _Call:
+    """One layer: a call of a matched module, with its output's layout."""
+    name: str
+    dims: List[Tuple[str, int]]    # the output's dimensions after expanding (B T): (axis, size; 0 for B and T)
+    streams: int
+    sources: int
+
+    def output_shape(self, B: int, T: int, axes: _Axes) -> List[int]:
+        sizes = {_WINDOW: B, _TOKEN: T}
+        shape, d = [], 0
+        for item in axes.items:
+            if len(item) == 2:
+                shape.append(B * T)
+                d += 2
+            else:
+                shape.append(sizes.get(item[0], self.dims[d][1]))
+                d += 1
+        return shape + [size for _, size in self.dims[d:]]
+
+
+def _layout(x: torch.Tensor, axes: _Axes, B: int, T: int, where: str) -> Tuple[List[Tuple[str, int]], torch.Tensor]:
+    """The output's expanded dimensions and the tensor as [B, T, S, K] float32."""
+    if x.dim() < len(axes.items) or (x.dim() > len(axes.items) and not axes.ellipsis):
+        raise AdapterError(f"{where}: output of shape {list(x.shape)} does not fit the axes of {len(axes.items)} "
+                           f"dimensions{' or more' if axes.ellipsis else ''}")
+    dims: List[Tuple[str, int]] = []
+    for i, item in enumerate(axes.items):
+        size = x.shape[i]
+        if len(item) == 2:
+            if size != B * T:
+                raise AdapterError(f"{where}: axis {i} (B T) has {size} entries, expected {B} x {T} = {B * T}")
+            dims += [(_WINDOW, B), (_TOKEN, T)]
+        else:
+            dims.append((item[0], size))
+    dims += [(f"...{j}", x.shape[j]) for j in range(len(axes.items), x.dim())]
+    names = [n for n, _ in dims]
+    for axis, expected in ((_WINDOW, B), (_TOKEN, T)):
+        size = dims[names.index(axis)][1]
+        if size != expected:
+            raise AdapterError(f"{where}: output of shape {list(x.shape)}: axis {axis} has {size} entries, expected {expected}")
+    order = [names.index(_WINDOW), names.index(_TOKEN)] + ([names.index(_STREAM)] if _STREAM in names else []) + \
+        [i for i, n in enumerate(names) if n not in (_WINDOW, _TOKEN, _STREAM)]
+    y = x.detach().reshape([s for _, s in dims]).permute(order)
+    S = dims[names.index(_STREAM)][1] if _STREAM in names else 1
+    K = math.prod(s for n, s in dims if n not in (_WINDOW, _TOKEN, _STREAM))
+    layout = [(n, 0 if n in (_WINDOW, _TOKEN) else s) for n, s in dims]
+    return layout, y.reshape(B, T, S, K).to(torch.float32)
+
+
+def _from_layout(c: torch.Tensor, call: _Call, axes: _Axes, B: int, T: int) -> torch.Tensor:
+    """c [B, T, S_l, K_l] back into the module's output layout (the inverse of _layout)."""
+    names = [n for n, _ in call.dims]
+    sizes = [B if n == _WINDOW else T if n == _TOKEN else s for n, s in call.dims]
+    order = [names.index(_WINDOW), names.index(_TOKEN)] + ([names.index(_STREAM)] if _STREAM in names else []) + \
+        [i for i, n in enumerate(names) if n not in (_WINDOW, _TOKEN, _STREAM)]
+    inverse = [order.index(i) for i in range(len(order))]
+    y = c.reshape([sizes[i] for i in order]).permute(inverse)
+    return y.reshape(call.output_shape(B, T, axes))
+
+
+def _logits_of(output) -> torch.Tensor:
+    if hasattr(output, "logits"):
+        return output.logits
+    if isinstance(output, (tuple, list)):
+        return output[0]
+    return output
+
+
+def _state_sha256(model: torch.nn.Module) -> str:
+    """SHA-256 of the model's state: every tensor's name, dtype, shape and bytes, in name order."""
+    h = hashlib.sha256()
+    for name, t in sorted(model.state_dict().items()):
+        t = t.detach().cpu().contiguous()
+        h.update(f"{name}:{t.dtype}:{list(t.shape)}\n".encode())
+        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()
+
+
+def _max_tokens_of(model: torch.nn.Module) -> Optional[int]:
+    config = getattr(model, "config", None)
+    for source in (config, model):
+        for attr in ("max_position_embeddings", "n_positions", "block_size", "seq_len", "max_seq_len", "n_ctx"):
+            value = getattr(source, attr, None) if source is not None else None
+            if isinstance(value, int) and value > 0:
+                return value
+    return None
+
+
+class HookedAdapter(Adapter):
+    """An unmodified nn.Module audited through hooks on its controller modules (module docstring).
+
+    model: the module (on CPU or CUDA; its device is used as it is).
+    forward: ids int64 [B, T] on the model's device -> logits [B, T, V] (or an output with .logits,
+        or a tuple whose first element is the logits); default model(ids).
+    controllers: {glob: axes or Controller}.
+    vocab, max_tokens: taken from the model (its logits; config.max_position_embeddings, n_positions,
+        block_size, ...) where not given.
+    tokenizer: None (the corpus bytes are the ids; needs vocab >= 256) or a callable bytes -> ids.
+    identity: the coefficients that make the controllers no-ops, for fca's identity condition: a
+        number for every valid coordinate, or a tensor [L, S, K]; None skips that condition (fca
+        says why).
+    """
+
+    def __init__(self, model: torch.nn.Module, forward: Optional[Callable] = None,
+                 controllers: Optional[Dict[str, Union[str, Controller]]] = None, vocab: Optional[int] = None,
+                 max_tokens: Optional[int] = None, tokenizer: Optional[Callable[[bytes], Sequence[int]]] = None,
+                 identity: Union[None, float, torch.Tensor] = None, family: Optional[str] = None,
+                 description: Optional[str] = None, static_profile: str = "LayerMean",
+                 structure_removed: str = "GlobalMean"):
+        super().__init__()
+        self.model = model
+        self._forward = forward or (lambda ids: model(ids))
+        self._matched = match_modules(model, controllers or {})
+        self._globs = list((controllers or {}).keys())
+        self._axes = {name: _parse_axes(c.axes, name) for name, _, c in self._matched}
+        self._controller = {name: c for name, _, c in self._matched}
+        self._vocab, self._max_tokens, self._tokenizer, self._identity = vocab, max_tokens, tokenizer, identity
+        self._family, self._description = family, description
+        self._static_profile, self._structure_removed = static_profile, structure_removed
+        self._mode = "off"                   # "live" (record), "replay" (hand back) or "off"
+        self._recorded: List[Tuple[str, torch.Tensor]] = []
+        self._layout: Optional[List[_Call]] = None
+        self._handed: Optional[torch.Tensor] = None
+        self._consumed: List[bool] = []
+        self._B = self._T = 0
+        self.device = next(iter(model.parameters()), torch.empty(0)).device
+        for name, module, _ in self._matched:
+            module.register_forward_hook(self._make_record_hook(name))
+            for sub_name, sub in module.named_modules():
+                if sub is not module:
+                    sub.register_forward_pre_hook(self._make_refusal_hook(f"{name}.{sub_name}", name))
+        self._description_cache: Optional[Description] = None
+
+    # -- hooks -------------------------------------------------------------------------------
+    def _make_record_hook(self, name: str):
+        def hook(module, inputs, output):
+            if self._mode != "live":
+                return None
+            self.count_controller()
+            c = self._controller[name]
+            tensor = c.to_tensor(output) if c.to_tensor else output
+            if not isinstance(tensor, torch.Tensor):
+                raise AdapterError(f"{name}: its output is a {type(output).__name__}, not a tensor: give "
+                                   f"Controller(axes, to_tensor=..., from_tensor=...)")
+            self._recorded.append((name, tensor))
+            return None
+        return hook
+
+    def _make_refusal_hook(self, name: str, owner: str):
+        def hook(module, inputs):
+            if self._mode == "replay":
+                raise AdapterError(f"replay: module {name!r}, inside the controller {owner!r}, was called: a "
+                                   f"controller's modules must not run in replay (does the model call it directly?)")
+            return None
+        return hook
+
+    def _replacement(self, name: str):
+        def forward(*args, **kwargs):
+            layer = len([c for c in self._consumed if c])
+            if self._layout is None or layer >= len(self._layout) or self._layout[layer].name != name:
+                expected = self._layout[layer].name if self._layout is not None and layer < len(self._layout) else "none"
+                raise AdapterError(f"replay: controller call {layer} is {name!r}, but the live passes called {expected!r} there")
+            call = self._layout[layer]
+            self._consumed[layer] = True
+            c = self._handed[:, layer, :, :call.streams, :call.sources]
+            out = _from_layout(c, call, self._axes[name], self._B, self._T).to(device=self.device, dtype=self._dtype[layer])
+            controller = self._controller[name]
+            return controller.from_tensor(out) if controller.from_tensor else out
+        return forward
+
+    # -- one pass ------------------------------------------------------------------------------
+    def _run(self, ids: torch.Tensor):
+        return _logits_of(self._forward(ids.to(self.device)))
+
+    def _live(self, ids: torch.Tensor):
+        B, T = ids.shape
+        self._mode, self._recorded = "live", []
+        try:
+            logits = self._run(ids)
+        finally:
+            self._mode = "off"
+        calls = []
+        for name, tensor in self._recorded:
+            dims, canonical = _layout(tensor, self._axes[name], B, T, name)
+            calls.append((_Call(name, dims, canonical.shape[2], canonical.shape[3]), canonical, tensor.dtype))
+        return logits, calls
+
+    def _check_layout(self, calls, where: str) -> None:
+        seen = [(c.name, c.dims) for c, _, _ in calls]
+        known = [(c.name, c.dims) for c in self._layout]
+        if seen != known:
+            raise AdapterError(f"{where}: the controller calls ({len(seen)}: {[n for n, _ in seen][:6]}...) differ from "
+                               f"the first pass's ({len(known)}: {[n for n, _ in known][:6]}...); every forward pass must "
+                               f"call the same controllers in the same order with outputs of the same shape")
+
+    def describe(self) -> Description:
+        if self._description_cache is not None:
+            return self._description_cache
+        max_tokens = self._max_tokens or _max_tokens_of(self.model)
+        if not max_tokens:
+            raise AdapterError("HookedAdapter: give max_tokens (the model's config names no maximum length)")
+        probe_vocab = min(self._vocab or 256, 256)
+        ids = (torch.arange(max_tokens, dtype=torch.int64) * 7 % probe_vocab).reshape(1, max_tokens)
+        counted = self._controller_evaluations   # the layout probe belongs to no request
+        with torch.inference_mode():
+            logits, calls = self._live(ids)
+        self._controller_evaluations = counted
+        if not calls:
+            raise AdapterError("HookedAdapter: no matched controller module ran in a forward pass")
+        self._layout = [c for c, _, _ in calls]
+        self._dtype = [d for _, _, d in calls]
+        vocab = self._vocab or int(logits.shape[-1])
+        L = len(self._layout)
+        S = max(c.streams for c in self._layout)
+        K = max(c.sources for c in self._layout)
+        mask = torch.zeros(L, S, K, dtype=torch.bool)
+        for l, c in enumerate(self._layout):
+            mask[l, :c.streams, :c.sources] = True
+        identity = None
+        if self._identity is not None:
+            identity = torch.as_tensor(self._identity, dtype=torch.float32)
+            identity = identity.expand(L, S, K).clone() if identity.dim() == 0 else identity
+            identity = torch.where(mask, identity, torch.zeros_like(identity))
+        globs = ", ".join(self._globs)
+        self._description_cache = Description(
+            family=self._family or f"hooked:{type(self.model).__name__}",
+            description=self._description or f"{type(self.model).__name__}, {L} controller outputs of {globs}",
+            model_sha256=_state_sha256(self.model), vocab=vocab, max_tokens=max_tokens, layers=L, streams=S, sources=K,
+            mask=mask, identity=identity, static_profile=self._static_profile, structure_removed=self._structure_removed,
+            tokenizer="bytes" if self._tokenizer is None else "ids",
+            config={"class": type(self.model).__name__, "controllers": {n: self._controller[n].axes for n, _, _ in self._matched},
+                    "layers": [c.name for c in self._layout]},
+            parameter_count=sum(p.numel() for p in self.model.parameters()))
+        return self._description_cache
+
+    def tokenize(self, text: bytes) -> Sequence[int]:
+        if self._tokenizer is None:
+            raise AdapterError("HookedAdapter: no tokenizer was given (the corpus bytes are the ids)")
+        return self._tokenizer(text)
+
+    def forward(self, ids: torch.Tensor, coefficients: Optional[torch.Tensor] = None):
+        d = self.describe()
+        B, T = ids.shape
+        if coefficients is None:
+            logits, calls = self._live(ids)
+            self._check_layout(calls, "live")
+            values = torch.zeros(B, d.layers, T, d.streams, d.sources, dtype=torch.float32)
+            for l, (call, canonical, _) in enumerate(calls):
+                values[:, l, :, :call.streams, :call.sources] = canonical.cpu()
+            return logits.to(torch.float32).cpu(), values
+        return self._replay(ids, coefficients)
+
+    def _replay(self, ids: torch.Tensor, coefficients: torch.Tensor):
+        B, T = ids.shape
+        self._B, self._T, self._handed = B, T, coefficients
+        self._consumed = [False] * len(self._layout)
+        saved = []
+        try:
+            for name, module, _ in self._matched:
+                module.forward = self._replacement(name)
+                for p in module.parameters():
+                    saved.append((p, p.data))
+                    p.data = torch.full_like(p.data, float("nan"))
+            self._mode = "replay"
+            logits = self._run(ids)
+        finally:
+            self._mode = "off"
+            for name, module, _ in self._matched:
+                if "forward" in module.__dict__:
+                    del module.forward
+            for p, data in saved:
+                p.data = data
+        missing = [self._layout[l].name for l, used in enumerate(self._consumed) if not used]
+        used = coefficients.clone()
+        for l, consumed in enumerate(self._consumed):
+            if not consumed:
+                used[:, l] = float("nan")     # not used: the record fca checks will not match what it sent
+        if missing:
+            raise AdapterError(f"replay: {len(missing)} controller calls of the live passes did not happen "
+                               f"({missing[:4]}): the replay must use every coefficient it is handed")
+        return logits.to(torch.float32).cpu(), used

@@ -1,0 +1,183 @@
+"""Small models written in the styles of third-party code, audited through fca_adapter.HookedAdapter
+with no change to the model: the tests' check that hooks alone make a model auditable.
+
+    hooked_models.py --style STYLE [--fault FAULT]
+
+Styles (byte-level, vocab 256, 16 positions, random weights of a fixed seed):
+  mudd    a DynamicDense-like controller returning [C, B, T, L] mixing weights, with a different number
+          of sources per layer (L grows with depth) and C = 2 streams
+  moe     a router nn.Linear over flattened (B T) tokens, then inline softmax and top-2 over 4 experts
+  twice   one gate module shared by two blocks: called twice per forward pass
+  tuple   a gate returning (values, auxiliary loss), given with to_tensor / from_tensor converters
+  bf16    a bf16 gate in a float32 model
+
+Faults (each must be refused by fca):
+  unused     the glob matches a module whose output the logits never use
+  direct     the model calls the controller's inner Linear directly in replay (it runs anyway)
+"""
+
+import argparse
+import os
+import sys
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
+import fca_adapter  # noqa: E402
+
+V, T_MAX, D = 256, 16, 16
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.norm = nn.LayerNorm(D)
+        self.mlp = nn.Sequential(nn.Linear(D, 2 * D), nn.GELU(), nn.Linear(2 * D, D))
+
+    def forward(self, x):
+        return self.mlp(self.norm(x))
+
+
+class Base(nn.Module):
+    def __init__(self, n_layer=3):
+        super().__init__()
+        self.embed = nn.Embedding(V, D)
+        self.pos = nn.Parameter(torch.randn(T_MAX, D) * 0.1)
+        self.blocks = nn.ModuleList(Block() for _ in range(n_layer))
+        self.head = nn.Linear(D, V)
+        self.config = type("Config", (), {"max_position_embeddings": T_MAX, "vocab_size": V})()
+
+    def embed_ids(self, ids):
+        return self.embed(ids) + self.pos[: ids.shape[1]]
+
+
+# -- MUDD style: the controller returns [C, B, T, L] weights over the l + 1 earlier states --------
+class DynamicDense(nn.Module):
+    def __init__(self, sources, streams=2):
+        super().__init__()
+        self.proj = nn.Linear(D, streams * sources)
+        self.streams, self.sources = streams, sources
+
+    def forward(self, x):                     # x [B, T, D] -> [C, B, T, L]
+        B, T, _ = x.shape
+        w = self.proj(x).reshape(B, T, self.streams, self.sources)
+        return w.permute(2, 0, 1, 3)
+
+
+class MuddStyle(Base):
+    def __init__(self):
+        super().__init__()
+        self.dynamic_dense = nn.ModuleList(DynamicDense(l + 2) for l in range(len(self.blocks)))
+
+    def forward(self, ids):
+        states = [self.embed_ids(ids)]
+        for l, block in enumerate(self.blocks):
+            w = self.dynamic_dense[l](states[-1])                 # [2, B, T, l + 2]
+            mixed = [sum(w[c, ..., k, None] * states[k] for k in range(len(states))) for c in range(2)]
+            states.append(mixed[0] + block(mixed[1]))
+        return self.head(states[-1])
+
+
+# -- MoE style: router Linear over flattened tokens, inline top-k ---------------------------------
+class MoeLayer(nn.Module):
+    def __init__(self, experts=4):
+        super().__init__()
+        self.router = nn.Linear(D, experts)
+        self.experts = nn.ModuleList(nn.Linear(D, D) for _ in range(experts))
+
+    def forward(self, x):
+        B, T, _ = x.shape
+        flat = x.reshape(B * T, D)
+        weights, index = F.softmax(self.router(flat), dim=-1).topk(2, dim=-1)
+        out = torch.zeros_like(flat)
+        for slot in range(2):
+            for e, expert in enumerate(self.experts):
+                chosen = index[:, slot] == e
+                out[chosen] += weights[chosen, slot, None] * expert(flat[chosen])
+        return out.reshape(B, T, D)
+
+
+class MoeStyle(Base):
+    def __init__(self):
+        super().__init__()
+        self.moe = nn.ModuleList(MoeLayer() for _ in self.blocks)
+
+    def forward(self, ids):
+        x = self.embed_ids(ids)
+        for block, moe in zip(self.blocks, self.moe):
+            x = x + block(x)
+            x = x + moe(x)
+        return self.head(x)
+
+
+# -- one gate called twice per forward; a tuple-returning gate; a bf16 gate ----------------------
+class Gate(nn.Module):
+    def __init__(self, dtype=torch.float32, aux=False):
+        super().__init__()
+        self.proj = nn.Linear(D, 1).to(dtype)
+        self.aux = aux
+
+    def forward(self, x):
+        g = torch.sigmoid(self.proj(x.to(self.proj.weight.dtype)))        # [B, T, 1]
+        return (g, (g * g).mean()) if self.aux else g
+
+
+class GatedStyle(Base):
+    def __init__(self, shared=False, dtype=torch.float32, aux=False, unused=False, direct=False):
+        super().__init__()
+        self.gates = nn.ModuleList(Gate(dtype, aux) for _ in range(1 if shared else len(self.blocks)))
+        self.shared, self.aux, self.direct = shared, aux, direct
+        self.probe = nn.Linear(D, 1) if unused else None
+
+    def forward(self, ids):
+        x = self.embed_ids(ids)
+        for l, block in enumerate(self.blocks[:2] if self.shared else self.blocks):
+            gate = self.gates[0 if self.shared else l]
+            g = gate(x)
+            if self.aux:
+                g = g[0]
+            if self.direct:       # third-party code that reads the gate's projection itself
+                g = g + 0 * torch.sigmoid(gate.proj(x))
+            x = x + g.to(x.dtype) * block(x)
+        if self.probe is not None:
+            _ = self.probe(x)     # computed and thrown away: its output never reaches the logits
+        return self.head(x)
+
+
+def build(style, fault=None):
+    """(model, controllers, identity) of a style."""
+    torch.manual_seed({"mudd": 1, "moe": 2, "twice": 3, "tuple": 4, "bf16": 5}[style])
+    if style == "mudd":
+        return MuddStyle(), {"dynamic_dense.*": "S B T K"}, None
+    if style == "moe":
+        return MoeStyle(), {"moe.*.router": "(B T) K"}, None
+    if style == "twice":
+        return GatedStyle(shared=True), {"gates.0": "B T K"}, 1.0
+    if style == "tuple":
+        model = GatedStyle(aux=True, direct=fault == "direct")
+        convert = fca_adapter.Controller("B T K", to_tensor=lambda out: out[0],
+                                         from_tensor=lambda g: (g, torch.zeros(())))
+        return model, {"gates.*": convert}, 1.0
+    if style == "bf16":
+        model = GatedStyle(dtype=torch.bfloat16, unused=fault == "unused")
+        return model, ({"probe": "B T K"} if fault == "unused" else {"gates.*": "B T K"}), 1.0
+    raise ValueError(style)
+
+
+def adapter(style, fault=None):
+    model, controllers, identity = build(style, fault)
+    model.eval()
+    return fca_adapter.HookedAdapter(model, controllers=controllers, identity=identity)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--style", required=True, choices=["mudd", "moe", "twice", "tuple", "bf16"])
+    parser.add_argument("--fault", choices=["unused", "direct"])
+    args = parser.parse_args()
+    torch.set_num_threads(2)
+    torch.use_deterministic_algorithms(True)
+    sys.exit(fca_adapter.serve(adapter(args.style, args.fault)))
