@@ -202,6 +202,23 @@ TEST_F(External, MuddExampleMatchesTheReferenceFixture) {
   EXPECT_EQ(pclose(pipe), 0) << output;
 }
 
+// Discovery: every module that ran, its output shapes and whether it varied with the input, so that
+// a user can pick the controller globs.
+TEST_F(External, ModulesAreListedForPickingControllers) {
+  const std::string cmd = "PYTHONPATH=" + source("python") + " " + python() + " -m fca_adapter modules --build " +
+                          source("tests/external/hooked_models.py") + ":mudd_model 2>&1";
+  FILE* pipe = popen(cmd.c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  std::string output;
+  char buf[4096];
+  for (size_t n; (n = fread(buf, 1, sizeof buf, pipe)) > 0;) output.append(buf, n);
+  ASSERT_EQ(pclose(pipe), 0) << output;
+  for (const char* row : {"dynamic_dense.0                          DynamicDense           1  yes     [2, 2, 16, 2]",
+                          "dynamic_dense.2                          DynamicDense           1  yes     [2, 2, 16, 4]",
+                          "head                                     Linear                 1  yes     [2, 16, 256]"})
+    EXPECT_NE(output.find(row), std::string::npos) << row << "\n" << output;
+}
+
 TEST_F(External, StudyWithAnExternalVariant) {
   // The study trains fg, then audits the same checkpoint natively and through the PyTorch adapter.
   const std::string out = dir.file("study");

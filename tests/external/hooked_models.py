@@ -181,3 +181,8 @@ if __name__ == "__main__":
     torch.set_num_threads(2)
     torch.use_deterministic_algorithms(True)
     sys.exit(fca_adapter.serve(adapter(args.style, args.fault)))
+
+
+def mudd_model():
+    """For `python3 -m fca_adapter modules --build tests/external/hooked_models.py:mudd_model`."""
+    return build("mudd")[0]
