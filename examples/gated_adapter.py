@@ -28,29 +28,46 @@ LN_EPS = 1e-5
 NORM_EPS = 1e-6  # phi_3 = ||F|| / (||h|| + 1e-6)
 
 
-class GatedTransformer:
-    """Forward pass over an fca-gated-v1 checkpoint's tensors, float32, no autograd."""
+class GateController(torch.nn.Module):
+    """The controller as a module of its own, as third-party code would write it: layer l's gate
+    g [B, T] from the block's features phi [B, T, 4] (featuregate; None for the other gates)."""
+
+    def __init__(self, P, config):
+        super().__init__()
+        self.gate, self.gate_value = config["gate"], float(config.get("gate_value", 0.6))
+        for name in ("gate.logit", "gate.bias", "gate.weight"):
+            if name in P:
+                setattr(self, name.split(".")[1], torch.nn.Parameter(P[name], requires_grad=False))
+
+    def forward(self, l: int, B: int, T: int, phi: Optional[torch.Tensor]) -> torch.Tensor:
+        if self.gate == "dense":
+            return torch.ones(B, T)
+        if self.gate == "fixed":
+            return torch.full((B, T), self.gate_value)
+        if self.gate == "uniform":
+            return torch.sigmoid(self.logit[0]).expand(B, T)
+        if self.gate == "layerstatic":
+            return torch.sigmoid(self.logit[l]).expand(B, T)
+        return torch.sigmoid(self.bias[l] + phi @ self.weight[l])
+
+
+class GatedTransformer(torch.nn.Module):
+    """Forward pass over an fca-gated-v1 checkpoint's tensors, float32, no autograd. The trunk's
+    tensors are buffers (so that the module's state is the whole checkpoint), the gate's are the
+    parameters of its controller module."""
 
     def __init__(self, path: str):
+        super().__init__()
         self.P, meta = fca_adapter.read_safetensors_file(path)
         if meta.get("format") != "fca-gated-v1":
             raise fca_adapter.AdapterError(f"{path}: format {meta.get('format')!r}, expected 'fca-gated-v1'")
         self.config = json.loads(meta["config"])
         c = self.config
         self.L, self.D, self.H, self.seq_len, self.gate = c["n_layer"], c["d_model"], c["n_head"], c["seq_len"], c["gate"]
-
-    def gate_of(self, l: int, B: int, T: int, phi: Optional[torch.Tensor]) -> torch.Tensor:
-        """The controller: g [B, T] for layer l (phi [B, T, 4] for featuregate)."""
-        P, c = self.P, self.config
-        if self.gate == "dense":
-            return torch.ones(B, T)
-        if self.gate == "fixed":
-            return torch.full((B, T), float(c["gate_value"]))
-        if self.gate == "uniform":
-            return torch.sigmoid(P["gate.logit"][0]).expand(B, T)
-        if self.gate == "layerstatic":
-            return torch.sigmoid(P["gate.logit"][l]).expand(B, T)
-        return torch.sigmoid(P["gate.bias"][l] + phi @ P["gate.weight"][l])
+        for name, t in self.P.items():
+            if not name.startswith("gate."):
+                self.register_buffer(name.replace(".", "__"), t)
+        self.controller = GateController(self.P, c)
 
     def forward(self, x: torch.Tensor, gates: Optional[torch.Tensor], on_controller=lambda: None):
         """x int64 [B, T]; gates None (live) or [B, L, T] to replay. Returns logits [B, T, V], g [B, L, T]."""
@@ -73,7 +90,7 @@ class GatedTransformer:
             upd = u + w @ P[p + "mlp.proj.weight"].T + P[p + "mlp.proj.bias"]                   # F_l [B, T, D]
             if gates is None:        # live: run the controller
                 phi = features(s, logp, prev_logp, causal, upd, h) if self.gate == "featuregate" else None
-                g = self.gate_of(l, B, T, phi)
+                g = self.controller(l, B, T, phi)
                 on_controller()
             else:                    # replay: the handed coefficients, never the controller
                 g = gates[:, l, :]

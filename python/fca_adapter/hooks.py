@@ -234,6 +234,8 @@ class HookedAdapter(Adapter):
     identity: the coefficients that make the controllers no-ops, for fca's identity condition: a
         number for every valid coordinate, or a tensor [L, S, K]; None skips that condition (fca
         says why).
+    model_sha256: the weights' content hash for the cache manifest (e.g. sha256_files of the
+        checkpoint's files); default: SHA-256 of the module's state_dict (names, dtypes, shapes, bytes).
     """
 
     def __init__(self, model: torch.nn.Module, forward: Optional[Callable] = None,
@@ -241,7 +243,7 @@ class HookedAdapter(Adapter):
                  max_tokens: Optional[int] = None, tokenizer: Optional[Callable[[bytes], Sequence[int]]] = None,
                  identity: Union[None, float, torch.Tensor] = None, family: Optional[str] = None,
                  description: Optional[str] = None, static_profile: str = "LayerMean",
-                 structure_removed: str = "GlobalMean"):
+                 structure_removed: str = "GlobalMean", model_sha256: Optional[str] = None):
         super().__init__()
         self.model = model
         self._forward = forward or (lambda ids: model(ids))
@@ -250,7 +252,7 @@ class HookedAdapter(Adapter):
         self._axes = {name: _parse_axes(c.axes, name) for name, _, c in self._matched}
         self._controller = {name: c for name, _, c in self._matched}
         self._vocab, self._max_tokens, self._tokenizer, self._identity = vocab, max_tokens, tokenizer, identity
-        self._family, self._description = family, description
+        self._family, self._description, self._model_sha256 = family, description, model_sha256
         self._static_profile, self._structure_removed = static_profile, structure_removed
         self._mode = "off"                   # "live" (record), "replay" (hand back) or "off"
         self._recorded: List[Tuple[str, torch.Tensor]] = []
@@ -360,7 +362,7 @@ class HookedAdapter(Adapter):
         self._description_cache = Description(
             family=self._family or f"hooked:{type(self.model).__name__}",
             description=self._description or f"{type(self.model).__name__}, {L} controller outputs of {globs}",
-            model_sha256=_state_sha256(self.model), vocab=vocab, max_tokens=max_tokens, layers=L, streams=S, sources=K,
+            model_sha256=self._model_sha256 or _state_sha256(self.model), vocab=vocab, max_tokens=max_tokens, layers=L, streams=S, sources=K,
             mask=mask, identity=identity, static_profile=self._static_profile, structure_removed=self._structure_removed,
             tokenizer="bytes" if self._tokenizer is None else "ids",
             config={"class": type(self.model).__name__, "controllers": {n: self._controller[n].axes for n, _, _ in self._matched},
