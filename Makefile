@@ -4,7 +4,7 @@ BUILD ?= build
 JOBS ?= 2
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build data test test-sanitize fuzz demo demo-quick bench clean
+.PHONY: all deps build install data test test-sanitize fuzz demo demo-quick bench clean
 
 all: build
 
@@ -14,6 +14,11 @@ deps:
 build: deps
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS)
+
+# fca into $(PREFIX)/bin (default /usr/local/bin, on PATH), where fca_adapter.audit also finds it.
+PREFIX ?= /usr/local
+install: build
+	@cmake --install $(BUILD) --prefix $(PREFIX)
 
 data: deps
 	@bash scripts/fetch_corpus.sh

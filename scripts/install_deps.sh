@@ -8,7 +8,8 @@ packages=(build-essential cmake pkg-config libopenblas-openmp-dev libhwy-dev nlo
 # The corpus is fetched with npm; a machine that already has node and npm (from Debian or from
 # NodeSource, whose nodejs conflicts with Debian's npm) keeps them.
 if ! command -v npm >/dev/null; then packages+=(nodejs npm); fi
-if [ "${FCA_WITH_TORCH:-0}" = 1 ]; then packages+=(python3 python3-torch python3-numpy); fi
+# PyTorch for the adapters, and what installing python/ as a package offline needs (docs/audit-your-model.md).
+if [ "${FCA_WITH_TORCH:-0}" = 1 ]; then packages+=(python3 python3-torch python3-numpy python3-venv python3-pip python3-setuptools); fi
 if [ "${FCA_WITH_CHROMIUM:-0}" = 1 ]; then packages+=(chromium); fi
 if [ "${FCA_WITH_FUZZ:-0}" = 1 ]; then packages+=(clang libomp-dev); fi
 missing=()

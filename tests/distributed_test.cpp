@@ -178,6 +178,22 @@ TEST_F(Distributed, DataParallelTrainingIsGradientAccumulation) {
   }
 }
 
+// An external model under mpirun: each rank starts its own adapter, which learns its rank and local
+// rank (fca_adapter.rank(), local_rank(): one model replica per GPU on a node), and the audit on two
+// ranks is the one-process audit.
+TEST_F(Distributed, ExternalAdaptersLearnTheirRank) {
+  const std::string adapter = std::string(FCA_PYTHON) + " " + FCA_SOURCE_DIR + "/tests/external/hooked_models.py --style twice";
+  auto args = [&](const std::string& out) {
+    return std::vector<std::string>{"audit", "--external", adapter, "--eval-windows", "16", "--calib-windows", "8", "--reps", "2",
+                                    "--bootstrap", "100", "--out", dir.file(out)};
+  };
+  fca(args("one"));
+  const std::string output = fca(args("two"), 2);
+  for (const char* line : {"adapter: rank 0 of 2, local rank 0", "adapter: rank 1 of 2, local rank 1"})
+    EXPECT_NE(output.find(line), std::string::npos) << output;
+  EXPECT_EQ(results("one"), results("two"));
+}
+
 TEST_F(Distributed, GradientAccumulationOnTopOfRanksIsRefused) {
   const testing::CommandResult r = testing::run_fca(
       {"train", "--gate", "featuregate", "--layers", "2", "--dim", "16", "--heads", "2", "--seq", "16", "--steps", "2",

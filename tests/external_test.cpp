@@ -298,6 +298,37 @@ TEST_F(External, HookedModelsOfThirdPartyStylesAreAuditedAsTheyAre) {
   refused("tuple", "direct", "module 'gates.0.proj', inside the controller 'gates.0', was called");
 }
 
+// The Python API: fca_adapter.audit runs fca on the model this Python process holds (no second
+// Python process), returns audit.json and raises AuditError with fca's message.
+TEST_F(External, PythonApiAuditsTheModelInProcess) {
+  const std::string cmd = std::string("FCA_BIN=") + FCA_BINARY + " " + python() + " " + source("tests/external/api_audit.py") + " " +
+                          dir.path() + " " + dir.file("api") + " 2>&1";
+  FILE* pipe = popen(cmd.c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  std::string output;
+  char buf[4096];
+  for (size_t n; (n = fread(buf, 1, sizeof buf, pipe)) > 0;) output.append(buf, n);
+  EXPECT_EQ(pclose(pipe), 0) << output;
+  EXPECT_NE(output.find("all checks passed"), std::string::npos) << output;
+}
+
+// python/ installs as a package offline (Debian 12, python3-torch from Debian), into a virtual
+// environment that sees the system's torch; installed from a copy, so the tree stays clean.
+TEST_F(External, PythonPackageInstallsOffline) {
+  std::filesystem::copy(source("python"), dir.file("python-src"), std::filesystem::copy_options::recursive);
+  const std::string venv = dir.file("venv");
+  const std::string cmd = python() + " -m venv --system-site-packages " + venv + " && " + venv +
+                          "/bin/pip install -q --no-index --no-build-isolation " + dir.file("python-src") + " && cd " +
+                          dir.path() + " && " + venv + "/bin/python -c 'import fca_adapter; print(fca_adapter.HookedAdapter.__name__)' 2>&1";
+  FILE* pipe = popen(cmd.c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  std::string output;
+  char buf[4096];
+  for (size_t n; (n = fread(buf, 1, sizeof buf, pipe)) > 0;) output.append(buf, n);
+  EXPECT_EQ(pclose(pipe), 0) << output;
+  EXPECT_NE(output.find("HookedAdapter"), std::string::npos) << output;
+}
+
 class BrokenAdapter : public External {
  protected:
   void SetUp() override {

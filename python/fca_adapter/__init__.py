@@ -8,14 +8,17 @@ Two ways to give fca a model (docs/audit-your-model.md, docs/external-protocol.m
 - a subclass of `Adapter` with `describe()` and `forward(ids, coefficients=None)`, for a model whose
   coefficients are not the output of a module.
 
-Either is served to fca with `main(...)` or `serve(adapter)`. Python 3 with numpy and torch only.
+Either is audited in this process with `audit(adapter, data=..., out=..., **flags)`, or served to
+`fca audit --external "python3 my.py"` with `main(...)` or `serve(adapter)`. Python 3 with numpy and
+torch only.
 """
 
 from .protocol import (PROTOCOL, Adapter, AdapterError, Coefficients, Description, decode_safetensors,
                        encode_safetensors, logits_digest, main, read_message, read_safetensors_file, serve,
                        sha256_files, window_nll, write_message)
 from .hooks import Controller, HookedAdapter, match_modules
+from .api import AuditError, audit, find_fca, local_rank, rank, ranks
 
-__all__ = ["PROTOCOL", "Adapter", "AdapterError", "Coefficients", "Controller", "Description", "HookedAdapter",
+__all__ = ["PROTOCOL", "Adapter", "AdapterError", "AuditError", "audit", "find_fca", "local_rank", "rank", "ranks", "Coefficients", "Controller", "Description", "HookedAdapter",
            "decode_safetensors", "encode_safetensors", "logits_digest", "main", "match_modules", "read_message",
            "read_safetensors_file", "serve", "sha256_files", "window_nll", "write_message"]

@@ -1,6 +1,7 @@
 // fca audit and fca aggregate: the Frozen-Controller Audit of one model, and its combination
 // across independently trained checkpoints.
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <sstream>
@@ -81,6 +82,10 @@ void add_audit_command(CLI::App& app) {
     if (f->external.empty()) {
       model = open_model(options.model_path, std::max(1, options.batch), max_tokens);
     } else {
+      // The adapter learns its place among the ranks (fca_adapter.rank(), local_rank()), so that a node
+      // with several GPUs audits one model replica per GPU (docs/audit-your-model.md).
+      ::setenv("FCA_RANK", std::to_string(world().rank()).c_str(), 1);
+      ::setenv("FCA_RANKS", std::to_string(world().size()).c_str(), 1);
       model = open_external_model(f->external, f->external_timeout);
       options.model_path = "external: " + f->external;
     }

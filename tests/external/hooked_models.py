@@ -180,6 +180,8 @@ if __name__ == "__main__":
     args = parser.parse_args()
     torch.set_num_threads(2)
     torch.use_deterministic_algorithms(True)
+    # Under mpirun each rank starts its own adapter, which learns its place (one GPU per local rank).
+    print(f"adapter: rank {fca_adapter.rank()} of {fca_adapter.ranks()}, local rank {fca_adapter.local_rank()}", file=sys.stderr)
     sys.exit(fca_adapter.serve(adapter(args.style, args.fault)))
 
 

@@ -1,0 +1,116 @@
+"""The Python API: audit an adapter's in-memory model with one call.
+
+    result = fca_adapter.audit(adapter, data="data/nlp-corpus", out="runs/my-audit", eval_windows=128)
+
+runs `fca audit` on the model this process already holds (loaded once, on its own device; no
+second Python process): fca starts as a child of this process, and its adapter command is a relay of
+two `cat`s that carry fca's requests to this process and the answers back over inherited pipes,
+which `serve` answers here. fca's progress shows on stderr; a failure raises AuditError with fca's
+message; the result is audit.json as a dict. Flags are fca audit's, with underscores for dashes
+(`eval_windows=32`, `no_progress=True`, `allow_insensitive_replay=True`). The fca binary is `fca=`,
+else $FCA_BIN, else `fca` on PATH.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from typing import Optional
+
+from .protocol import Adapter, serve
+
+
+def _env_int(names, default: int) -> int:
+    for name in names:
+        value = os.environ.get(name)
+        if value is not None and value.strip().isdigit():
+            return int(value)
+    return default
+
+
+def rank() -> int:
+    """This adapter's rank when fca runs under mpirun or srun (fca sets FCA_RANK), else 0."""
+    return _env_int(("FCA_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"), 0)
+
+
+def ranks() -> int:
+    """The number of ranks (FCA_RANKS), else 1."""
+    return _env_int(("FCA_RANKS", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"), 1)
+
+
+def local_rank() -> int:
+    """This rank's index on its node (the launcher's OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID or
+    SLURM_LOCALID), else 0: pick the GPU with it, e.g. f"cuda:{local_rank() % torch.cuda.device_count()}"."""
+    return _env_int(("OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"), 0)
+
+
+class AuditError(Exception):
+    """fca audit failed; the message is fca's."""
+
+
+def _flag_args(flags) -> list:
+    args = []
+    for key, value in flags.items():
+        flag = "--" + key.replace("_", "-")
+        if value is True:
+            args.append(flag)
+        elif value is False or value is None:
+            continue
+        elif isinstance(value, (list, tuple)):
+            args += [flag, ",".join(str(v) for v in value)]
+        else:
+            args += [flag, str(value)]
+    return args
+
+
+def find_fca(fca: Optional[str] = None) -> str:
+    binary = fca or os.environ.get("FCA_BIN") or shutil.which("fca")
+    if not binary:
+        raise AuditError("the fca binary was not found: pass fca=PATH, set FCA_BIN, or put fca on PATH (make install)")
+    if not (os.path.isfile(binary) and os.access(binary, os.X_OK)):
+        raise AuditError(f"fca={binary!r} is not an executable file")
+    return binary
+
+
+def audit(adapter: Adapter, data: Optional[str] = None, out: Optional[str] = None, fca: Optional[str] = None,
+          **flags) -> dict:
+    """Runs `fca audit` on `adapter` in this process and returns audit.json (see the module docstring)."""
+    binary = find_fca(fca)
+    if out is None:
+        raise AuditError("audit: give out= (the output folder of audit.json, windows.csv, audit.md)")
+    requests_r, requests_w = os.pipe()   # fca's relay writes requests into requests_w; serve reads them
+    answers_r, answers_w = os.pipe()     # serve writes answers into answers_w; the relay reads them
+    # The answers' cat runs in the background (an asynchronous list's stdin would be /dev/null, but it
+    # reads answers_r); the requests' cat is the shell itself, reading fca's pipe on its stdin.
+    relay = f"cat <&{answers_r} & exec cat >&{requests_w}"
+    command = [binary, "audit", "--external", relay, "--out", out] + (["--data", data] if data else []) + _flag_args(flags)
+    process = subprocess.Popen(command, pass_fds=(requests_w, answers_r), stdin=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE)
+    os.close(requests_w)
+    os.close(answers_r)
+    tail = []
+
+    def show_progress():   # fca's stderr to ours, line by line, keeping the end for an error
+        for line in iter(process.stderr.readline, b""):
+            text = line.decode("utf-8", "replace")
+            sys.stderr.write(text)
+            tail.append(text)
+            del tail[:-20]
+    shower = threading.Thread(target=show_progress, daemon=True)
+    shower.start()
+    stdout = sys.stdout
+    try:
+        with os.fdopen(requests_r, "rb") as requests, os.fdopen(answers_w, "wb") as answers:
+            serve(adapter, stdin=requests, stdout=answers)
+    finally:
+        sys.stdout = stdout                # serve points stdout at stderr for the CLI form
+    status = process.wait()
+    shower.join()
+    if status != 0:
+        errors = [line.strip() for line in tail if line.startswith("fca: ")]
+        usage = [line.strip() for line in tail if line.strip() and not line.startswith("Run with --help")]
+        raise AuditError(errors[-1] if errors else usage[-1] if usage else f"fca audit exited with status {status}")
+    with open(os.path.join(out, "audit.json")) as f:
+        return json.load(f)
