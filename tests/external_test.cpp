@@ -30,6 +30,16 @@ bool python_has_torch() {
 
 std::string source(const std::string& relative) { return std::string(FCA_SOURCE_DIR) + "/" + relative; }
 
+// Runs a shell command (its stderr joined to its stdout): its exit status and its output.
+std::pair<int, std::string> run_shell(const std::string& cmd) {
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (pipe == nullptr) return {-1, "popen failed: " + cmd};
+  std::string output;
+  char buf[4096];
+  for (size_t n; (n = fread(buf, 1, sizeof buf, pipe)) > 0;) output.append(buf, n);
+  return {pclose(pipe), output};
+}
+
 nlohmann::json read_json(const std::string& path) {
   std::ifstream in(path);
   return nlohmann::json::parse(in);
@@ -202,12 +212,8 @@ TEST_F(External, MuddExampleMatchesTheReferenceFixture) {
   // bitwise replay (tests/external/check_mudd_example.py says what it checks and why).
   const std::string cmd = python() + " " + source("tests/external/check_mudd_example.py") + " --testdata " +
                           std::string(FCA_SOURCE_DIR) + "/../shared/testdata 2>&1";
-  FILE* pipe = popen(cmd.c_str(), "r");
-  ASSERT_NE(pipe, nullptr);
-  std::string output;
-  char buf[4096];
-  for (size_t n; (n = fread(buf, 1, sizeof buf, pipe)) > 0;) output.append(buf, n);
-  EXPECT_EQ(pclose(pipe), 0) << output;
+  const auto [status, output] = run_shell(cmd);
+  EXPECT_EQ(status, 0) << output;
 }
 
 // Discovery: every module that ran, its output shapes and whether it varied with the input, so that
@@ -215,12 +221,8 @@ TEST_F(External, MuddExampleMatchesTheReferenceFixture) {
 TEST_F(External, ModulesAreListedForPickingControllers) {
   const std::string cmd = "PYTHONPATH=" + source("python") + " " + python() + " -m fca_adapter modules --build " +
                           source("tests/external/hooked_models.py") + ":mudd_model 2>&1";
-  FILE* pipe = popen(cmd.c_str(), "r");
-  ASSERT_NE(pipe, nullptr);
-  std::string output;
-  char buf[4096];
-  for (size_t n; (n = fread(buf, 1, sizeof buf, pipe)) > 0;) output.append(buf, n);
-  ASSERT_EQ(pclose(pipe), 0) << output;
+  const auto [status, output] = run_shell(cmd);
+  ASSERT_EQ(status, 0) << output;
   for (const char* row : {"dynamic_dense.0                          DynamicDense           1  yes     [2, 2, 16, 2]",
                           "dynamic_dense.2                          DynamicDense           1  yes     [2, 2, 16, 4]",
                           "head                                     Linear                 1  yes     [2, 16, 256]"})
@@ -303,12 +305,8 @@ TEST_F(External, HookedModelsOfThirdPartyStylesAreAuditedAsTheyAre) {
 TEST_F(External, PythonApiAuditsTheModelInProcess) {
   const std::string cmd = std::string("FCA_BIN=") + FCA_BINARY + " " + python() + " " + source("tests/external/api_audit.py") + " " +
                           dir.path() + " " + dir.file("api") + " 2>&1";
-  FILE* pipe = popen(cmd.c_str(), "r");
-  ASSERT_NE(pipe, nullptr);
-  std::string output;
-  char buf[4096];
-  for (size_t n; (n = fread(buf, 1, sizeof buf, pipe)) > 0;) output.append(buf, n);
-  EXPECT_EQ(pclose(pipe), 0) << output;
+  const auto [status, output] = run_shell(cmd);
+  EXPECT_EQ(status, 0) << output;
   EXPECT_NE(output.find("all checks passed"), std::string::npos) << output;
 }
 
@@ -320,12 +318,8 @@ TEST_F(External, PythonPackageInstallsOffline) {
   const std::string cmd = python() + " -m venv --system-site-packages " + venv + " && " + venv +
                           "/bin/pip install -q --no-index --no-build-isolation " + dir.file("python-src") + " && cd " +
                           dir.path() + " && " + venv + "/bin/python -c 'import fca_adapter; print(fca_adapter.HookedAdapter.__name__)' 2>&1";
-  FILE* pipe = popen(cmd.c_str(), "r");
-  ASSERT_NE(pipe, nullptr);
-  std::string output;
-  char buf[4096];
-  for (size_t n; (n = fread(buf, 1, sizeof buf, pipe)) > 0;) output.append(buf, n);
-  EXPECT_EQ(pclose(pipe), 0) << output;
+  const auto [status, output] = run_shell(cmd);
+  EXPECT_EQ(status, 0) << output;
   EXPECT_NE(output.find("HookedAdapter"), std::string::npos) << output;
 }
 

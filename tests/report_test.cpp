@@ -45,6 +45,19 @@ namespace {
   return ::testing::AssertionSuccess();
 }
 
+// A small audit's options: few windows and resamples, two randomisations, no progress bar.
+AuditOptions small_audit(const std::string& model, const std::string& out, int eval_windows, int calib_windows, int resamples) {
+  AuditOptions a;
+  a.model_path = model;
+  a.eval_windows = eval_windows;
+  a.calib_windows = calib_windows;
+  a.reps = 2;
+  a.bootstrap_resamples = resamples;
+  a.out_dir = out;
+  a.progress = false;
+  return a;
+}
+
 class Report : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -58,14 +71,7 @@ class Report : public ::testing::Test {
       o.arch = arch;
       o.config = testing::tiny_config(GateKind::featuregate);
       train_model(o, corpus);
-      AuditOptions a;
-      a.model_path = o.out;
-      a.eval_windows = 12;
-      a.calib_windows = 8;
-      a.reps = 2;
-      a.bootstrap_resamples = 200;
-      a.out_dir = dir->file(arch + "-audit");
-      a.progress = false;
+      const AuditOptions a = small_audit(o.out, dir->file(arch + "-audit"), 12, 8, 200);
       std::unique_ptr<AuditableModel> m;
       if (arch == "gated") m = std::make_unique<GatedAuditable>(o.out, a.batch, 1 << 20);
       else m = std::make_unique<MuddAuditable>(o.out, a.batch, 1 << 20);
@@ -263,14 +269,7 @@ class DegenerateReport : public ::testing::Test {
              {GateKind::uniform, 1}, {GateKind::uniform, 2}, {GateKind::dense, 1}, {GateKind::fixed, 1}}) {
       const std::string name = std::string(gate_kind_name(gate)) + "-s" + std::to_string(seed);
       GatedModel<float>::initialized(testing::tiny_config(gate), uint64_t(seed)).save(dir->file(name + ".safetensors"));
-      AuditOptions a;
-      a.model_path = dir->file(name + ".safetensors");
-      a.eval_windows = 8;
-      a.calib_windows = 4;
-      a.reps = 2;
-      a.bootstrap_resamples = 100;
-      a.out_dir = dir->file(name + "-audit");
-      a.progress = false;
+      const AuditOptions a = small_audit(dir->file(name + ".safetensors"), dir->file(name + "-audit"), 8, 4, 100);
       GatedAuditable m(a.model_path, 8, 1 << 20);
       run_audit(m, corpus, a);
     }
