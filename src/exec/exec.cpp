@@ -164,6 +164,7 @@ nlohmann::ordered_json run_exec(const Corpus& corpus, const ExecOptions& o) {
                   std::string(o.models.size() == 1 ? o.models[0] + " has gate " + gate_kind_name(read_gated_config(o.models[0]).gate)
                                                    : "none of the models has one"));
   }
+  for (const auto& path : o.models) (void)family_of(path);  // a wrong --model fails before the peak probe's seconds
   const double peak = measure_sgemm_peak_gflops();
   nlohmann::ordered_json out;
   out["schema"] = kExecSchema;
