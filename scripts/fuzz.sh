@@ -55,7 +55,7 @@ PY
     done
   done
   "$fca" aggregate "$work"/uniform-s{1,2}-audit/audit.json --bootstrap 20 --out "$work/uniform-aggregate" >/dev/null
-  "$fca" exec --model "$work/gated.safetensors" --data "$work/data" --runs 1 --warmup 0 --batch 2 --eval-windows 2 \
+  "$fca" exec --model "$work/gated.safetensors" --data "$work/data" --runs 1 --max-runs 1 --warmup 0 --batch 2 --eval-windows 2 \
     --calib-windows 2 --out "$work/exec" >/dev/null 2>&1 || true
   mkdir -p "$seeds"/{fuzz_safetensors,fuzz_checkpoint,fuzz_mudd_config,fuzz_mudd_index,fuzz_tokenizer,fuzz_cache_manifest,fuzz_study_config,fuzz_report_inputs,fuzz_data_folder}
   cp "$work"/{gated,moe,mod}.safetensors "$seeds/fuzz_checkpoint/"

@@ -54,7 +54,7 @@ class CliSweep : public ::testing::Test {
       "variants": [{"name": "fg", "layers": 1, "dim": 8, "heads": 2, "seq": 8}],
       "train": {"batch": 2, "steps": 1, "eval_every": 0, "eval_windows": 2, "checkpoint_every": 1},
       "eval_windows": 2, "audit": {"eval_windows": 2, "calib_windows": 2, "reps": 2, "bootstrap": 10},
-      "exec": {"runs": 1, "warmup": 0, "batch": 2, "eval_windows": 2, "calib_windows": 2}})");
+      "exec": {"runs": 1, "max_runs": 1, "warmup": 0, "batch": 2, "eval_windows": 2, "calib_windows": 2}})");
   }
   std::string data() const { return dir.file("data"); }
   // The wrong values for a flag of CLI11 type `type`, fresh for each run.
@@ -140,7 +140,7 @@ TEST_F(CliSweep, ExecBenchStudy) {
   // minutes. The ordinary suite (make test) runs it; the sanitizer suite sweeps the other commands.
   GTEST_SKIP() << "exec and bench time the SGEMM peak in every run: swept by make test, not under the sanitizer";
 #endif
-  sweep({"exec"}, {"--model", dir.file("m.safetensors"), "--data", data(), "--runs", "1", "--warmup", "0", "--batch", "2",
+  sweep({"exec"}, {"--model", dir.file("m.safetensors"), "--data", data(), "--runs", "1", "--max-runs", "1", "--warmup", "0", "--batch", "2",
                    "--eval-windows", "2", "--calib-windows", "2", "--out", dir.file("x")});
   sweep({"bench", "forward"}, {"--layers", "1", "--dim", "8", "--heads", "2", "--seq", "8", "--batch", "1", "--runs", "1", "--warmup", "0"});
   sweep({"study"}, {"--config", dir.file("study.json"), "--out", dir.file("s")});

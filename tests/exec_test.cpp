@@ -5,10 +5,12 @@
 
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <map>
 
 #include "core/exec_counters.h"
 #include "core/threads.h"
+#include "core/undefined_statistic.h"
 #include "exec/exec.h"
 #include "exec/counted_pass.h"
 #include "exec/gated_flops.h"
@@ -220,13 +222,40 @@ class ExecCli : public ::testing::Test {
 
 TEST_F(ExecCli, SweepWritesTheTable) {
   const auto r = testing::run_fca({"exec", "--model", dir.file("dense.safetensors"), "--model", dir.file("ls.safetensors"),
-                                   "--data", dir.path(), "--runs", "3", "--warmup", "1", "--skip-threshold", "0.4,0.6",
+                                   "--data", dir.path(), "--runs", "3", "--max-runs", "3", "--warmup", "1", "--skip-threshold", "0.4,0.6",
                                    "--eval-windows", "4", "--calib-windows", "4", "--out", dir.file("exec"), "--no-progress"});
   ASSERT_EQ(r.exit_code, 0) << r.output;
   // Initial gates are sigmoid(0) = 0.5: tau 0.4 removes nothing, tau 0.6 removes both blocks.
   EXPECT_NE(r.output.find("| layerstatic L2 D16 | skip tau=0.6 | 0 / 2 |"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("| layerstatic L2 D16 | skip tau=0.4 | 2 / 2 |"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("| dense L2 D16 | live | 2 / 2 |"), std::string::npos) << r.output;
+  // Every configuration timed in the same rounds, every ratio with its paired interval and words.
+  nlohmann::json e;
+  std::ifstream(dir.file("exec/exec.json")) >> e;
+  EXPECT_EQ(e["schema"], "fca-exec-v2");
+  EXPECT_EQ(e["timing"]["rounds"], 3);
+  EXPECT_NE(e["timing"]["stopped_because"].get<std::string>().find("maximum of 3 rounds"), std::string::npos) << e["timing"];
+  EXPECT_EQ(e["dense_reference"]["model"], dir.file("dense.safetensors"));
+  for (const auto& m : e["models"])
+    for (const char* list : {"modes", "skip_sweep"}) {
+      if (!m.contains(list)) continue;
+      for (const auto& mode : m[list]) {
+        SCOPED_TRACE(m["gate"].dump() + " " + list + " " + mode["mode"].dump());
+        EXPECT_EQ(mode["latency"]["runs"], 3);
+        const auto& r = mode["latency_ratio_to_dense"];
+        ASSERT_TRUE(r["ci95"].is_array());
+        EXPECT_LE(r["ci95"][0].get<double>(), r["estimate"].get<double>());
+        EXPECT_GE(r["ci95"][1].get<double>(), r["estimate"].get<double>());
+        EXPECT_TRUE(r["difference"] == "slower" || r["difference"] == "faster" || r["difference"] == "no measurable difference at this size");
+        if (std::string(list) == "skip_sweep") {
+          EXPECT_TRUE(mode["latency_ratio_to_unskipped"].contains("difference"));
+        }
+      }
+    }
+  // The reference against itself: every per-round ratio is 1.
+  EXPECT_EQ(e["models"][0]["modes"][0]["latency_ratio_to_dense"]["estimate"], 1.0);
+  EXPECT_EQ(e["models"][0]["modes"][0]["latency_ratio_to_dense"]["difference"], "no measurable difference at this size");
+  EXPECT_NO_THROW(check_statistics(e, "exec.json"));
 }
 
 TEST_F(ExecCli, RoutedModelsReportControllerAndMixingFlops) {
@@ -234,7 +263,7 @@ TEST_F(ExecCli, RoutedModelsReportControllerAndMixingFlops) {
   ModModel<float>::initialized(ModConfig{4, 16, 2, 16, 0.25, 2}, 1).save(dir.file("mod.safetensors"));
   ExecOptions o;
   o.models = {dir.file("moe.safetensors"), dir.file("mod.safetensors"), dir.file("ls.safetensors")};
-  o.runs = 1;
+  o.runs = o.max_runs = 1;
   o.warmup = 0;
   o.batch = 2;
   o.eval_windows = 2;

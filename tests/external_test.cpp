@@ -242,7 +242,7 @@ TEST_F(External, StudyWithAnExternalVariant) {
     "train": {"batch": 4, "steps": 6, "warmup": 2, "eval_every": 6, "eval_windows": 4, "checkpoint_every": 3},
     "eval_windows": 8,
     "audit": {"eval_windows": 8, "calib_windows": 8, "reps": 2, "bootstrap": 100},
-    "exec": {"runs": 2, "warmup": 0, "eval_windows": 4, "calib_windows": 4}
+    "exec": {"runs": 2, "max_runs": 2, "warmup": 0, "eval_windows": 4, "calib_windows": 4}
   })");
   auto r = run_fca({"study", "--config", dir.file("study.json"), "--out", out});
   ASSERT_EQ(r.exit_code, 0) << r.output;

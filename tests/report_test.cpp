@@ -79,7 +79,7 @@ class Report : public ::testing::Test {
     }
     ExecOptions e;
     e.models = {dir->file("fg.safetensors"), dir->file("mudd")};
-    e.runs = 2;
+    e.runs = e.max_runs = 2;
     e.warmup = 0;
     e.eval_windows = 4;
     e.calib_windows = 4;
@@ -161,6 +161,13 @@ TEST_F(Report, WrongTypesDeepInsideAreErrors) {
     }
   };
   refused("exec/exec.json", "string-blocks.json", [](nlohmann::json& j) { j["models"][0]["modes"][0]["executed_blocks"] = "two"; }, true);
+  // A latency ratio is an object with its interval and the words exec chose (fca-exec-v2).
+  refused("exec/exec.json", "bare-ratio.json", [](nlohmann::json& j) { j["models"][0]["skip_sweep"][1]["latency_ratio_to_unskipped"] = 0.9; },
+          true, "skip_sweep[1]/latency_ratio_to_unskipped must be null or a ratio object");
+  refused("exec/exec.json", "wordless-ratio.json",
+          [](nlohmann::json& j) { j["models"][0]["skip_sweep"][1]["latency_ratio_to_unskipped"].erase("difference"); }, true,
+          "has an estimate but no \"difference\"");
+  refused("exec/exec.json", "v1.json", [](nlohmann::json& j) { j["schema"] = "fca-exec-v1"; }, true, "fca-exec-v2");
   refused("gated-audit/audit.json", "string-share.json", [](nlohmann::json& j) { j["variance"]["shares"]["input"] = "big"; }, false,
           "'/variance/shares/input' must be a number");
   refused("gated-audit/audit.json", "no-ci.json", [](nlohmann::json& j) { j["conditions"][1].erase("mc_se"); j["factor_effects"]["input"].erase("ci95"); }, false);

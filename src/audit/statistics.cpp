@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/bootstrap.h"
 #include "core/error.h"
-#include "core/rng.h"
 
 namespace fca {
 
@@ -22,43 +22,6 @@ double sample_sd(const std::vector<double>& values) {
   for (double v : values) s += (v - m) * (v - m);
   return std::sqrt(s / double(values.size() - 1));
 }
-
-double quantile(std::vector<double> values, double q) {
-  if (values.empty()) return 0;
-  std::sort(values.begin(), values.end());
-  const double pos = q * double(values.size() - 1);
-  const size_t lo = size_t(std::floor(pos)), hi = std::min(lo + 1, values.size() - 1);
-  return values[lo] + (pos - double(lo)) * (values[hi] - values[lo]);
-}
-
-namespace {
-// Resamples per random stream: block k of the resamples draws from Rng(derive_seed(seed, k)), so the
-// blocks run in parallel and the result does not depend on the thread count.
-constexpr int kResampleBlock = 256;
-
-// Statistics of `resamples` bootstrap resamples; statistic(indices) computed by the caller's lambda
-// (which must only read shared data).
-template <typename F>
-std::vector<double> bootstrap(size_t n, int resamples, uint64_t seed, F statistic) {
-  if (n == 0) throw Error("bootstrap of an empty sample");
-  std::vector<double> out(static_cast<size_t>(std::max(resamples, 0)));
-  const int blocks = (resamples + kResampleBlock - 1) / kResampleBlock;
-#pragma omp parallel
-  {
-    std::vector<size_t> idx(n);
-#pragma omp for schedule(static)
-    for (int block = 0; block < blocks; ++block) {
-      Rng rng(derive_seed(seed, uint64_t(block)));
-      const int end = std::min(resamples, (block + 1) * kResampleBlock);
-      for (int b = block * kResampleBlock; b < end; ++b) {
-        for (auto& i : idx) i = size_t(rng.below(n));
-        out[size_t(b)] = statistic(idx);
-      }
-    }
-  }
-  return out;
-}
-}  // namespace
 
 Interval bootstrap_mean_ci(const std::vector<double>& values, int resamples, uint64_t seed, double level) {
   const auto stats = bootstrap(values.size(), resamples, seed, [&](const std::vector<size_t>& idx) {

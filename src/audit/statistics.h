@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "core/bootstrap.h"  // quantile
 #include "models/coefficient_tensor.h"
 
 namespace fca {
@@ -30,7 +31,6 @@ double monte_carlo_se(const std::vector<double>& per_randomisation_means);
 
 double mean(const std::vector<double>& values);
 double sample_sd(const std::vector<double>& values);
-double quantile(std::vector<double> values, double q);
 
 // Exact two-sided sign-flip test of mean 0: over all 2^n sign assignments, the share whose
 // |mean| >= the observed |mean| (n <= 30). Ties count (a 1e-12 relative slack absorbs rounding).

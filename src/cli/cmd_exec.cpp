@@ -24,7 +24,15 @@ void add_exec_command(CLI::App& app) {
   cmd->add_option("--model", e.models, "Checkpoint (repeat for several models)")->required();
   cmd->add_option("--data", f->data, "Data folder (timing and NLL windows from test, calibration from valid)");
   cmd->add_option("--batch", e.batch, "Windows per forward pass")->check(positive_number)->capture_default_str();
-  cmd->add_option("--runs", e.runs, "Timed runs")->check(positive_number)->capture_default_str();
+  cmd->add_option("--runs", e.runs, "Timed rounds at least (every configuration of every model once per round, interleaved)")
+      ->check(positive_number)->capture_default_str();
+  cmd->add_option("--max-runs", e.max_runs, "Timed rounds at most: rounds go on until every latency ratio's 95% interval is "
+                                            "narrower than --margin, the --time-budget is spent, or this many")
+      ->check(positive_number)->capture_default_str();
+  cmd->add_option("--time-budget", e.time_budget_s, "Seconds of timed runs after which no round beyond --runs starts")
+      ->check(non_negative_number)->capture_default_str();
+  cmd->add_option("--margin", e.margin, "Practical latency margin: a ratio within 1 +- margin is never called faster or slower")
+      ->check(CLI::Range(1e-6, 0.999999))->capture_default_str();
   cmd->add_option("--warmup", e.warmup, "Warm-up runs")->check(non_negative_number)->capture_default_str();
   cmd->add_option("--skip-threshold", f->thresholds, "Comma-separated thresholds in [0, 1] for the real skip sweep");
   cmd->add_option("--calib-windows", e.calib_windows, "Valid-split windows for the calibrated static gates")

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <memory>
 #include <sstream>
 
 #include "core/error.h"
@@ -17,6 +18,7 @@
 #include "exec/mudd_flops.h"
 #include "exec/routed_exec.h"
 #include "models/registry.h"
+#include "exec/timed_modes.h"
 #include "exec/timing.h"
 #include "models/gated/forward.h"
 #include "models/mudd/forward.h"
@@ -38,11 +40,35 @@ double mean_nll(const GatedModel<float>& model, GatedRunState<float>& rs, const 
   return s / w.count;
 }
 
-// One configuration of a model: counters from one instrumented pass, checked against the formulas,
-// then timed passes. `live_controller`: the source evaluates the controller (its FLOPs expected).
-nlohmann::ordered_json measure(const std::string& mode, const GatedModel<float>& model, GatedRunState<float>& rs,
-                               const int32_t* tokens, int B, int T, CoefficientSource<float>& source, bool live_controller,
-                               const std::vector<uint8_t>* executed, const ExecOptions& o) {
+// Savings of `mode` against `reference`: claimed only where the counted FLOPs are lower and the
+// latency is measurably lower ("faster": the whole paired interval below 1 - margin). A FLOP ratio with a zero denominator is undefined: null, with the reason.
+nlohmann::ordered_json saving(const nlohmann::ordered_json& mode, const nlohmann::ordered_json& reference,
+                              const nlohmann::ordered_json& latency_ratio) {
+  const nlohmann::ordered_json flops = ratio_or_null(mode["gflop_per_token"].get<double>(), reference["gflop_per_token"].get<double>());
+  const bool latency_defined = !latency_ratio["estimate"].is_null();
+  nlohmann::ordered_json s{{"mode", mode["mode"]},
+                           {"against", reference["mode"]},
+                           {"flop_ratio", flops},
+                           {"latency_ratio", latency_ratio},
+                           {"flop_saving", flops.is_null() ? flops : nlohmann::ordered_json(1.0 - flops.get<double>())},
+                           {"latency_saving", latency_defined ? nlohmann::ordered_json(1.0 - latency_ratio["estimate"].get<double>())
+                                                              : nlohmann::ordered_json(nullptr)},
+                           {"saves", !flops.is_null() && latency_defined && flops.get<double>() < 1.0 &&
+                                         latency_ratio["difference"] == "faster"}};
+  if (flops.is_null())
+    s["note"] = undefined_note(std::string("the reference ") + reference["mode"].get<std::string>() +
+                               " has no counted FLOPs, so the ratio divides by 0");
+  else if (!latency_defined)
+    s["note"] = latency_ratio["note"];
+  return s;
+}
+
+// One configuration of a model: counters from one instrumented pass, checked against the formulas.
+// `live_controller`: the source evaluates
+// the controller (its FLOPs expected).
+nlohmann::ordered_json count_gated(const std::string& mode, const GatedModel<float>& model, GatedRunState<float>& rs,
+                                   const int32_t* tokens, int B, int T, CoefficientSource<float>& source, bool live_controller,
+                                   const std::vector<uint8_t>* executed) {
   const GatedConfig& c = model.config();
   int expected_blocks = c.n_layer;
   if (executed != nullptr) {
@@ -59,30 +85,113 @@ nlohmann::ordered_json measure(const std::string& mode, const GatedModel<float>&
                  {expected_blocks, gated_forward_flops(c, B, T, expected_blocks),
                   live_controller ? gated_controller_flops(c, B, T, expected_blocks) : 0.0,
                   gated_mixing_flops(c, B, T, expected_blocks)});
-  const TimingStats t = time_runs([&] { gated_forward(model, rs, tokens, B, T, source, 0, executed); }, o.warmup, o.runs);
   nlohmann::ordered_json j;
   j["mode"] = mode;
   j["total_blocks"] = c.n_layer;
   j.update(counter_fields(counters, int64_t(B) * T));
-  j["latency"] = t.to_json();
-  j["tokens_per_s"] = double(B) * T / t.median;
   return j;
+}
+
+// A gated checkpoint: live, replay, gates_forced_to_1, and the real skip sweep when asked for.
+nlohmann::ordered_json measure_gated(const std::string& path, const Corpus& corpus, const ExecOptions& o, TimedModes& timed) {
+  const auto model = std::make_shared<const GatedModel<float>>(GatedModel<float>::load(path));
+  const GatedConfig& c = model->config();
+  const int T = c.seq_len, B = o.batch;
+  const bool has_controller = c.gate == GateKind::uniform || c.gate == GateKind::layerstatic || c.gate == GateKind::featuregate;
+  const auto rs = std::make_shared<GatedRunState<float>>(c, B, T, false);
+  const auto timing = std::make_shared<const TokenWindows>(load_token_windows(corpus.split("test"), T, B));
+  const TokenWindows eval = load_token_windows(corpus.split("test"), T, o.eval_windows);
+  const int32_t* tokens = timing->inputs.data();
+  // The timed pass of a source (and block mask): it shares everything it reads.
+  auto pass = [&](std::shared_ptr<CoefficientSource<float>> source, std::shared_ptr<const std::vector<uint8_t>> executed) {
+    return [model, rs, timing, source, executed, B, T] {
+      gated_forward(*model, *rs, timing->inputs.data(), B, T, *source, 0, executed.get());
+    };
+  };
+
+  nlohmann::ordered_json m;
+  m["path"] = path;
+  m["model_sha256"] = sha256_file(path);
+  m["gate"] = gate_kind_name(c.gate);
+  m["config"] = nlohmann::json::parse(c.to_json());
+  m["tokens_per_pass"] = B * T;
+  nlohmann::ordered_json modes = nlohmann::ordered_json::array();
+
+  const auto live = std::make_shared<LiveCoefficients<float>>(*model);
+  auto j_live = count_gated("live", *model, *rs, tokens, B, T, *live, true, nullptr);
+  j_live["nll"] = mean_nll(*model, *rs, eval, B, T, *live, nullptr);
+  timed.add("modes", modes.size(), pass(live, nullptr));
+  modes.push_back(j_live);
+
+  auto recorded = std::make_shared<CoefficientTensor>(B, gated_coefficient_shape(c, T));
+  RecordingCoefficients<float> recording(*model, *recorded);
+  gated_forward(*model, *rs, tokens, B, T, recording);
+  // The replayed source reads the recorded tensor: the pass shares both.
+  const auto replayed = make_shared_owning<ReplayedCoefficients<float>>(recorded, *recorded);
+  timed.add("modes", modes.size(), pass(replayed, nullptr));
+  modes.push_back(count_gated("replay", *model, *rs, tokens, B, T, *replayed, false, nullptr));
+
+  auto ones = std::make_shared<CoefficientTensor>(std::max(B, eval.count), gated_coefficient_shape(c, T));
+  std::fill(ones->values().begin(), ones->values().end(), 1.0f);
+  const auto forced = make_shared_owning<ReplayedCoefficients<float>>(ones, *ones);
+  auto j_ones = count_gated("gates_forced_to_1", *model, *rs, tokens, B, T, *forced, false, nullptr);
+  j_ones["nll"] = mean_nll(*model, *rs, eval, B, T, *forced, nullptr);
+  timed.add("modes", modes.size(), pass(forced, nullptr));
+  modes.push_back(j_ones);
+
+  if (!o.skip_thresholds.empty() && has_controller) {
+    // Calibrated static gates: the mean of g per layer over the calibration windows.
+    const TokenWindows calib = load_token_windows(corpus.split("valid"), T, o.calib_windows);
+    CoefficientTensor calib_g(calib.count, gated_coefficient_shape(c, T));
+    RecordingCoefficients<float> rec(*model, calib_g);
+    mean_nll(*model, *rs, calib, B, T, rec, nullptr);
+    std::vector<double> static_gate(size_t(c.n_layer), 0.0);
+    for (int w = 0; w < calib.count; ++w)
+      for (int l = 0; l < c.n_layer; ++l)
+        for (int t = 0; t < T; ++t) static_gate[size_t(l)] += calib_g.at(w, l, t) / (double(calib.count) * T);
+    m["calibrated_static_gates"] = static_gate;
+    auto static_coeffs = std::make_shared<CoefficientTensor>(std::max(B, eval.count), gated_coefficient_shape(c, T));
+    for (int w = 0; w < static_coeffs->windows(); ++w)
+      for (int l = 0; l < c.n_layer; ++l)
+        for (int t = 0; t < T; ++t) static_coeffs->at(w, l, t) = float(static_gate[size_t(l)]);
+    const auto static_source = make_shared_owning<ReplayedCoefficients<float>>(static_coeffs, *static_coeffs);
+    nlohmann::ordered_json sweep = nlohmann::ordered_json::array();
+    std::vector<double> thresholds = o.skip_thresholds;
+    thresholds.insert(thresholds.begin(), 0.0);  // reference: static gates, nothing removed
+    for (double tau : thresholds) {
+      auto executed = std::make_shared<std::vector<uint8_t>>(size_t(c.n_layer));
+      for (int l = 0; l < c.n_layer; ++l) (*executed)[size_t(l)] = static_gate[size_t(l)] >= tau ? 1 : 0;
+      auto j = count_gated("static_skip", *model, *rs, tokens, B, T, *static_source, false, executed.get());
+      j["threshold"] = tau;
+      j["removed_blocks"] = nlohmann::ordered_json::array();
+      for (int l = 0; l < c.n_layer; ++l)
+        if (!(*executed)[size_t(l)]) j["removed_blocks"].push_back(l);
+      j["nll"] = mean_nll(*model, *rs, eval, B, T, *static_source, executed.get());
+      timed.add("skip_sweep", sweep.size(), pass(static_source, executed));
+      sweep.push_back(j);
+    }
+    m["skip_sweep"] = sweep;
+  } else if (!o.skip_thresholds.empty()) {
+    m["skip_sweep_note"] = std::string("not applicable: the ") + gate_kind_name(c.gate) + " gate has no controller to calibrate";
+  }
+  m["modes"] = modes;
+  return m;
 }
 
 // A MUDD folder: every block and DA module always runs. Modes: live (the DA generators compute alpha),
 // replay (recorded alpha supplied), identity (one-hot newest source: a plain residual stream, with
 // the mixing still executed). FLOPs and blocks from the counters.
-nlohmann::ordered_json measure_mudd(const std::string& path, const Corpus& corpus, const ExecOptions& o) {
-  const MuddModel<float> model = MuddModel<float>::load(path, /*in_place=*/true);
-  const MuddConfig& c = model.config();
+nlohmann::ordered_json measure_mudd(const std::string& path, const Corpus& corpus, const ExecOptions& o, TimedModes& timed) {
+  const auto model = std::make_shared<const MuddModel<float>>(MuddModel<float>::load(path, /*in_place=*/true));
+  const MuddConfig& c = model->config();
   if (c.vocab_size != 256) throw Error(path + ": exec measures byte-level MUDD models (vocab 256) on text windows");
   const int T = c.block_size, B = o.batch;
-  MuddRunState<float> rs(c, B, T);
-  const TokenWindows timing = load_token_windows(corpus.split("test"), T, B);
+  const auto rs = std::make_shared<MuddRunState<float>>(c, B, T);
+  const auto timing = std::make_shared<const TokenWindows>(load_token_windows(corpus.split("test"), T, B));
   const TokenWindows eval = load_token_windows(corpus.split("test"), T, o.eval_windows);
   nlohmann::ordered_json m;
   m["path"] = path;
-  m["model_sha256"] = model.content_hash();
+  m["model_sha256"] = model->content_hash();
   m["gate"] = "mudd";
   m["config"] = {{"n_layer", c.n_layer}, {"d_model", c.dim}, {"n_head", c.n_head}, {"seq_len", c.block_size}};
   m["tokens_per_pass"] = B * T;
@@ -91,45 +200,40 @@ nlohmann::ordered_json measure_mudd(const std::string& path, const Corpus& corpu
     std::vector<double> nll(static_cast<size_t>(eval.count));
     for (int w0 = 0; w0 < eval.count; w0 += B) {
       const int n = std::min(B, eval.count - w0);
-      mudd_forward(model, rs, eval.inputs.data() + int64_t(w0) * T, n, T, source, w0);
-      mudd_loss(rs, eval.targets.data() + int64_t(w0) * T, nll.data() + w0);
+      mudd_forward(*model, *rs, eval.inputs.data() + int64_t(w0) * T, n, T, source, w0);
+      mudd_loss(*rs, eval.targets.data() + int64_t(w0) * T, nll.data() + w0);
     }
     double s = 0;
     for (double v : nll) s += v;
     return s / eval.count;
   };
-  auto one = [&](const std::string& mode, MuddCoefficientSource<float>& source, bool live_generator, bool with_nll) {
+  nlohmann::ordered_json modes = nlohmann::ordered_json::array();
+  auto one = [&](const std::string& mode, std::shared_ptr<MuddCoefficientSource<float>> source, bool live_generator, bool with_nll) {
     ExecCounters counters;
     {
       CountingScope scope(counters);
-      mudd_forward(model, rs, timing.inputs.data(), B, T, source);
+      mudd_forward(*model, *rs, timing->inputs.data(), B, T, *source);
     }
     check_counters(mode, counters,
                    {c.n_layer, mudd_gemm_flops(c, B, T, live_generator), live_generator ? mudd_controller_flops(c, B, T) : 0.0,
                     mudd_mixing_flops(c, B, T)});
-    const TimingStats t = time_runs([&] { mudd_forward(model, rs, timing.inputs.data(), B, T, source); }, o.warmup, o.runs);
     nlohmann::ordered_json j{{"mode", mode}, {"total_blocks", c.n_layer}};
     j.update(counter_fields(counters, int64_t(B) * T));
-    j["latency"] = t.to_json();
-    j["tokens_per_s"] = double(B) * T / t.median;
-    if (with_nll) j["nll"] = nll_of(source);
-    return j;
+    if (with_nll) j["nll"] = nll_of(*source);
+    timed.add("modes", modes.size(), [model, rs, timing, source, B, T] { mudd_forward(*model, *rs, timing->inputs.data(), B, T, *source); });
+    modes.push_back(j);
   };
-  nlohmann::ordered_json modes = nlohmann::ordered_json::array();
-  MuddLiveCoefficients<float> live(model);
-  modes.push_back(one("live", live, true, true));
-  CoefficientTensor recorded = make_mudd_coefficients(c, B, T);
-  MuddRecordingCoefficients<float> recording(model, recorded);
-  mudd_forward(model, rs, timing.inputs.data(), B, T, recording);
-  MuddReplayedCoefficients<float> replayed(c, recorded);
-  modes.push_back(one("replay", replayed, false, false));
-  CoefficientTensor identity = make_mudd_coefficients(c, std::max(B, eval.count), T);
-  for (int w = 0; w < identity.windows(); ++w)
+  one("live", std::make_shared<MuddLiveCoefficients<float>>(*model), true, true);
+  auto recorded = std::make_shared<CoefficientTensor>(make_mudd_coefficients(c, B, T));
+  MuddRecordingCoefficients<float> recording(*model, *recorded);
+  mudd_forward(*model, *rs, timing->inputs.data(), B, T, recording);
+  one("replay", make_shared_owning<MuddReplayedCoefficients<float>>(recorded, c, *recorded), false, false);
+  auto identity = std::make_shared<CoefficientTensor>(make_mudd_coefficients(c, std::max(B, eval.count), T));
+  for (int w = 0; w < identity->windows(); ++w)
     for (int l = 0; l < c.n_layer; ++l)
       for (int t = 0; t < T; ++t)
-        for (int st = 0; st < c.streams(l); ++st) identity.at(w, l, t, st, l + 1) = 1.0f;
-  MuddReplayedCoefficients<float> plain(c, identity);
-  modes.push_back(one("identity_mixing", plain, false, true));
+        for (int st = 0; st < c.streams(l); ++st) identity->at(w, l, t, st, l + 1) = 1.0f;
+  one("identity_mixing", make_shared_owning<MuddReplayedCoefficients<float>>(identity, c, *identity), false, true);
   m["modes"] = modes;
   return m;
 }
@@ -164,117 +268,111 @@ nlohmann::ordered_json run_exec(const Corpus& corpus, const ExecOptions& o) {
                   std::string(o.models.size() == 1 ? o.models[0] + " has gate " + gate_kind_name(read_gated_config(o.models[0]).gate)
                                                    : "none of the models has one"));
   }
+  if (o.max_runs < o.runs) throw Error("exec: --max-runs " + std::to_string(o.max_runs) + " is below --runs " + std::to_string(o.runs));
+  if (!(o.margin > 0 && o.margin < 1)) throw Error("exec: --margin must be in (0, 1), found " + std::to_string(o.margin));
+  if (!(o.time_budget_s >= 0)) throw Error("exec: --time-budget must be >= 0 seconds");
   for (const auto& path : o.models) (void)family_of(path);  // a wrong --model fails before the peak probe's seconds
   const double peak = measure_sgemm_peak_gflops();
   nlohmann::ordered_json out;
   out["schema"] = kExecSchema;
-  out["settings"] = {{"batch", o.batch}, {"runs", o.runs}, {"warmup", o.warmup}, {"skip_thresholds", o.skip_thresholds},
-                     {"calib_windows", o.calib_windows}, {"eval_windows", o.eval_windows}};
+  out["settings"] = {{"batch", o.batch},
+                     {"runs", o.runs},
+                     {"max_runs", o.max_runs},
+                     {"time_budget_s", o.time_budget_s},
+                     {"margin", o.margin},
+                     {"warmup", o.warmup},
+                     {"skip_thresholds", o.skip_thresholds},
+                     {"calib_windows", o.calib_windows},
+                     {"eval_windows", o.eval_windows}};
   out["flop_convention"] = kFlopConvention;
   out["sgemm_peak_gflops"] = peak;
   out["models"] = nlohmann::ordered_json::array();
-  Progress bar("exec", int64_t(o.models.size()), "model");
-  for (size_t mi = 0; mi < o.models.size(); ++mi) {
-    const std::string& path = o.models[mi];
-    const std::string family = family_of(path).name;
-    if (family != "gated") {
-      out["models"].push_back(family == "mudd" ? measure_mudd(path, corpus, o)
-                              : family == "moe" ? measure_moe(path, corpus, o)
-                                                : measure_mod(path, corpus, o));
+  // 1. Every model's configurations: counted passes (checked against the graph) and NLL.
+  TimedModes timed;
+  {
+    Progress bar("exec: count", int64_t(o.models.size()), "model");
+    for (size_t mi = 0; mi < o.models.size(); ++mi) {
+      const std::string& path = o.models[mi];
+      const std::string family = family_of(path).name;
+      timed.start_model(mi);
+      out["models"].push_back(family == "gated" ? measure_gated(path, corpus, o, timed)
+                              : family == "mudd" ? measure_mudd(path, corpus, o, timed)
+                              : family == "moe"  ? measure_moe(path, corpus, o, timed)
+                                                 : measure_mod(path, corpus, o, timed));
       if (o.progress) bar.update(int64_t(mi + 1));
-      continue;
     }
-    const GatedModel<float> model = GatedModel<float>::load(path);
-    const GatedConfig& c = model.config();
-    const int T = c.seq_len, B = o.batch;
-    const bool has_controller = c.gate == GateKind::uniform || c.gate == GateKind::layerstatic || c.gate == GateKind::featuregate;
-    GatedRunState<float> rs(c, B, T, false);
-    const TokenWindows timing = load_token_windows(corpus.split("test"), T, B);
-    const TokenWindows eval = load_token_windows(corpus.split("test"), T, o.eval_windows);
-
-    nlohmann::ordered_json m;
-    m["path"] = path;
-    m["model_sha256"] = sha256_file(path);
-    m["gate"] = gate_kind_name(c.gate);
-    m["config"] = nlohmann::json::parse(c.to_json());
-    m["tokens_per_pass"] = B * T;
-    nlohmann::ordered_json modes = nlohmann::ordered_json::array();
-
-    LiveCoefficients<float> live(model);
-    auto j_live = measure("live", model, rs, timing.inputs.data(), B, T, live, true, nullptr, o);
-    j_live["nll"] = mean_nll(model, rs, eval, B, T, live, nullptr);
-    modes.push_back(j_live);
-
-    CoefficientTensor recorded(B, gated_coefficient_shape(c, T));
-    RecordingCoefficients<float> recording(model, recorded);
-    gated_forward(model, rs, timing.inputs.data(), B, T, recording);
-    ReplayedCoefficients<float> replayed(recorded);
-    modes.push_back(measure("replay", model, rs, timing.inputs.data(), B, T, replayed, false, nullptr, o));
-
-    CoefficientTensor ones(std::max(B, eval.count), gated_coefficient_shape(c, T));
-    std::fill(ones.values().begin(), ones.values().end(), 1.0f);
-    ReplayedCoefficients<float> forced(ones);
-    auto j_ones = measure("gates_forced_to_1", model, rs, timing.inputs.data(), B, T, forced, false, nullptr, o);
-    j_ones["nll"] = mean_nll(model, rs, eval, B, T, forced, nullptr);
-    modes.push_back(j_ones);
-
-    if (!o.skip_thresholds.empty() && has_controller) {
-      // Calibrated static gates: the mean of g per layer over the calibration windows.
-      const TokenWindows calib = load_token_windows(corpus.split("valid"), T, o.calib_windows);
-      CoefficientTensor calib_g(calib.count, gated_coefficient_shape(c, T));
-      RecordingCoefficients<float> rec(model, calib_g);
-      mean_nll(model, rs, calib, B, T, rec, nullptr);
-      std::vector<double> static_gate(size_t(c.n_layer), 0.0);
-      for (int w = 0; w < calib.count; ++w)
-        for (int l = 0; l < c.n_layer; ++l)
-          for (int t = 0; t < T; ++t) static_gate[size_t(l)] += calib_g.at(w, l, t) / (double(calib.count) * T);
-      m["calibrated_static_gates"] = static_gate;
-      CoefficientTensor static_coeffs(std::max(B, eval.count), gated_coefficient_shape(c, T));
-      for (int w = 0; w < static_coeffs.windows(); ++w)
-        for (int l = 0; l < c.n_layer; ++l)
-          for (int t = 0; t < T; ++t) static_coeffs.at(w, l, t) = float(static_gate[size_t(l)]);
-      ReplayedCoefficients<float> static_source(static_coeffs);
-      nlohmann::ordered_json sweep = nlohmann::ordered_json::array();
-      std::vector<double> thresholds = o.skip_thresholds;
-      thresholds.insert(thresholds.begin(), 0.0);  // reference: static gates, nothing removed
-      for (double tau : thresholds) {
-        std::vector<uint8_t> executed(size_t(c.n_layer));
-        for (int l = 0; l < c.n_layer; ++l) executed[size_t(l)] = static_gate[size_t(l)] >= tau ? 1 : 0;
-        auto j = measure("static_skip", model, rs, timing.inputs.data(), B, T, static_source, false, &executed, o);
-        j["threshold"] = tau;
-        j["removed_blocks"] = nlohmann::ordered_json::array();
-        for (int l = 0; l < c.n_layer; ++l)
-          if (!executed[size_t(l)]) j["removed_blocks"].push_back(l);
-        j["nll"] = mean_nll(model, rs, eval, B, T, static_source, &executed);
-        sweep.push_back(j);
-      }
-      m["skip_sweep"] = sweep;
-    } else if (!o.skip_thresholds.empty()) {
-      m["skip_sweep_note"] = std::string("not applicable: the ") + gate_kind_name(c.gate) + " gate has no controller to calibrate";
-    }
-    m["modes"] = modes;
-    out["models"].push_back(m);
-    if (o.progress) bar.update(int64_t(mi + 1));
+    if (o.progress) bar.finish();
   }
-  if (o.progress) bar.finish();
-  // Ratio to Dense: latency relative to the live dense model with the most blocks, when given.
-  double dense_latency = 0;
+  // 2. The ratios wanted: every configuration to the live Dense model with the most blocks among
+  // the --models (when one is given), every skip to the unskipped static gates, routed savings.
+  long dense_reference = -1;
   int dense_layers = -1;
-  for (const auto& m : out["models"])
+  for (size_t mi = 0; mi < out["models"].size(); ++mi) {
+    const auto& m = out["models"][mi];
     if (m["gate"] == "dense" && m["config"]["n_layer"].get<int>() > dense_layers) {
       dense_layers = m["config"]["n_layer"];
-      dense_latency = m["modes"][0]["latency"]["median_s"];
+      dense_reference = timed.find(mi, "modes", 0);
     }
-  out["dense_reference_latency_s"] = dense_layers >= 0 ? nlohmann::ordered_json(dense_latency) : nlohmann::ordered_json(nullptr);
-  // Null where there is no Dense model, or its median is 0 (a ratio with a zero denominator).
-  auto ratio_to_dense = [&](nlohmann::ordered_json& mode) {
-    mode["latency_ratio_to_dense"] =
-        dense_layers >= 0 ? ratio_or_null(mode["latency"]["median_s"].get<double>(), dense_latency) : nlohmann::ordered_json(nullptr);
+  }
+  std::vector<std::pair<size_t, size_t>> ratios;
+  if (dense_reference >= 0)
+    for (size_t i = 0; i < timed.modes().size(); ++i) ratios.push_back({i, size_t(dense_reference)});
+  for (size_t i = 0; i < timed.modes().size(); ++i)
+    if (timed.modes()[i].list == "skip_sweep") ratios.push_back({i, size_t(timed.find(timed.modes()[i].model, "skip_sweep", 0))});
+  for (const auto& s : timed.savings())
+    ratios.push_back({size_t(timed.find(s.model, "modes", s.mode)), size_t(timed.find(s.model, "modes", s.against))});
+  // 3. Every configuration of every model timed in the same interleaved rounds.
+  InterleavedOptions io;
+  io.warmup = o.warmup;
+  io.min_rounds = o.runs;
+  io.max_rounds = o.max_runs;
+  io.time_budget_s = o.time_budget_s;
+  io.margin = o.margin;
+  InterleavedTiming timing;
+  {
+    Progress bar("exec: time", o.runs, "round");
+    timing = time_interleaved(
+        timed.modes().size(), [&](size_t i) { return time_once(timed.modes()[i].pass); }, ratios, io,
+        [&](int rounds) {
+          if (o.progress) bar.update(std::min(rounds, o.runs), rounds > o.runs ? std::to_string(rounds) + " rounds" : "");
+        });
+    if (o.progress) bar.finish(std::to_string(timing.rounds) + " rounds: " + timing.stopped_because);
+  }
+  out["timing"] = {{"order", "interleaved: every configuration once per round, the order rotated by one each round"},
+                   {"rounds", timing.rounds},
+                   {"timed_s", timing.timed_s},
+                   {"stopped_because", timing.stopped_because},
+                   {"ratio", "median over rounds of the per-round latency ratio; 95% paired bootstrap interval over rounds (" +
+                                 std::to_string(kRatioResamples) + " resamples)"}};
+  auto entry = [&](size_t i) -> nlohmann::ordered_json& {
+    const TimedMode& t = timed.modes()[i];
+    return out["models"][t.model][t.list][t.index];
   };
-  for (auto& m : out["models"]) {
-    for (auto& mode : m["modes"]) ratio_to_dense(mode);
-    if (m.contains("skip_sweep"))
-      for (auto& mode : m["skip_sweep"]) ratio_to_dense(mode);
+  for (size_t i = 0; i < timed.modes().size(); ++i) {
+    const TimingStats st = timing_stats(timing.seconds[i]);
+    auto& e = entry(i);
+    e["latency"] = st.to_json();
+    e["tokens_per_s"] = out["models"][timed.modes()[i].model]["tokens_per_pass"].get<double>() / st.median;
+  }
+  auto ratio = [&](size_t a, size_t b) { return paired_ratio_json(paired_ratio(timing.seconds[a], timing.seconds[b]), o.margin); };
+  out["dense_reference"] = nullptr;
+  if (dense_reference >= 0) {
+    const auto& ref = timed.modes()[size_t(dense_reference)];
+    out["dense_reference"] = {{"model", out["models"][ref.model]["path"]}, {"mode", "live"},
+                              {"latency_s", entry(size_t(dense_reference))["latency"]["median_s"]}};
+  }
+  for (size_t i = 0; i < timed.modes().size(); ++i) {
+    auto& e = entry(i);
+    // Null where no Dense model is among the --models.
+    e["latency_ratio_to_dense"] = dense_reference >= 0 ? ratio(i, size_t(dense_reference)) : nlohmann::ordered_json(nullptr);
+    if (timed.modes()[i].list == "skip_sweep")
+      e["latency_ratio_to_unskipped"] = ratio(i, size_t(timed.find(timed.modes()[i].model, "skip_sweep", 0)));
+  }
+  for (const auto& s : timed.savings()) {
+    auto& m = out["models"][s.model];
+    const size_t a = size_t(timed.find(s.model, "modes", s.mode)), b = size_t(timed.find(s.model, "modes", s.against));
+    if (!m.contains("savings")) m["savings"] = nlohmann::ordered_json::array();
+    m["savings"].push_back(saving(m["modes"][s.mode], m["modes"][s.against], ratio(a, b)));
   }
   auto prov = provenance_base();
   prov["data"] = {{"dir", corpus.dir()}, {"test_sha256", corpus.split("test").content_hash()}};
@@ -287,12 +385,27 @@ nlohmann::ordered_json run_exec(const Corpus& corpus, const ExecOptions& o) {
   return out;
 }
 
+std::string latency_ratio_text(const nlohmann::json& r) {
+  if (r["estimate"].is_null()) return r.value("note", std::string("undefined"));
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "x%.3f [%.3f, %.3f] %s", r["estimate"].get<double>(), r["ci95"][0].get<double>(),
+                r["ci95"][1].get<double>(), r["difference"].get<std::string>().c_str());
+  return buf;
+}
+
 std::string exec_markdown(const nlohmann::ordered_json& e) {
   std::ostringstream md;
   char buf[512];
-  md << "# Actual execution\n\nBatch " << e["settings"]["batch"] << ", " << e["settings"]["runs"] << " timed runs after "
-     << e["settings"]["warmup"] << " warm-up runs, " << e["provenance"]["threads"] << " threads; SGEMM peak "
-     << std::to_string(int(e["sgemm_peak_gflops"].get<double>())) << " GFLOP/s. FLOPs: " << e["flop_convention"].get<std::string>() << ".\n\n";
+  const auto& st = e["settings"];
+  std::snprintf(buf, sizeof buf, "%.0f%%", 100 * st["margin"].get<double>());
+  const std::string margin = buf;
+  md << "# Actual execution\n\nBatch " << st["batch"] << "; every configuration of every model timed in the same interleaved rounds: "
+     << e["timing"]["rounds"] << " rounds (at least " << st["runs"] << ", at most " << st["max_runs"] << ") after " << st["warmup"]
+     << " warm-up runs of each, stopped because " << e["timing"]["stopped_because"].get<std::string>() << "; "
+     << e["provenance"]["threads"] << " threads; SGEMM peak " << std::to_string(int(e["sgemm_peak_gflops"].get<double>()))
+     << " GFLOP/s. Latency ratios: the median of the per-round ratios with its 95% paired bootstrap interval; \"faster\" or "
+        "\"slower\" only where the whole interval lies beyond the "
+     << margin << " margin. FLOPs: " << e["flop_convention"].get<std::string>() << ".\n\n";
   md << "| model | mode | executed blocks | GFLOP/token | of which controller, MFLOP/token | latency median [p10, p90] ms | "
         "tokens/s | ratio to Dense | NLL |\n"
         "|---|---|---:|---:|---:|---|---:|---:|---:|\n";
@@ -300,7 +413,7 @@ std::string exec_markdown(const nlohmann::ordered_json& e) {
     const auto& c = m["config"];
     std::string name = m["gate"].get<std::string>() + " L" + std::to_string(c["n_layer"].get<int>()) + " D" +
                        std::to_string(c["d_model"].get<int>());
-    std::string ratio = r["latency_ratio_to_dense"].is_null() ? "–" : std::to_string(r["latency_ratio_to_dense"].get<double>()).substr(0, 5);
+    const std::string ratio = r["latency_ratio_to_dense"].is_null() ? "–" : latency_ratio_text(r["latency_ratio_to_dense"]);
     std::string nll = r.contains("nll") ? std::to_string(r["nll"].get<double>()).substr(0, 6) : "–";
     char controller[32];
     std::snprintf(controller, sizeof controller, "%.4g",
@@ -321,16 +434,28 @@ std::string exec_markdown(const nlohmann::ordered_json& e) {
       }
   }
   for (const auto& m : e["models"]) {
+    if (!m.contains("skip_sweep")) continue;
+    md << "\n" << m["gate"].get<std::string>() << " (" << m["path"].get<std::string>() << "), real skips against the same static gates with "
+          "nothing removed (tau = 0):\n";
+    for (const auto& r : m["skip_sweep"]) {
+      if (r["threshold"].get<double>() == 0.0) continue;
+      std::snprintf(buf, sizeof buf, "- tau=%.3g (%d of %d blocks): latency %s\n", r["threshold"].get<double>(), r["executed_blocks"].get<int>(),
+                    r["total_blocks"].get<int>(), latency_ratio_text(r["latency_ratio_to_unskipped"]).c_str());
+      md << buf;
+    }
+  }
+  for (const auto& m : e["models"]) {
     if (!m.contains("savings")) continue;
     md << "\n" << m["gate"].get<std::string>() << " (" << m["path"].get<std::string>() << "), live routing against:\n";
     for (const auto& s : m["savings"]) {
-      if (s["flop_ratio"].is_null() || s["latency_ratio"].is_null()) {
+      if (s["flop_ratio"].is_null() || s["latency_ratio"]["estimate"].is_null()) {
         md << "- " << s["against"].get<std::string>() << ": " << s["note"].get<std::string>() << "; no saving claimed\n";
         continue;
       }
-      std::snprintf(buf, sizeof buf, "- %s: FLOPs x%.3f, latency x%.3f: %s\n", s["against"].get<std::string>().c_str(),
-                    s["flop_ratio"].get<double>(), s["latency_ratio"].get<double>(),
-                    s["saves"].get<bool>() ? "saves compute (both lower)" : "no saving claimed (not both lower)");
+      std::snprintf(buf, sizeof buf, "- %s: FLOPs x%.3f, latency %s: %s\n", s["against"].get<std::string>().c_str(),
+                    s["flop_ratio"].get<double>(), latency_ratio_text(s["latency_ratio"]).c_str(),
+                    s["saves"].get<bool>() ? "saves compute (fewer FLOPs and measurably faster)"
+                                           : "no saving claimed (not both fewer FLOPs and measurably faster)");
       md << buf;
     }
     if (m["modes"][0].contains("expert_rows")) {

@@ -2,7 +2,9 @@
 // evaluations and GEMM FLOPs counted where they happen), what it cost (latency and throughput over
 // timed runs), with the live controller, with replayed coefficients, and with every gate forced to
 // 1; and a real skip sweep, where blocks whose calibrated static gate is below a threshold are
-// removed from the executed graph. Writes exec.json and exec.md.
+// removed from the executed graph. Every configuration of every model is timed in the same
+// interleaved rounds, and every latency ratio carries a paired bootstrap interval (exec/timing.h).
+// Writes exec.json and exec.md.
 #pragma once
 #include "core/json.h"
 #include <string>
@@ -12,12 +14,15 @@
 
 namespace fca {
 
-inline constexpr const char* kExecSchema = "fca-exec-v1";
+inline constexpr const char* kExecSchema = "fca-exec-v2";
 
 struct ExecOptions {
   std::vector<std::string> models;
   int batch = 8;
-  int runs = 20;            // timed runs (>= 20 by default)
+  int runs = 20;            // timed rounds at least (every configuration once per round)
+  int max_runs = 200;       // timed rounds at most
+  double time_budget_s = 60;  // timed seconds after which no further round starts (beyond `runs`)
+  double margin = 0.05;     // practical latency margin: no "faster"/"slower" within it
   int warmup = 3;
   std::vector<double> skip_thresholds;  // each in [0, 1]
   int calib_windows = 64;   // valid-split windows for the calibrated static gates
@@ -35,5 +40,8 @@ TokenWindows load_token_windows(const TextSplit& split, int T, int wanted);
 
 nlohmann::ordered_json run_exec(const Corpus& corpus, const ExecOptions& options);
 std::string exec_markdown(const nlohmann::ordered_json& exec);
+// A latency ratio object of exec.json as text: "x1.042 [1.013, 1.071] no measurable difference at
+// this size", or its undefined note.
+std::string latency_ratio_text(const nlohmann::json& ratio);
 
 }  // namespace fca

@@ -20,6 +20,16 @@ using report_util::fmt;
 
 std::string ci(const nlohmann::json& c, const char* f = "%+.5f") { return report_util::interval(c, f); }
 
+// A latency ratio of exec.json in a table cell: "1.035 [1.009, 1.057]", then "slower" or "faster"
+// where exec called it so (the whole interval beyond 1 +- margin).
+std::string ratio_cell(const nlohmann::json& r) {
+  if (r.is_null()) return "–";
+  if (r["estimate"].is_null()) return r.value("note", std::string("undefined"));
+  const std::string d = r["difference"].get<std::string>();
+  return fmt("%.3f", r["estimate"].get<double>()) + " [" + fmt("%.3f", r["ci95"][0].get<double>()) + ", " +
+         fmt("%.3f", r["ci95"][1].get<double>()) + "]" + (d == "slower" || d == "faster" ? " " + d : "");
+}
+
 const char* kStyle = R"(
 body { font-family: -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; color: #222; max-width: 1100px; margin: 24px auto; padding: 0 16px; line-height: 1.45; }
 h1 { font-size: 26px; margin-bottom: 4px; } h2 { font-size: 20px; margin-top: 36px; border-bottom: 1px solid #ddd; padding-bottom: 4px; }
@@ -183,10 +193,14 @@ std::string report_html(const ReportData& d) {
     figure("fig-latency", figure_latency(d),
            "Measured median latency per batch against blocks executed, for live, replayed and forced gates and for the "
            "real skip sweep (blocks removed from the graph).");
+    h << "<p class=\"sub\">Every configuration of an exec run is timed in the same interleaved rounds, so that drift lands on all "
+         "alike. A ratio is the median of the per-round ratios with its 95% paired bootstrap interval; it is marked slower or "
+         "faster only where the whole interval lies beyond the practical margin (1 +- margin); otherwise there is no "
+         "measurable difference at this size.</p>";
     for (const auto& e : d.execs) {
       h << "<table><tr><th class=\"l\">model</th><th class=\"l\">mode</th><th>blocks</th><th>GFLOP/token</th>"
            "<th>of which controller, MFLOP/token</th><th class=\"l\">latency ms median [p10, p90]</th><th>tokens/s</th>"
-           "<th>ratio to Dense</th><th>NLL</th></tr>";
+           "<th>ratio to Dense [95% interval]</th><th>NLL</th></tr>";
       for (const auto& m : e.doc["models"]) {
         auto row = [&](const nlohmann::json& r, const std::string& mode) {
           h << "<tr><td class=\"l\">" << escape(d.label(m["model_sha256"].get<std::string>(), m["gate"].get<std::string>()))
@@ -199,8 +213,7 @@ std::string report_html(const ReportData& d) {
             << fmt("%.2f", 1e3 * r["latency"]["median_s"].get<double>()) << " [" << fmt("%.2f", 1e3 * r["latency"]["p10_s"].get<double>())
             << ", " << fmt("%.2f", 1e3 * r["latency"]["p90_s"].get<double>()) << "]</td><td>" << fmt("%.0f", r["tokens_per_s"].get<double>())
             << "</td><td>"
-            << (r.contains("latency_ratio_to_dense") && !r["latency_ratio_to_dense"].is_null() ? fmt("%.3f", r["latency_ratio_to_dense"].get<double>())
-                : std::string("–"))
+            << (r.contains("latency_ratio_to_dense") ? ratio_cell(r["latency_ratio_to_dense"]) : std::string("–"))
             << "</td><td>" << (r.contains("nll") ? fmt("%.4f", r["nll"].get<double>()) : std::string("–")) << "</td></tr>";
         };
         for (const auto& r : m["modes"]) row(r, r["mode"]);

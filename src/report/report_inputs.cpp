@@ -62,6 +62,32 @@ void expect_shares(const nlohmann::json& j, const std::string& path) {
   }
 }
 
+// Every latency ratio of an exec.json (a mode's or skip's latency_ratio_to_dense and
+// latency_ratio_to_unskipped, a saving's latency_ratio): null (no reference), or an object whose
+// defined estimate comes with the words the report prints ("difference").
+void expect_latency_ratios(const nlohmann::json& j, const std::string& path) {
+  auto check = [&](const nlohmann::json& r, const std::string& where) {
+    if (r.is_null()) return;
+    if (!r.is_object() || !r.contains("estimate") || !r.contains("ci95"))
+      throw Error(path + ": " + where + " must be null or a ratio object {estimate, ci95, difference}; found " + r.dump().substr(0, 60));
+    if (!r["estimate"].is_null() && !(r["estimate"].is_number() && r.contains("difference") && r["difference"].is_string()))
+      throw Error(path + ": " + where + " has an estimate but no \"difference\" saying what it shows");
+  };
+  for (size_t i = 0; i < j["models"].size(); ++i) {
+    const auto& m = j["models"][i];
+    const std::string at = "models[" + std::to_string(i) + "]";
+    for (const char* list : {"modes", "skip_sweep"}) {
+      if (!m.contains(list)) continue;
+      for (size_t k = 0; k < m[list].size(); ++k)
+        for (const char* key : {"latency_ratio_to_dense", "latency_ratio_to_unskipped"})
+          if (m[list][k].contains(key)) check(m[list][k][key], at + "/" + list + "[" + std::to_string(k) + "]/" + key);
+    }
+    if (m.contains("savings"))
+      for (size_t k = 0; k < m["savings"].size(); ++k)
+        check(m["savings"][k]["latency_ratio"], at + "/savings[" + std::to_string(k) + "]/latency_ratio");
+  }
+}
+
 }  // namespace
 
 std::vector<std::string> path_labels(const std::vector<std::string>& paths) {
@@ -131,12 +157,13 @@ ReportData load_report_data(const ReportInputs& in) {
   }
   for (const auto& p : in.execs) {
     nlohmann::json j = read_json(p);
-    expect_schema(j, p, "fca-exec-v1");
-    expect_fields(j, p, {"/models", "/settings/batch", "/provenance/threads", "/sgemm_peak_gflops"});
+    expect_schema(j, p, "fca-exec-v2");
+    expect_fields(j, p, {"/models", "/settings/batch", "/settings/margin", "/timing/rounds", "/provenance/threads", "/sgemm_peak_gflops"});
     for (size_t i = 0; i < j["models"].size(); ++i)
       expect_fields(j["models"][i], p + " models[" + std::to_string(i) + "]",
                     {"/model_sha256", "/gate", "/modes/0/latency/median_s", "/modes/0/executed_blocks", "/modes/0/total_blocks"});
     check_statistics(j, p);
+    expect_latency_ratios(j, p);
     d.execs.push_back({p, std::move(j)});
   }
   for (const auto& p : in.aggregates) {

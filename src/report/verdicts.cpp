@@ -107,31 +107,38 @@ void aggregate_verdicts(const nlohmann::json& g, Verdicts& v) {
                                  ret, v.needs_dynamic);
 }
 
+// A latency ratio of exec.json in a sentence: "x1.04 [1.01, 1.07] <what>: no measurable difference
+// at this size", or why it is undefined.
+std::string latency_ratio_words(const nlohmann::json& r, const std::string& what) {
+  if (r["estimate"].is_null()) return what + " undefined (" + r.value("note", std::string("no reason given")) + ")";
+  return fmt("%.2fx", r["estimate"].get<double>()) + " " + what + " [" + fmt("%.2f", r["ci95"][0].get<double>()) + ", " +
+         fmt("%.2f", r["ci95"][1].get<double>()) + "]: " + r["difference"].get<std::string>();
+}
+
 // Claim 3 from one exec entry.
 std::string execution_text(const nlohmann::json& e, bool& saves_compute) {
   std::string t;
   const auto& live = e["modes"][0];
-  const double ratio = live.contains("latency_ratio_to_dense") && !live["latency_ratio_to_dense"].is_null()
-                           ? live["latency_ratio_to_dense"].get<double>() : std::nan("");
+  const bool has_ratio = live.contains("latency_ratio_to_dense") && !live["latency_ratio_to_dense"].is_null();
   t = std::to_string(live["executed_blocks"].get<int>()) + "/" + std::to_string(live["total_blocks"].get<int>()) +
-                 " blocks execute with the live controller; " + fmt("%.2f", 1e3 * live["latency"]["median_s"].get<double>()) +
-                 " ms per batch" + (std::isnan(ratio) ? std::string("") : ", " + fmt("%.2fx", ratio) + " Dense latency");
+      " blocks execute with the live controller; " + fmt("%.2f", 1e3 * live["latency"]["median_s"].get<double>()) + " ms per batch" +
+      (has_ratio ? ", " + latency_ratio_words(live["latency_ratio_to_dense"], "Dense latency") : std::string(""));
   saves_compute = live["executed_blocks"].get<int>() < live["total_blocks"].get<int>();
   if (e.contains("savings")) {
-    // Routed models: a saving is claimed only where counted FLOPs and measured latency are both lower.
+    // Routed models: a saving is claimed only where counted FLOPs are lower and the latency is
+    // measurably lower (the whole paired interval below 1 - margin).
     t = "Routing executes " + fmt("%.3g", live["gflop_per_token"].get<double>() * 1e3) + " MFLOP/token in " +
-                   fmt("%.2f", 1e3 * live["latency"]["median_s"].get<double>()) + " ms per batch";
+        fmt("%.2f", 1e3 * live["latency"]["median_s"].get<double>()) + " ms per batch";
     saves_compute = false;
     for (const auto& s : e["savings"]) {
       const bool saves = s["saves"].get<bool>();
       t += std::string("; against ") + s["against"].get<std::string>() + ": ";
-      if (s["flop_ratio"].is_null() || s["latency_ratio"].is_null())
+      if (s["flop_ratio"].is_null() || s["latency_ratio"]["estimate"].is_null())
         t += "no saving claimed (" + s.value("note", std::string("undefined ratio")) + ")";
       else
-        t += saves ? "saves " + fmt("%.0f%%", 100 * s["flop_saving"].get<double>()) + " FLOPs and " +
-                                   fmt("%.0f%%", 100 * s["latency_saving"].get<double>()) + " latency"
-                             : "no saving (FLOPs x" + fmt("%.2f", s["flop_ratio"].get<double>()) + ", latency x" +
-                                   fmt("%.2f", s["latency_ratio"].get<double>()) + ")";
+        t += (saves ? "saves " + fmt("%.0f%%", 100 * s["flop_saving"].get<double>()) + " FLOPs and time, "
+                    : "no saving claimed (FLOPs x" + fmt("%.2f", s["flop_ratio"].get<double>()) + ", ") +
+             latency_ratio_words(s["latency_ratio"], "the latency") + (saves ? "" : ")");
       if (saves && s["against"] == "dense_same_shape") saves_compute = true;
     }
   }
@@ -144,10 +151,9 @@ std::string execution_text(const nlohmann::json& e, bool& saves_compute) {
       if (s["nll"].get<double>() - base <= 0.01 && (!best || s["executed_blocks"] < (*best)["executed_blocks"])) best = &s;
     if (best && (*best)["executed_blocks"] < live["executed_blocks"]) {
       const int removed = live["executed_blocks"].get<int>() - (*best)["executed_blocks"].get<int>();
-      const double live_ms = live["latency"]["median_s"].get<double>();
       t += "; a real skip (tau " + fmt("%g", (*best)["threshold"].get<double>()) + ") removes " + std::to_string(removed) +
-                     (removed == 1 ? " block" : " blocks") + " at " + fmt("%+.4f", (*best)["nll"].get<double>() - base) + " nats" +
-                     (live_ms > 0 ? " and " + fmt("%.2fx", (*best)["latency"]["median_s"].get<double>() / live_ms) + " the latency" : "");
+           (removed == 1 ? " block" : " blocks") + " at " + fmt("%+.4f", (*best)["nll"].get<double>() - base) + " nats, " +
+           latency_ratio_words((*best)["latency_ratio_to_unskipped"], "the latency of the same static gates with nothing removed");
     } else {
       t += "; no block can be removed within 0.01 nats";
     }

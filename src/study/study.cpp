@@ -45,7 +45,7 @@ StudyConfig parse_study_config(const nlohmann::json& cfg, const std::string& con
                         {"title", "data", "out", "seeds", "variants", "train", "audit", "exec", "eval_windows"});
   const JsonFields train = root.object("train", {"batch", "steps", "lr", "warmup", "eval_every", "eval_windows", "checkpoint_every"});
   const JsonFields audit = root.object("audit", {"eval_windows", "calib_windows", "reps", "bootstrap", "seed", "external_timeout"});
-  const JsonFields exec = root.object("exec", {"runs", "warmup", "batch", "skip_thresholds", "eval_windows", "calib_windows"});
+  const JsonFields exec = root.object("exec", {"runs", "max_runs", "time_budget_s", "margin", "warmup", "batch", "skip_thresholds", "eval_windows", "calib_windows"});
   constexpr int64_t kMany = int64_t(1) << 24;  // a bound on counts that still fits every int below
   c.out = root.text("out", "");
   c.data = root.text("data", "");
@@ -99,6 +99,9 @@ StudyConfig parse_study_config(const nlohmann::json& cfg, const std::string& con
   c.train_eval_windows = train.integer("eval_windows", 32, 1, kMany);
   c.train_checkpoint_every = train.integer("checkpoint_every", 200, 0, kMany);
   c.exec_runs = int(exec.integer("runs", 20, 1, kMany));
+  c.exec_max_runs = int(exec.integer("max_runs", 200, c.exec_runs, kMany));
+  c.exec_time_budget_s = exec.number("time_budget_s", 60, 0, 1e6);
+  c.exec_margin = exec.number("margin", 0.05, 1e-6, 0.999999);
   c.exec_warmup = int(exec.integer("warmup", 3, 0, kMany));
   c.exec_batch = int(exec.integer("batch", 8, 1, 1 << 16));
   c.exec_skip_thresholds = exec.numbers("skip_thresholds", {}, 0.0, 1.0);
@@ -272,6 +275,9 @@ std::string run_study(const std::string& config_path, const std::string& out_arg
     ExecOptions e;
     e.models = exec_models;
     e.runs = c.exec_runs;
+    e.max_runs = c.exec_max_runs;
+    e.time_budget_s = c.exec_time_budget_s;
+    e.margin = c.exec_margin;
     e.warmup = c.exec_warmup;
     e.batch = c.exec_batch;
     e.skip_thresholds = c.exec_skip_thresholds;

@@ -31,7 +31,8 @@ struct StudyConfig {
   int64_t train_steps = 600;
   double train_lr = 2e-3;
   int64_t train_warmup = 30, train_eval_every = 200, train_eval_windows = 32, train_checkpoint_every = 200;
-  int exec_runs = 20, exec_warmup = 3, exec_batch = 8;
+  int exec_runs = 20, exec_max_runs = 200, exec_warmup = 3, exec_batch = 8;
+  double exec_time_budget_s = 60, exec_margin = 0.05;  // exec/exec.h
   std::vector<double> exec_skip_thresholds;
   int exec_eval_windows = 64, exec_calib_windows = 64;
 };
