@@ -1,14 +1,32 @@
-"""Side-by-side benchmark of fca against the PyTorch reference of the gated transformer family.
+"""Side-by-side benchmark of fca against PyTorch on the gated transformer family.
 
   /usr/bin/python3 bench/compare_pytorch.py --fca build/fca [--gate featuregate --layers 6
-      --dim 256 --heads 4 --seq 256 --batch 8 --threads 2 --steps 10 --warmup 3] [--json-out FILE]
+      --dim 256 --heads 4 --seq 256 --batch 8 --threads 2 --steps 10 --warmup 3 --repeats 3]
+      [--json-out FILE]
 
-1. Writes a checkpoint (fca-gated-v1, F32) from the reference's init into a temporary directory.
-2. Correctness first: `fca trace` on B random windows; its logits must match PyTorch float32
-   logits within LOGIT_TOLERANCE, else exit 1 (no point timing a wrong implementation).
-3. Times PyTorch (forward under no_grad; training step = forward + loss + backward + clipping +
-   AdamW) and `fca bench forward` / `fca bench train` with the same shapes and thread count.
-4. Prints a table (and writes it as JSON with --json-out).
+1. Writes a checkpoint (fca-gated-v1, F32) from the reference's init (tests/fixtures/
+   gated_reference.py) into a temporary directory.
+2. Correctness first, nothing timed yet:
+   - the PyTorch peer (bench/pytorch_peer.py GatedPeer, the fastest way to run this model in
+     torch 1.13) against the reference: its logits and gates at the benchmark's shape within
+     LOGIT_TOLERANCE, and its logits, gates and gradients on tests/fixtures/gated_tiny.safetensors
+     (peaky attention, all five gates) within FIXTURE_TOLERANCE;
+   - `fca trace` on B random windows: its logits must match the reference's float32 logits within
+     LOGIT_TOLERANCE.
+   Any failure exits 1 (no point timing a wrong implementation).
+3. Fairness: both sides run with this process's environment, never a variable set for one of them;
+   what each side runs is recorded (PyTorch: ATen's CPU capability, its OpenBLAS library and core,
+   the kernel variables; fca: its provenance, which names its SIMD target and GEMM kernels), and the
+   script exits 2 unless both run the same instruction set (pytorch_peer.fairness_problems). On an
+   AVX-512 CPU that means no OPENBLAS_CORETYPE narrower than AVX-512 (fca's float GEMM ignores it)
+   and ATEN_CPU_CAPABILITY=avx512 (torch 1.13 keeps its AVX-512 kernels opt-in), e.g.
+   `env -u OPENBLAS_CORETYPE ATEN_CPU_CAPABILITY=avx512 /usr/bin/python3 bench/compare_pytorch.py`.
+4. Timing: --repeats alternating rounds, PyTorch then fca, each a full timing of the forward pass
+   (PyTorch: under inference_mode) and of the training step (forward + loss + backward + clipping +
+   AdamW) with the same shapes and thread count; fca's are `fca bench forward` / `fca bench train`.
+   Each round gives each side's median over --steps runs; the table shows the median of those
+   over the rounds with their range, and the same for the per-round speed-up (PyTorch's seconds
+   over fca's) and fca's fraction of its measured SGEMM peak. --json-out writes every round.
 
 --pytorch-only skips every fca step, for machines without a build.
 """
@@ -24,9 +42,11 @@ import time
 
 import torch
 
-from bench_io import write_json_atomically  # noqa: E402  (bench/ is the script's folder)
+from bench_io import format_spread, spread, write_json_atomically  # noqa: E402  (bench/ is the script's folder)
+from pytorch_peer import GatedPeer, describe_runtime, fairness_problems, fca_runtime, torch_runtime
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures"))
+FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures")
+sys.path.insert(0, FIXTURES)
 import gated_reference as ref  # noqa: E402  (needs the path above)
 
 # fca's logits may differ from PyTorch float32 by float32 rounding only: both sum in float32, in
@@ -38,10 +58,17 @@ import gated_reference as ref  # noqa: E402  (needs the path above)
 # logits by 4e-3, a shifted position embedding or a missing -log(t+1) in phi_2 by about 1). Defects
 # that barely move logits at this near-uniform-attention init (a reversed KL in phi_1: 6e-5 here,
 # 0.17 on the fixture) are the job of the test on tests/fixtures/gated_tiny.safetensors, whose
-# attention is peaky.
+# attention is peaky. The peer is held to the same bound (its gates too: they lie in [0, 1]).
 LOGIT_TOLERANCE = 1e-3
-FCA_BENCH_KEYS = ("median_s", "tokens_per_s", "gflops_per_s", "sgemm_peak_gflops", "peak_ratio")
-# AdamW settings of the spec's training defaults; the learning rate does not affect timing.
+# The peer on the fixture, relative to each tensor's largest |value|: a correct float32
+# implementation is within 1.1e-6 of the fixture's values (tests/fixtures/README.md; the peer
+# measured 2.4e-6 on featuregate's gradients), so 1e-4 leaves about two orders of magnitude, and the
+# fixture's peaky attention makes the statistics' defects visible (a reversed KL: 0.17 on logits).
+FIXTURE_TOLERANCE = 1e-4
+FCA_BENCH_KEYS = ("median_s", "tokens_per_s", "gflops_per_s", "sgemm_peak_gflops", "peak_ratio", "provenance")
+# AdamW settings of the spec's training defaults; the learning rate does not affect timing. torch
+# 1.13 has no fused AdamW, and its multi-tensor one (foreach=True) was slower on CPU than the
+# default (29 against 20 ms per step at the default shape, one thread), so the default it is.
 LEARNING_RATE = 3e-4
 WEIGHT_DECAY = 0.1
 
@@ -57,13 +84,14 @@ def parse_args():
     ap.add_argument("--seq", type=int, default=256, help="T, tokens per window")
     ap.add_argument("--batch", type=int, default=8, help="B, windows per pass")
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--steps", type=int, default=10, help="timed repetitions (fca: --runs)")
-    ap.add_argument("--warmup", type=int, default=3, help="untimed repetitions before those")
+    ap.add_argument("--steps", type=int, default=10, help="timed runs per round (fca: --runs)")
+    ap.add_argument("--warmup", type=int, default=3, help="untimed runs before those, in every round")
+    ap.add_argument("--repeats", type=int, default=3, help="alternating rounds: PyTorch, fca, PyTorch, fca, ...")
     ap.add_argument("--seed", type=int, default=0, help="seed of the weights and the token ids")
     ap.add_argument("--json-out", help="also write the results to this JSON file")
     ap.add_argument("--pytorch-only", action="store_true", help="time PyTorch only, skip fca")
     args = ap.parse_args()
-    for name in ("layers", "dim", "heads", "seq", "batch", "threads", "steps"):
+    for name in ("layers", "dim", "heads", "seq", "batch", "threads", "steps", "repeats"):
         if getattr(args, name) < 1:
             ap.error(f"--{name} must be at least 1")
     if args.warmup < 0:
@@ -73,9 +101,9 @@ def parse_args():
     return args
 
 
-def fail(message: str) -> None:
+def fail(message: str, status: int = 1) -> None:
     print(f"compare_pytorch: {message}", file=sys.stderr)
-    sys.exit(1)
+    sys.exit(status)
 
 
 def run_fca(cmd) -> str:
@@ -111,80 +139,135 @@ def timings(fn, warmup: int, steps: int) -> dict:
     return {"median_s": statistics.median(times), "min_s": min(times), "max_s": max(times)}
 
 
-def check_logits(fca: str, ckpt: str, config: dict, params: dict, ids: torch.Tensor, workdir: str):
-    """`fca trace` logits vs PyTorch float32; returns (max |fca - f32|, max |f32 - f64|)."""
+def max_abs(a: torch.Tensor, b: torch.Tensor) -> float:
+    return (a.double() - b.double()).abs().max().item()
+
+
+def check_peer(config: dict, params: dict, windows: torch.Tensor) -> dict:
+    """The peer against the reference in float32 at the benchmark's shape (logits, gates), and on
+    the fixture for every gate (logits, gates, every gradient, each relative to its tensor's largest
+    |value|). Returns the worst differences; exits 1 past a tolerance."""
+    x = windows[:, :config["seq_len"]]
+    with torch.no_grad():
+        ours = ref.GatedTransformer(config, params, torch.float32).forward(x)
+        logits, gates = GatedPeer(config, params).forward(x)
+    worst = {"logits": max_abs(logits, ours.logits), "gates": max_abs(gates.transpose(0, 1), ours.gates)}
+    if not max(worst.values()) <= LOGIT_TOLERANCE:          # also catches NaN
+        fail(f"the PyTorch peer differs from the reference: {worst} > {LOGIT_TOLERANCE:g}")
+
+    fixture, meta = ref.read_safetensors(os.path.join(FIXTURES, "gated_tiny.safetensors"))
+    worst["fixture_relative"] = 0.0
+    for gate in ref.GATES:
+        cfg = json.loads(meta[f"{gate}.config"])
+        prefix = f"{gate}.param."
+        peer = GatedPeer(cfg, {k[len(prefix):]: v for k, v in fixture.items() if k.startswith(prefix)},
+                         requires_grad=True)
+        tokens = fixture[f"{gate}.tokens"].long()
+        logits, gates = peer.forward(tokens[:, :cfg["seq_len"]])
+        ref.mean_loss(logits, tokens).backward()
+        pairs = [(f"{gate}.logits", logits), (f"{gate}.gates", gates.transpose(0, 1))]
+        pairs += [(f"{gate}.grad.{name}", p.grad) for name, p in peer.P.items()]
+        for name, value in pairs:
+            expected = fixture[name]
+            relative = max_abs(value, expected) / max(expected.abs().max().item(), 1e-30)
+            if not relative <= FIXTURE_TOLERANCE:
+                fail(f"the PyTorch peer differs from tests/fixtures/gated_tiny.safetensors at {name}: "
+                     f"{relative:.2e} of its largest value > {FIXTURE_TOLERANCE:g}")
+            worst["fixture_relative"] = max(worst["fixture_relative"], relative)
+    return worst
+
+
+def check_logits(fca: str, ckpt: str, config: dict, params: dict, ids: torch.Tensor, threads: int,
+                 workdir: str):
+    """`fca trace` logits vs PyTorch float32; returns (max |fca - f32|, max |f32 - f64|, the
+    trace's provenance)."""
     ids_path = os.path.join(workdir, "ids.json")
     trace_path = os.path.join(workdir, "trace.safetensors")
     with open(ids_path, "w") as f:
         json.dump(ids.tolist(), f)
-    cmd = [fca, "trace", "--model", ckpt, "--ids", ids_path, "--out", trace_path]
+    cmd = [fca, "trace", "--model", ckpt, "--ids", ids_path, "--out", trace_path, "--threads", str(threads)]
     run_fca(cmd)
     try:
-        theirs = ref.read_safetensors(trace_path, names=["logits"])[0]["logits"]
-    except (OSError, ValueError) as e:
-        fail(f"`{' '.join(cmd)}` succeeded but its trace is unreadable: {e}")
+        tensors, meta = ref.read_safetensors(trace_path, names=["logits"])
+        provenance = json.loads(meta["provenance"])
+    except (OSError, ValueError, KeyError) as e:
+        fail(f"`{' '.join(cmd)}` succeeded but its trace is unreadable: {e!r}")
+    theirs = tensors["logits"]
     if list(theirs.shape) != [*ids.shape, ref.VOCAB]:
         fail(f"{trace_path}: logits shape {list(theirs.shape)}, expected {[*ids.shape, ref.VOCAB]}")
 
     with torch.no_grad():
         ours = ref.GatedTransformer(config, params, torch.float32).forward(ids).logits
         exact = ref.GatedTransformer(config, params, torch.float64).forward(ids).logits
-    return ((theirs.double() - ours.double()).abs().max().item(),
-            (ours.double() - exact).abs().max().item())
+    return max_abs(theirs, ours), max_abs(ours, exact), provenance
 
 
 def time_pytorch(config: dict, params: dict, windows: torch.Tensor, warmup: int, steps: int):
-    """Seconds per forward pass and per training step of the float32 reference."""
+    """Seconds per forward pass and per training step of the peer, float32."""
     T = config["seq_len"]
-    model = ref.GatedTransformer(config, params, torch.float32)
+    model = GatedPeer(config, params)
 
     def forward():
-        with torch.no_grad():
+        with torch.inference_mode():
             model.forward(windows[:, :T])
 
+    trained = GatedPeer(config, params, requires_grad=True)
     # Weight decay on 2-D tensors only (the spec's "2-D weight matrices", read literally: wte, wpe,
     # the Linear weights and gate.weight); timing does not depend on the choice.
-    decay = [p for p in model.parameters() if p.dim() == 2]
-    no_decay = [p for p in model.parameters() if p.dim() != 2]
+    decay = [p for p in trained.parameters() if p.dim() == 2]
+    no_decay = [p for p in trained.parameters() if p.dim() != 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": WEIGHT_DECAY},
                              {"params": no_decay, "weight_decay": 0.0}],
                             lr=LEARNING_RATE, betas=(0.9, 0.95), eps=1e-8)
 
     def train_step():
         opt.zero_grad(set_to_none=True)
-        loss = ref.mean_loss(model.forward(windows[:, :T]).logits, windows)
+        loss = ref.mean_loss(trained.forward(windows[:, :T])[0], windows)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        torch.nn.utils.clip_grad_norm_(trained.parameters(), 1.0)
         opt.step()
 
     return timings(forward, warmup, steps), timings(train_step, warmup, steps)
 
 
-def print_table(results: dict) -> None:
-    # (heading, width, format, value getter); columns from fca's results print "-" when fca was
-    # skipped (--pytorch-only).
+def summarise(rounds: list, tokens: int) -> dict:
+    """Per pass kind, each side's per-round figures as median [min, max] over the rounds."""
+    out = {}
+    for kind in ("forward", "train"):
+        pt = [r[kind]["pytorch"] for r in rounds]
+        fca = [r[kind]["fca"] for r in rounds if r[kind]["fca"] is not None]
+        out[kind] = {"pytorch": {"median_s": spread(p["median_s"] for p in pt),
+                                 "tokens_per_s": spread(tokens / p["median_s"] for p in pt)},
+                     "fca": None, "speedup": None}
+        if fca:
+            out[kind]["fca"] = {key: spread(f[key] for f in fca)
+                                for key in ("median_s", "tokens_per_s", "gflops_per_s", "peak_ratio", "sgemm_peak_gflops")}
+            out[kind]["speedup"] = spread(r[kind]["pytorch"]["median_s"] / r[kind]["fca"]["median_s"] for r in rounds)
+    return out
+
+
+def print_table(summary: dict, repeats: int) -> None:
+    print(f"median [min, max] over {repeats} alternating round{'s' * (repeats > 1)} (PyTorch first); "
+          f"speed-up = PyTorch s / fca s, per round")
+    # (heading, width, format, getter); fca's columns print "-" when it was skipped (--pytorch-only).
     columns = [
-        ("PyTorch s", 11, ".4f", lambda r: r["pytorch"]["median_s"]),
-        ("fca s", 11, ".4f", lambda r: r["fca"]["median_s"]),
-        ("speed-up", 10, ".2f", lambda r: r["speedup"]),
-        ("PyTorch tok/s", 15, ".0f", lambda r: r["pytorch"]["tokens_per_s"]),
-        ("fca tok/s", 11, ".0f", lambda r: r["fca"]["tokens_per_s"]),
-        ("fca GFLOP/s", 13, ".1f", lambda r: r["fca"]["gflops_per_s"]),
-        ("fca/peak", 10, ".3f", lambda r: r["fca"]["peak_ratio"]),
+        ("PyTorch s", 27, ".4f", lambda r: r["pytorch"]["median_s"]),
+        ("fca s", 27, ".4f", lambda r: r["fca"] and r["fca"]["median_s"]),
+        ("speed-up", 22, ".2f", lambda r: r["speedup"]),
+        ("fca/peak", 24, ".3f", lambda r: r["fca"] and r["fca"]["peak_ratio"]),
     ]
     print(" " * 12 + "".join(f"{heading:>{width}s}" for heading, width, _, _ in columns))
     for kind, label in (("forward", "forward"), ("train", "train step")):
-        row = results[kind]
-        cells = []
-        for _, width, fmt, get in columns:
-            try:
-                text = format(get(row), fmt)
-            except TypeError:                  # row["fca"] or row["speedup"] is None
-                text = "-"
-            cells.append(f"{text:>{width}s}")
-        print(f"{label:12s}" + "".join(cells))
-    if results["forward"]["fca"] is not None:
-        print(f"fca's measured SGEMM peak: {results['forward']['fca']['sgemm_peak_gflops']:.1f} GFLOP/s")
+        row = summary[kind]
+        print(f"{label:12s}" + "".join(f"{format_spread(get(row), fmt):>{width}s}" for _, width, fmt, get in columns))
+    for kind, label in (("forward", "forward"), ("train", "train step")):
+        row = summary[kind]
+        line = f"{label}: PyTorch {format_spread(row['pytorch']['tokens_per_s'], '.0f')} tokens/s"
+        if row["fca"] is not None:
+            line += (f", fca {format_spread(row['fca']['tokens_per_s'], '.0f')} tokens/s at "
+                     f"{format_spread(row['fca']['gflops_per_s'], '.1f')} GFLOP/s of a measured SGEMM peak of "
+                     f"{format_spread(row['fca']['sgemm_peak_gflops'], '.1f')}")
+        print(line)
 
 
 def main() -> None:
@@ -200,54 +283,54 @@ def main() -> None:
     gen = torch.Generator().manual_seed(args.seed)
     windows = torch.randint(0, ref.VOCAB, (args.batch, args.seq + 1), generator=gen)
     tokens = args.batch * args.seq
-    shape = (f"L{args.layers} D{args.dim} H{args.heads} T{args.seq} B{args.batch} {args.gate}, "
-             f"{args.threads} threads, torch {torch.__version__}")
-    print(f"compare_pytorch: {shape}")
+    print(f"compare_pytorch: L{args.layers} D{args.dim} H{args.heads} T{args.seq} B{args.batch} {args.gate}, "
+          f"{args.threads} threads, {args.repeats} round{'s' * (args.repeats > 1)} of {args.steps} timed runs "
+          f"after {args.warmup} warm-up")
+    pt_runtime = torch_runtime()
+    print(describe_runtime("PyTorch", pt_runtime))
 
     results = {"config": config, "batch": args.batch, "threads": args.threads, "steps": args.steps,
-               "warmup": args.warmup, "torch_version": torch.__version__,
-               "max_abs_logit_diff": None, "logit_tolerance": LOGIT_TOLERANCE}
+               "warmup": args.warmup, "repeats": args.repeats, "logit_tolerance": LOGIT_TOLERANCE,
+               "runtime": {"pytorch": pt_runtime, "fca": None}, "max_abs_logit_diff": None}
+    peer = check_peer(config, params, windows)
+    results["peer_vs_reference"] = peer
+    print(f"PyTorch peer vs reference: max |logits| {peer['logits']:.2e}, |gates| {peer['gates']:.2e} "
+          f"(tolerance {LOGIT_TOLERANCE:g}); on the fixture {peer['fixture_relative']:.2e} of each tensor's "
+          f"largest value, gradients included (tolerance {FIXTURE_TOLERANCE:g})")
     with tempfile.TemporaryDirectory(prefix="fca-compare-") as workdir:
         ckpt = os.path.join(workdir, "ckpt.safetensors")
         ref.write_safetensors(ckpt, params, ref.checkpoint_metadata(config))
         if not args.pytorch_only:
-            diff, f32_vs_f64 = check_logits(args.fca, ckpt, config, params, windows[:, :args.seq],
-                                            workdir)
+            diff, f32_vs_f64, provenance = check_logits(args.fca, ckpt, config, params,
+                                                        windows[:, :args.seq], args.threads, workdir)
+            fca_rt = fca_runtime(provenance)
+            results["runtime"]["fca"] = fca_rt
+            print(describe_runtime("fca", fca_rt))
+            problems = fairness_problems(pt_runtime, fca_rt)
+            if problems:
+                fail("not a fair comparison, so nothing was timed:\n  " + "\n  ".join(problems), status=2)
             results["max_abs_logit_diff"] = diff
             print(f"logits: max |fca - PyTorch f32| = {diff:.2e} (tolerance {LOGIT_TOLERANCE:g}; "
                   f"PyTorch f32 vs f64: {f32_vs_f64:.2e})")
             if not diff <= LOGIT_TOLERANCE:        # also catches NaN
                 fail(f"fca's logits differ from PyTorch's by {diff:.3e} > {LOGIT_TOLERANCE:g}")
 
-        pt_forward, pt_train = time_pytorch(config, params, windows, args.warmup, args.steps)
-        fca_forward = fca_train = None
-        if not args.pytorch_only:
-            common = ["--model", ckpt, "--batch", str(args.batch), "--warmup", str(args.warmup),
-                      "--threads", str(args.threads), "--json"]
-            fca_forward = fca_bench([args.fca, "bench", "forward", "--runs", str(args.steps)] + common)
-            fca_train = fca_bench([args.fca, "bench", "train", "--runs", str(args.steps)] + common)
+        rounds = []
+        common = ["--model", ckpt, "--batch", str(args.batch), "--warmup", str(args.warmup),
+                  "--threads", str(args.threads), "--runs", str(args.steps), "--json"]
+        for _ in range(args.repeats):
+            pt_forward, pt_train = time_pytorch(config, params, windows, args.warmup, args.steps)
+            fca_forward = fca_train = None
+            if not args.pytorch_only:
+                fca_forward = fca_bench([args.fca, "bench", "forward"] + common)
+                fca_train = fca_bench([args.fca, "bench", "train"] + common)
+            rounds.append({"forward": {"pytorch": pt_forward, "fca": fca_forward},
+                           "train": {"pytorch": pt_train, "fca": fca_train}})
 
-    for kind, pt, fca in (("forward", pt_forward, fca_forward), ("train", pt_train, fca_train)):
-        pt["tokens_per_s"] = tokens / pt["median_s"]
-        results[kind] = {"pytorch": pt, "fca": fca,
-                         "speedup": pt["median_s"] / fca["median_s"] if fca is not None else None}
-    print_table(results)
-    # PyTorch's float GEMMs run OpenBLAS (Debian's torch links libopenblas), whose kernels
-    # OPENBLAS_CORETYPE, when set, forces; fca's float GEMMs run its own Highway kernel at the
-    # CPU's widest vectors (docs/building.md). fca's provenance names both.
-    coretype = os.environ.get("OPENBLAS_CORETYPE")
-    results["openblas_coretype_env"] = coretype
-    if fca_forward is not None:
-        build = fca_forward.get("provenance", {}).get("build", "")
-        parts = build.split("; ")
-        ours = next((part for part in parts if part.startswith("sgemm ")), "unknown")
-        blas = next((part[len("dgemm "):] for part in parts if part.startswith("dgemm ")), "unknown")
-        results["blas"] = blas
-        results["fca_sgemm"] = ours
-        print(f"GEMM kernels: PyTorch {blas}; fca {ours}")
-    else:
-        print(f"OPENBLAS_CORETYPE: {coretype or 'not set (OpenBLAS detects the CPU)'}")
-
+    summary = summarise(rounds, tokens)
+    print_table(summary, args.repeats)
+    results.update(summary)
+    results["rounds"] = rounds
     if args.json_out:
         write_json_atomically(args.json_out, results)
 
