@@ -261,7 +261,7 @@ std::string run_study(const std::string& config_path, const std::string& out_arg
       if (seed == c.seeds.front()) exec_models.push_back(o.out);
     }
     if (variant_audits.size() >= 2) {
-      stage("aggregate " + v.name + " over " + std::to_string(variant_audits.size()) + " c.seeds");
+      stage("aggregate " + v.name + " over " + std::to_string(variant_audits.size()) + " seeds");
       const auto agg = aggregate_audits(variant_audits, c.audit_bootstrap, 1);
       write_json(out + "/" + v.name + "-aggregate.json", agg);
       report.aggregates.push_back(out + "/" + v.name + "-aggregate.json");
