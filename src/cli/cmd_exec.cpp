@@ -1,4 +1,5 @@
 // fca exec: actual execution of one or more models (exec/exec.h).
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <sstream>
@@ -41,9 +42,11 @@ void add_exec_command(CLI::App& app) {
   cmd->add_option("--out", e.out_dir, "Output folder (exec.json, exec.md)")->required();
   cmd->add_flag("--no-progress", f->no_progress, "No progress bar");
   add_threads_flag(*cmd, f->threads);
-  cmd->callback([f] {
+  cmd->callback([f, cmd] {
     apply_threads(f->threads);
     ExecOptions options = f->exec;
+    // --runs above the default maximum raises the maximum with it unless --max-runs says otherwise.
+    if (cmd->count("--max-runs") == 0) options.max_runs = std::max(options.max_runs, options.runs);
     options.progress = !f->no_progress;
     std::stringstream list(f->thresholds);
     for (std::string item; std::getline(list, item, ',');) {

@@ -99,7 +99,7 @@ StudyConfig parse_study_config(const nlohmann::json& cfg, const std::string& con
   c.train_eval_windows = train.integer("eval_windows", 32, 1, kMany);
   c.train_checkpoint_every = train.integer("checkpoint_every", 200, 0, kMany);
   c.exec_runs = int(exec.integer("runs", 20, 1, kMany));
-  c.exec_max_runs = int(exec.integer("max_runs", 200, c.exec_runs, kMany));
+  c.exec_max_runs = int(exec.integer("max_runs", std::max(200, c.exec_runs), c.exec_runs, kMany));
   c.exec_time_budget_s = exec.number("time_budget_s", 60, 0, 1e6);
   c.exec_margin = exec.number("margin", 0.05, 1e-6, 0.999999);
   c.exec_warmup = int(exec.integer("warmup", 3, 0, kMany));
