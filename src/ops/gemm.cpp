@@ -32,23 +32,56 @@ void openblas_sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha
               A, lda, B, ldb, beta, C, ldc);
 }
 
-// Float GEMM on fca's register-tiled kernel (simd::tile_matmul), blocked as GotoBLAS does. op(B) is
-// copied, kPackColumns columns at a time, by all threads together, into panels as wide as the
-// kernel's register tile (simd::tile_panel_width()), each panel K rows of contiguous values, so the
-// kernel streams it without cache-set conflicts whatever B's row stride (a power of two in every
-// model). Then each thread takes a fixed share of C's row chunks and, for each block of
-// kColumnBlock columns, runs its chunks over the block's panels (K x 256 values, which stay in its
-// L2 cache), the inner dimension in blocks of kInnerBlock; a transposed A is copied per chunk into
-// contiguous columns. Two barriers per kPackColumns columns.
+// Float GEMM on fca's register-tiled kernel (simd::tile_matmul), blocked as GotoBLAS does, without
+// barriers. Each thread owns a rectangle of C: a share of the columns (all rows) when C has at least
+// as many columns as rows, else a share of the rows (all columns). For each block of kColumnBlock
+// of its columns and kInnerBlock of the inner dimension, a thread copies that block of op(B) into
+// its own panels as wide as the kernel's register tile (simd::tile_panel_width()), each panel
+// kInnerBlock rows of contiguous values (256 x 256 values, 256 KB: written into and read back from
+// its L2 cache, whatever B's row stride, a power of two in every model), then runs each chunk of
+// kRowChunk of its rows over the block's panels, the chunk's values of op(A) staying in L1 across
+// the panels (a transposed A is copied per chunk into contiguous columns first). Splitting the
+// longer side means that few rows against wide weights (a 1.4B model at batch 1) copy each weight
+// once, by its owner, into the cache it is used from; with more rows than columns each thread
+// copies all of op(B), one copy per M / threads multiply-adds of its own.
 //
 // Each value of C is alpha times one multiply-add chain per inner block, the blocks in order, added
 // to C (after beta): it depends on its own row of op(A) and on op(B), never on M, on the other rows
-// or on how rows are split over threads or packed. That is what makes a window's results
-// independent of the batch it is computed in.
+// or on how rows and columns are split over threads or packed. That is what makes a window's
+// results independent of the batch it is computed in.
 constexpr int kColumnBlock = 256;
 constexpr int kInnerBlock = 256;
-constexpr int kRowChunk = 32;      // rows of C per unit of work (four AVX-512 register tiles)
-constexpr int kPackColumns = 2048;  // columns of op(B) packed at a time: at most K x 2048 values
+constexpr int kRowChunk = 32;  // rows of C per unit of work (four AVX-512 register tiles)
+constexpr int kPackRows = 64;  // rows of a transposed panel written per pass over its columns
+
+namespace {
+
+// Copies op(B)(p0 .. p0 + kb - 1, c0 .. c1 - 1) into panels of W columns: panel q holds kb rows of
+// min(W, c1 - c0 - q W) values at offset q W kb.
+void pack_b_block(float* panels, bool trans_b, const float* B, int ldb, int p0, int kb, int c0, int c1, int W) {
+  for (int j0 = c0; j0 < c1; j0 += W) {
+    const int wq = std::min(W, c1 - j0);
+    float* panel = panels + int64_t(j0 - c0) * kb;
+    if (trans_b) {
+      // B [N, K]: row j0 + j is column j of the panel. Written kPackRows panel rows at a time, so
+      // that the lines being filled stay in L1 while the wq rows of B are read.
+      for (int r0 = 0; r0 < kb; r0 += kPackRows) {
+        const int r1 = std::min(kb, r0 + kPackRows);
+        for (int j = 0; j < wq; ++j) {
+          const float* src = B + int64_t(j0 + j) * ldb + p0;
+          for (int r = r0; r < r1; ++r) panel[int64_t(r) * wq + j] = src[r];
+        }
+      }
+    } else {
+      for (int r = 0; r < kb; ++r) {
+        const float* src = B + int64_t(p0 + r) * ldb + j0;
+        std::copy(src, src + wq, panel + int64_t(r) * wq);
+      }
+    }
+  }
+}
+
+}  // namespace
 
 template <>
 void gemm<float>(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
@@ -67,58 +100,41 @@ void gemm<float>(bool trans_a, bool trans_b, int M, int N, int K, float alpha, c
       for (int i = 0; i < M; ++i) std::fill(C + int64_t(i) * ldc, C + int64_t(i) * ldc + N, 0.0f);
     return;
   }
-  const int W = simd::tile_panel_width();  // divides kColumnBlock and kPackColumns (2 .. 32)
-  // Packed columns s0 .. s0 + ns - 1 of op(B): panel q (columns s0 + q W ..) holds K rows of wq
-  // values at offset q W K. Owned by the calling thread and kept between calls.
-  thread_local std::vector<float> packed_b;
-  const size_t pack_size = size_t(K) * size_t(std::min(N, kPackColumns));
-  if (packed_b.size() < pack_size) packed_b.resize(pack_size);
-  float* const packed = packed_b.data();  // thread_local: the other threads need the pointer, not the name
-  const int chunks = (M + kRowChunk - 1) / kRowChunk;
+  const int W = simd::tile_panel_width();  // divides kColumnBlock (2 .. 32)
+  const bool split_columns = N >= M;
+  const int row_chunks = (M + kRowChunk - 1) / kRowChunk, panels = (N + W - 1) / W;
 #pragma omp parallel
   {
-    thread_local std::vector<float> packed_a;  // this thread's chunk of a transposed A: [K, kRowChunk]
-    if (trans_a && packed_a.size() < size_t(K) * kRowChunk) packed_a.resize(size_t(K) * kRowChunk);
+    thread_local std::vector<float> packed_b;  // [kColumnBlock / W panels][kInnerBlock][W]
+    thread_local std::vector<float> packed_a;  // this thread's chunk of a transposed A: [kInnerBlock, kRowChunk]
+    if (packed_b.size() < size_t(kInnerBlock) * kColumnBlock) packed_b.resize(size_t(kInnerBlock) * kColumnBlock);
+    if (trans_a && packed_a.size() < size_t(kInnerBlock) * kRowChunk) packed_a.resize(size_t(kInnerBlock) * kRowChunk);
     const int threads = omp_get_num_threads(), me = omp_get_thread_num();
-    const int first = int(int64_t(chunks) * me / threads), last = int(int64_t(chunks) * (me + 1) / threads);
-    for (int s0 = 0; s0 < N; s0 += kPackColumns) {
-      const int ns = std::min(kPackColumns, N - s0), panels = (ns + W - 1) / W;
-#pragma omp for schedule(static)
-      for (int q = 0; q < panels; ++q) {
-        const int j0 = s0 + q * W, wq = std::min(W, N - j0);
-        float* panel = packed + int64_t(q) * W * K;
-        if (trans_b) {  // B [N, K]: row j0 + j is column j of the panel, read contiguously
-          for (int j = 0; j < wq; ++j) {
-            const float* src = B + int64_t(j0 + j) * ldb;
-            for (int p = 0; p < K; ++p) panel[int64_t(p) * wq + j] = src[p];
-          }
-        } else {
-          for (int p = 0; p < K; ++p)
-            std::copy(B + int64_t(p) * ldb + j0, B + int64_t(p) * ldb + j0 + wq, panel + int64_t(p) * wq);
-        }
-      }
-      // (the implicit barrier: every thread sees the packed columns)
-      for (int c0 = s0; c0 < s0 + ns; c0 += kColumnBlock) {
-        const int c1 = std::min(s0 + ns, c0 + kColumnBlock);
-        for (int chunk = first; chunk < last; ++chunk) {
+    const int units = split_columns ? panels : row_chunks;
+    const int first = int(int64_t(units) * me / threads), last = int(int64_t(units) * (me + 1) / threads);
+    const int col_begin = split_columns ? std::min(N, first * W) : 0, col_end = split_columns ? std::min(N, last * W) : N;
+    const int chunk_begin = split_columns ? 0 : first, chunk_end = split_columns ? row_chunks : last;
+    for (int c0 = col_begin; c0 < col_end; c0 += kColumnBlock) {
+      const int c1 = std::min(col_end, c0 + kColumnBlock);
+      for (int p0 = 0; p0 < K; p0 += kInnerBlock) {
+        const int kb = std::min(kInnerBlock, K - p0);
+        pack_b_block(packed_b.data(), trans_b, B, ldb, p0, kb, c0, c1, W);
+        for (int chunk = chunk_begin; chunk < chunk_end; ++chunk) {
           const int i0 = chunk * kRowChunk, rows = std::min(kRowChunk, M - i0);
-          const float* a = A + (trans_a ? i0 : int64_t(i0) * lda);
+          const float* a = A + (trans_a ? i0 + int64_t(p0) * lda : int64_t(i0) * lda + p0);
           int64_t a_row = lda, a_col = 1;
           if (trans_a) {
-            for (int p = 0; p < K; ++p)
+            for (int p = 0; p < kb; ++p)
               std::copy(a + int64_t(p) * lda, a + int64_t(p) * lda + rows, packed_a.data() + int64_t(p) * rows);
             a = packed_a.data(), a_row = 1, a_col = rows;
           }
           for (int j0 = c0; j0 < c1; j0 += W) {
-            const int wq = std::min(W, N - j0);
-            const float* panel = packed + int64_t(j0 - s0) * K;
-            for (int p0 = 0; p0 < K; p0 += kInnerBlock)
-              simd::tile_matmul(C + int64_t(i0) * ldc + j0, ldc, a + p0 * a_col, a_row, a_col, panel + int64_t(p0) * wq,
-                                wq, rows, wq, std::min(kInnerBlock, K - p0), alpha, beta != 0.0f || p0 > 0);
+            const int wq = std::min(W, c1 - j0);
+            simd::tile_matmul(C + int64_t(i0) * ldc + j0, ldc, a, a_row, a_col, packed_b.data() + int64_t(j0 - c0) * kb,
+                              wq, rows, wq, kb, alpha, beta != 0.0f || p0 > 0);
           }
         }
       }
-#pragma omp barrier
     }
   }
 }
