@@ -8,6 +8,7 @@
 #include <dlfcn.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -69,15 +70,26 @@ int main(int argc, char** argv) {
   fca::set_threads(0);
   const int threads = fca::thread_count();
   std::vector<Library> libraries = {{"openblas", &cblas_sgemm, &set_openblas_threads}};
+  std::printf("OpenBLAS %s kernels, %d threads\n", openblas_get_corename(), threads);
   const char* blis_path = "/usr/lib/x86_64-linux-gnu/blis-openmp/libblis.so.4";
   if (void* blis = dlopen(blis_path, RTLD_NOW | RTLD_LOCAL)) {
     auto sgemm = reinterpret_cast<CblasSgemm>(dlsym(blis, "cblas_sgemm"));
     blis_set_threads = reinterpret_cast<void (*)(int64_t)>(dlsym(blis, "bli_thread_set_num_threads"));
     auto version = reinterpret_cast<const char* (*)()>(dlsym(blis, "bli_info_get_version_str"));
-    if (sgemm != nullptr && blis_set_threads != nullptr) {
+    // The kernel set BLIS picked for this CPU (arch_t is an enum: an int across the C ABI).
+    auto arch_id = reinterpret_cast<int (*)()>(dlsym(blis, "bli_arch_query_id"));
+    auto arch_name = reinterpret_cast<const char* (*)(int)>(dlsym(blis, "bli_arch_string"));
+    const std::string kernels = arch_id != nullptr && arch_name != nullptr ? arch_name(arch_id()) : "?";
+    if (kernels == "generic" && std::getenv("BLIS_ARCH_TYPE") == nullptr) {
+      // BLIS 0.9.0 does not recognise every CPU (Zen 5, say) and falls back to plain C kernels.
+      std::printf("BLIS runs its generic kernels on this CPU: left out (generic C against OpenBLAS's %s kernels is no "
+                  "comparison); set BLIS_ARCH_TYPE to its kernel set for this instruction set, e.g. skx or zen3\n",
+                  openblas_get_corename());
+    } else if (sgemm != nullptr && blis_set_threads != nullptr) {
       blis_set_threads(threads);
       libraries.push_back({"blis", sgemm, &set_blis_threads});
-      std::printf("BLIS %s from %s, %d threads\n", version ? version() : "?", blis_path, threads);
+      std::printf("BLIS %s (%s kernels) from %s, %d threads\n", version ? version() : "?", kernels.c_str(), blis_path,
+                  threads);
     }
   } else {
     std::printf("BLIS not found (%s: install Debian libblis4-openmp to compare); OpenBLAS only\n", blis_path);

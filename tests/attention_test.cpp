@@ -4,10 +4,12 @@
 // in float (the Highway products), and its independence of the batch.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
 
+#include "core/exec_counters.h"
 #include "core/rng.h"
 #include "core/threads.h"
 #include "ops/attention.h"
@@ -193,6 +195,38 @@ TEST(Attention, ExecutedPairsCountTheTiles) {
   for (int Tn : {1, 7, 9, 31, 128, 2048}) EXPECT_EQ(attention_executed_pairs(Tn), by_rule(Tn)) << Tn;
   // Close to the causal triangle T (T + 1) / 2 at long windows.
   EXPECT_LT(double(attention_executed_pairs(2048)), 1.01 * 2048.0 * 2049.0 / 2.0);
+}
+
+// The kernels count their FLOPs from the tiles they ran (not from the formula exec checks them
+// against): forward 2 products over the executed pairs, backward dP and dQ over the same pairs and
+// dV and dK over each key tile's queries t >= u0, per (window, head).
+TEST(Attention, CountedFlopsAreTheTilesThatRan) {
+  set_threads(2);
+  const int B = 2, H = 2, D = 16, dh = D / H;
+  for (int T : {1, 9, 40, 150}) {
+    Rng rng(static_cast<uint64_t>(T));
+    std::vector<float> qkv(size_t(B) * T * 3 * D), out(size_t(B) * T * D), probs(size_t(B) * H * T * T),
+        dout(out.size()), dqkv(qkv.size()), scratch(size_t(thread_count() * attention_scratch_per_thread(T, dh, true)));
+    for (auto& x : qkv) x = float(rng.normal());
+    for (auto& x : dout) x = float(rng.normal());
+    ExecCounters counters;
+    {
+      const CountingScope scope(counters);
+      attention_forward(out.data(), probs.data(), scratch.data(), static_cast<const AttentionStats<float>*>(nullptr),
+                        qkv.data(), B, T, D, H);
+    }
+    EXPECT_EQ(counters.gemm_flops, 2 * 2 * int64_t(B) * H * attention_executed_pairs(T) * dh) << T;
+    EXPECT_EQ(counters.gemm_calls, 2 * B * H) << T;
+    counters.reset();
+    {
+      const CountingScope scope(counters);
+      attention_backward(dqkv.data(), scratch.data(), dout.data(), probs.data(), qkv.data(), B, T, D, H);
+    }
+    int64_t key_tile_pairs = 0;
+    for (int u0 = 0; u0 < T; u0 += 8) key_tile_pairs += int64_t(std::min(T, u0 + 8) - u0) * (T - u0);
+    EXPECT_EQ(counters.gemm_flops, 2 * 2 * int64_t(B) * H * (attention_executed_pairs(T) + key_tile_pairs) * dh) << T;
+    EXPECT_EQ(counters.gemm_calls, 4 * B * H) << T;
+  }
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include "audit/aggregate.h"
 #include "audit/cache.h"
 #include "audit/audit.h"
+#include "report/audit_markdown.h"
 #include "audit/conditions.h"
 #include "core/rng.h"
 #include "core/undefined_statistic.h"
@@ -193,6 +194,9 @@ TEST_F(AuditEndToEnd, UniformGateGivesExactlyZeroPenalties) {
   EXPECT_EQ(j["exact_replay"]["max_abs_delta_logit"], 0.0);
   for (const auto& c : j["conditions"]) EXPECT_EQ(c["controller_evaluations"], 0);
   EXPECT_TRUE(std::filesystem::exists(dir.file("uniform/windows.csv")));
+  // audit.md is rendered by report/ (fca audit and fca study call it), not by the audit.
+  EXPECT_FALSE(std::filesystem::exists(dir.file("uniform/audit.md")));
+  write_audit_markdown(dir.file("uniform"), j);
   EXPECT_TRUE(std::filesystem::exists(dir.file("uniform/audit.md")));
 }
 
@@ -394,6 +398,10 @@ class CountingModel : public AuditableModel {
   // The broken adapter of the issue: replay runs the model's own controller (uncounted) instead of
   // using the coefficients it is handed. Exact replay cannot see it; the sensitivity probe must.
   bool ignore_replayed_coefficients = false;
+  // A replay that writes no logits: it hands back the NLLs of the last live run and leaves the
+  // logits buffer as it was. Without poisoning, exact replay would compare the live logits with
+  // themselves and pass.
+  bool replay_writes_no_logits = false;
   std::string family() const override { return m_.family(); }
   std::string description() const override { return m_.description(); }
   std::string content_hash() const override { return m_.content_hash(); }
@@ -401,15 +409,19 @@ class CountingModel : public AuditableModel {
   size_t parameter_count() const override { return m_.parameter_count(); }
   int max_tokens() const override { return m_.max_tokens(); }
   int vocab() const override { return m_.vocab(); }
-  std::vector<int32_t> tokenize(const TextSplit& split) const override { return m_.tokenize(split); }
+  std::vector<int32_t> tokenize(const std::string& split, std::span<const unsigned char> text) const override {
+    return m_.tokenize(split, text);
+  }
   CoefficientTensor make_coefficients(int windows, int tokens) const override { return m_.make_coefficients(windows, tokens); }
   void run_live(const int32_t* x, const int32_t* y, int B, int T, CoefficientTensor* record, int first, double* nll) override {
     live_windows += B;
     m_.run_live(x, y, B, T, record, first, nll);
+    last_live_nll_.assign(nll, nll + B);
   }
   void run_replay(const int32_t* x, const int32_t* y, int B, int T, const CoefficientTensor& c, double* nll) override {
     replay_windows += B;
-    if (ignore_replayed_coefficients) m_.run_live(x, y, B, T, nullptr, 0, nll);
+    if (replay_writes_no_logits) std::copy(last_live_nll_.begin(), last_live_nll_.end(), nll);
+    else if (ignore_replayed_coefficients) m_.run_live(x, y, B, T, nullptr, 0, nll);
     else m_.run_replay(x, y, B, T, c, nll);
   }
   size_t run_state_bytes() const override { return m_.run_state_bytes(); }
@@ -417,6 +429,7 @@ class CountingModel : public AuditableModel {
   void set_max_batch(int b) override { m_.set_max_batch(b); }
   int max_batch() const override { return m_.max_batch(); }
   const float* last_logits() const override { return m_.last_logits(); }
+  void poison_logits(int B, int T) override { m_.poison_logits(B, T); }
   int64_t replay_controller_evaluations() const override { return m_.replay_controller_evaluations(); }
   void set_prefix_reuse(bool on) override { m_.set_prefix_reuse(on); }
   int64_t prefix_reuses() const override { return m_.prefix_reuses(); }
@@ -429,7 +442,27 @@ class CountingModel : public AuditableModel {
 
  private:
   AuditableModel& m_;
+  std::vector<double> last_live_nll_;
 };
+
+// Exact replay compares logits that the compared pass wrote: the buffer is NaN before each pass, so
+// a replay that writes no logits (but hands back the right NLLs) fails instead of comparing the live
+// logits with themselves.
+TEST_F(AuditEndToEnd, AReplayThatWritesNoLogitsFailsExactReplay) {
+  const std::string m = model_of(GateKind::featuregate, 20);
+  GatedAuditable inner(m, 8, 1 << 20);
+  CountingModel broken(inner);
+  broken.replay_writes_no_logits = true;
+  try {
+    run_audit(broken, Corpus(dir.path()), options(m, "no_logits"));
+    ADD_FAILURE() << "an audit whose replay writes no logits was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("exact replay failed"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(" logits differ in bits"), std::string::npos) << e.what();
+    EXPECT_EQ(std::string(e.what()).find("(0 logits differ"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(file_exists(dir.file("no_logits/audit.json")));
+}
 
 // A replay that ignores the coefficients it is handed passes exact replay and reports 0 controller
 // evaluations, so without the sensitivity probe every penalty would be exactly 0 and the verdict
@@ -700,7 +733,9 @@ class LeakyAuditable : public FamilyAuditable<LeakyTraits> {
   size_t parameter_count() const override { return reference_.parameter_count(); }
   int max_tokens() const override { return reference_.max_tokens(); }
   int vocab() const override { return reference_.vocab(); }
-  std::vector<int32_t> tokenize(const TextSplit& split) const override { return reference_.tokenize(split); }
+  std::vector<int32_t> tokenize(const std::string& split, std::span<const unsigned char> text) const override {
+    return reference_.tokenize(split, text);
+  }
   CoefficientTensor make_coefficients(int w, int t) const override { return reference_.make_coefficients(w, t); }
   void identity_profile(CoefficientTensor& out) const override { reference_.identity_profile(out); }
   void structure_removed_profile(const CoefficientTensor& s, CoefficientTensor& out) const override {

@@ -5,6 +5,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <map>
 
@@ -100,7 +101,11 @@ TEST(ExecCounters, ControllerAndMixingFlopsAreCountedWhereTheyRun) {
     EXPECT_EQ(double(counters.controller_flops), gated_controller_flops(c, B, T, 2)) << gate_kind_name(kind);
     EXPECT_EQ(double(counters.mixing_flops), 2048.0) << gate_kind_name(kind);
     EXPECT_EQ(gated_mixing_flops(c, B, T, 2), 2048.0);
-    flops_per_token[kind] = counter_fields(counters, int64_t(B) * T)["gflop_per_token"].get<double>();
+    const ExpectedCounts expected_live{2, gated_forward_flops(c, B, T, 2), gated_controller_flops(c, B, T, 2),
+                                       gated_mixing_flops(c, B, T, 2), gated_controller_evaluations(c, 2), 0};
+    const auto fields = counter_fields(counters, expected_live, int64_t(B) * T);
+    EXPECT_TRUE(fields["counters_match_graph"].get<bool>()) << gate_kind_name(kind);
+    flops_per_token[kind] = fields["gflop_per_token"].get<double>();
     // Replayed: the controller's arithmetic never runs; the mixing does.
     CoefficientTensor g(B, gated_coefficient_shape(c, T));
     ReplayedCoefficients<float> replayed(g);
@@ -128,7 +133,7 @@ TEST(ExecCounters, MuddCountersMatchTheFormulaAndAReplayReachingTheGeneratorFail
     mudd_forward(model, rs, tokens.data(), B, T, live);
   }
   const ExpectedCounts live_expected{c.n_layer, mudd_gemm_flops(c, B, T, true), mudd_controller_flops(c, B, T),
-                                     mudd_mixing_flops(c, B, T)};
+                                     mudd_mixing_flops(c, B, T), mudd_controller_evaluations(c), 0};
   EXPECT_NO_THROW(check_counters("live", counters, live_expected));
   // Mixing by hand: streams 4, 4, 4, 1 over sources 2, 3, 4, 5 of D 64: per row
   // 4*64*3 + 4*64*5 + 4*64*7 + 64*9 = 4416.
@@ -171,13 +176,72 @@ TEST(ExecCounters, TheGatedCheckFailsOnAMissedBlockOrControllerWork) {
   LiveCoefficients<float> live(model);
   ExecCounters counters;
   counted_pass(counters, model, rs, tokens, live);
-  const ExpectedCounts right{2, gated_forward_flops(c, B, T, 2), gated_controller_flops(c, B, T, 2), gated_mixing_flops(c, B, T, 2)};
+  const ExpectedCounts right{2,
+                             gated_forward_flops(c, B, T, 2),
+                             gated_controller_flops(c, B, T, 2),
+                             gated_mixing_flops(c, B, T, 2),
+                             gated_controller_evaluations(c, 2),
+                             0};
   EXPECT_NO_THROW(check_counters("live", counters, right));
   ExpectedCounts replay = right;
   replay.controller_flops = 0;  // what a replay must show: this live pass is not one
   EXPECT_THROW(check_counters("replay", counters, replay), Error);
-  ExpectedCounts one_block{1, gated_forward_flops(c, B, T, 1), gated_controller_flops(c, B, T, 1), gated_mixing_flops(c, B, T, 1)};
+  ExpectedCounts one_block{1, gated_forward_flops(c, B, T, 1), gated_controller_flops(c, B, T, 1), gated_mixing_flops(c, B, T, 1),
+                           gated_controller_evaluations(c, 1), 0};
   EXPECT_THROW(check_counters("live", counters, one_block), Error);
+}
+
+// counters_match_graph in exec.json is computed from the counters against the expected counts,
+// field by field; it is never written true on trust. Each field that disagrees makes it false and
+// is named by check_counters.
+TEST(ExecCounters, CountersMatchGraphIsComputedAndCanFail) {
+  const GatedConfig c = testing::tiny_config(GateKind::featuregate);
+  const GatedModel<float> model = GatedModel<float>::initialized(c, 1);
+  const int B = 2, T = c.seq_len;
+  std::vector<int32_t> tokens(size_t(B) * T, 3);
+  GatedRunState<float> rs(c, B, T, false);
+  LiveCoefficients<float> live(model);
+  ExecCounters counters;
+  counted_pass(counters, model, rs, tokens, live);
+  const ExpectedCounts right{2,
+                             gated_forward_flops(c, B, T, 2),
+                             gated_controller_flops(c, B, T, 2),
+                             gated_mixing_flops(c, B, T, 2),
+                             gated_controller_evaluations(c, 2),
+                             0};
+  EXPECT_TRUE(counter_fields(counters, right, int64_t(B) * T)["counters_match_graph"].get<bool>());
+  const std::vector<std::pair<std::string, std::function<void(ExpectedCounts&)>>> wrong = {
+      {"blocks", [](ExpectedCounts& e) { e.blocks += 1; }},
+      {"GEMM FLOPs", [](ExpectedCounts& e) { e.gemm_flops += 2; }},
+      {"controller FLOPs", [](ExpectedCounts& e) { e.controller_flops += 1; }},
+      {"mixing FLOPs", [](ExpectedCounts& e) { e.mixing_flops -= 1; }},
+      {"controller evaluations", [](ExpectedCounts& e) { e.controller_evaluations = 0; }},
+      {"routed rows", [](ExpectedCounts& e) { e.routed_rows = 1; }},
+  };
+  for (const auto& [what, perturb] : wrong) {
+    ExpectedCounts e = right;
+    perturb(e);
+    EXPECT_FALSE(counters_agree(counters, e)) << what;
+    EXPECT_FALSE(counter_fields(counters, e, int64_t(B) * T)["counters_match_graph"].get<bool>()) << what;
+    try {
+      check_counters("live", counters, e);
+      ADD_FAILURE() << what << ": no error";
+    } catch (const Error& err) {
+      EXPECT_NE(std::string(err.what()).find(what), std::string::npos) << err.what();
+    }
+  }
+}
+
+// Counting scopes do not nest: an inner scope would silently take over (and its end switch off)
+// the outer one's counting.
+TEST(ExecCounters, NestedCountingScopesAreRefused) {
+  ExecCounters outer, inner;
+  {
+    const CountingScope scope(outer);
+    EXPECT_THROW(CountingScope nested(inner), Error);
+    EXPECT_EQ(exec_counters(), &outer);  // the outer scope still counts
+  }
+  EXPECT_EQ(exec_counters(), nullptr);
 }
 
 TEST(ExecSkip, RemovingABlockWithGateZeroChangesNothing) {

@@ -17,6 +17,7 @@
 #include "models/gated/auditable.h"
 #include "models/gated/model.h"
 #include "models/mudd/auditable.h"
+#include "report/audit_markdown.h"
 #include "report/report.h"
 #include "test_util.h"
 #include "train/trainer.h"
@@ -75,7 +76,7 @@ class Report : public ::testing::Test {
       std::unique_ptr<AuditableModel> m;
       if (arch == "gated") m = std::make_unique<GatedAuditable>(o.out, a.batch, 1 << 20);
       else m = std::make_unique<MuddAuditable>(o.out, a.batch, 1 << 20);
-      run_audit(*m, corpus, a);
+      write_audit_markdown(a.out_dir, run_audit(*m, corpus, a));
     }
     ExecOptions e;
     e.models = {dir->file("fg.safetensors"), dir->file("mudd")};
@@ -278,7 +279,7 @@ class DegenerateReport : public ::testing::Test {
       GatedModel<float>::initialized(testing::tiny_config(gate), uint64_t(seed)).save(dir->file(name + ".safetensors"));
       const AuditOptions a = small_audit(dir->file(name + ".safetensors"), dir->file(name + "-audit"), 8, 4, 100);
       GatedAuditable m(a.model_path, 8, 1 << 20);
-      run_audit(m, corpus, a);
+      write_audit_markdown(a.out_dir, run_audit(m, corpus, a));
     }
     const auto agg = aggregate_audits({dir->file("uniform-s1-audit/audit.json"), dir->file("uniform-s2-audit/audit.json")}, 100, 1);
     std::ofstream(dir->file("uniform-aggregate.json")) << agg.dump(2);

@@ -223,8 +223,22 @@ TEST(RoutedCli, TraceRecordsRoutingAndReplaysItExactly) {
     SafetensorsReader live(dir.file("live.safetensors")), replay(dir.file("replay.safetensors"));
     EXPECT_EQ(live.read_as_double("logits"), replay.read_as_double("logits")) << arch;
     EXPECT_EQ(live.read_as_double("routing"), replay.read_as_double("routing")) << arch;
-    r = testing::run_fca({"bench", "forward", "--model", model, "--runs", "1", "--warmup", "0", "--json"});
-    EXPECT_EQ(r.exit_code, 0) << r.output;
+    // The benchmark's FLOPs are those of the pass it times, counted: a replay runs no router, so the
+    // MoE's router GEMMs (2 N D E per block) drop out; MoD's router is no GEMM.
+    double gflop[2] = {0, 0};
+    for (int replay = 0; replay < 2; ++replay) {
+      r = testing::run_fca({"bench", "forward", "--model", model, "--runs", "1", "--warmup", "0", "--json", "--source",
+                            replay ? "replay" : "live"});
+      ASSERT_EQ(r.exit_code, 0) << r.output;
+      gflop[replay] = nlohmann::json::parse(r.output.substr(r.output.find('{')))["gflop_per_pass"].get<double>();
+    }
+    if (std::string(arch) == "moe") {
+      const MoeConfig c = tiny_moe();
+      const int B = 8;  // bench's default batch
+      EXPECT_NEAR((gflop[0] - gflop[1]) * 1e9, 2.0 * B * c.seq_len * c.d_model * c.n_expert * c.n_layer, 1e-3);
+    } else {
+      EXPECT_EQ(gflop[0], gflop[1]);
+    }
   }
 }
 

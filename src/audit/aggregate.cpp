@@ -9,7 +9,7 @@
 #include "audit/audit.h"
 #include "audit/statistics.h"
 #include "core/error.h"
-#include "core/provenance.h"
+#include "ops/provenance.h"
 #include "core/rng.h"
 #include "core/undefined_statistic.h"
 

@@ -1,7 +1,8 @@
 // `fca audit`: the Frozen-Controller Audit of one model (audit-protocol spec). Stage 1 caches the
 // live coefficients; stage 2 checks exact replay, then replays every condition with the controller
 // disabled; the statistics give penalties, factor effects, retention, criteria and the variance
-// decomposition. Writes audit.json, windows.csv and audit.md into the output folder.
+// decomposition. Writes audit.json and windows.csv into the output folder (audit.md is rendered from
+// audit.json by report/, called by the commands).
 #pragma once
 #include <cstdint>
 #include "core/json.h"

@@ -71,6 +71,9 @@ ExactReplay exact_replay_batch(AuditableModel& model, const WindowSet& eval, con
   const int64_t before = model.replay_controller_evaluations();
   std::vector<double> live_nll(static_cast<size_t>(B));
   const int64_t off = int64_t(w0) * T;
+  // Each compared pass starts from NaN logits: a pass that wrote none would otherwise compare the
+  // previous pass's logits with themselves.
+  model.poison_logits(B, T);
   model.run_live(eval.inputs.data() + off, eval.targets.data() + off, B, T, nullptr, 0, live_nll.data());
   const size_t n_logits = size_t(B) * T * size_t(model.vocab());
   r.by_digest = model.last_logits() == nullptr;
@@ -79,6 +82,7 @@ ExactReplay exact_replay_batch(AuditableModel& model, const WindowSet& eval, con
   if (!r.by_digest) live_logits.assign(model.last_logits(), model.last_logits() + n_logits);
   CoefficientTensor coefficients = model.make_coefficients(B, T);
   for (int b = 0; b < B; ++b) coefficients.copy_window(b, A, w0 + b);
+  model.poison_logits(B, T);
   model.run_replay(eval.inputs.data() + off, eval.targets.data() + off, B, T, coefficients, replayed_nll);
   r.batches = 1;
   if (r.by_digest) {

@@ -42,6 +42,8 @@ ReplayProbe probe_replay_sensitivity(AuditableModel& model, const WindowSet& win
   const int32_t* targets = windows.targets.data() + int64_t(w0) * T;
   const int64_t before = model.replay_controller_evaluations();
   std::vector<double> nll(static_cast<size_t>(B));
+  // Both passes start from NaN logits: a replay that writes none shows no difference (and fails).
+  model.poison_logits(B, T);
   model.run_replay(inputs, targets, B, T, handed, nll.data());
   p.by_digest = model.last_logits() == nullptr;
   const size_t n = size_t(B) * T * size_t(model.vocab());
@@ -51,6 +53,7 @@ ReplayProbe probe_replay_sensitivity(AuditableModel& model, const WindowSet& win
   else reference.assign(model.last_logits(), model.last_logits() + n);
 
   perturb_for_probe(handed);
+  model.poison_logits(B, T);
   model.run_replay(inputs, targets, B, T, handed, nll.data());
   p.controller_evaluations = model.replay_controller_evaluations() - before;
   if (p.by_digest) {

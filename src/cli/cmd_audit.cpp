@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "core/file_io.h"
 #include "models/registry.h"
+#include "report/audit_markdown.h"
 
 namespace fca::cli {
 
@@ -95,6 +96,7 @@ void add_audit_command(CLI::App& app) {
       std::printf("%s\n", j.dump(2).c_str());
       return;
     }
+    write_audit_markdown(options.out_dir, j);
     std::printf("audit of %s: baseline NLL %.4f nats/byte\n", options.model_path.c_str(), j["baseline"]["nll"].get<double>());
     for (const auto& c : j["conditions"])
       std::printf("  %-20s DeltaNLL %+.5f  95%% CI [%+.5f, %+.5f]\n", c["name"].get<std::string>().c_str(),

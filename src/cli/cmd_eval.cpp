@@ -4,7 +4,7 @@
 #include <memory>
 
 #include "cli/common.h"
-#include "core/provenance.h"
+#include "ops/provenance.h"
 #include "core/safetensors.h"
 #include "core/sha256.h"
 #include "data/corpus.h"

@@ -11,7 +11,7 @@
 #include "cli/common.h"
 #include "core/error.h"
 #include "core/exec_counters.h"
-#include "core/provenance.h"
+#include "ops/provenance.h"
 #include "core/safetensors.h"
 #include "core/sha256.h"
 #include "core/file_io.h"

@@ -7,7 +7,7 @@
 #include "cli/common.h"
 #include "core/communicator.h"
 #include "core/error.h"
-#include "core/provenance.h"
+#include "ops/provenance.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"fca: frozen-controller auditing of dynamic neural networks"};

@@ -5,6 +5,8 @@
 #include <atomic>
 #include <cstdint>
 
+#include "core/error.h"
+
 namespace fca {
 
 // FLOP convention (docs/exec.md, "FLOPs"): a GEMM is 2 M N K. Beyond GEMMs, the arithmetic of
@@ -56,10 +58,15 @@ inline void count_mixing_flops(int64_t flops) {
   if (ExecCounters* c = exec_counters()) c->mixing_flops.fetch_add(flops, std::memory_order_relaxed);
 }
 
-// Installs counters for the lifetime of the guard (not nested).
+// Installs counters for the lifetime of the guard. Scopes do not nest: a second scope while one is
+// installed throws (it would take the counts from the first and end its counting when it closes).
 class CountingScope {
  public:
-  explicit CountingScope(ExecCounters& c) { detail::installed_counters.store(&c); }
+  explicit CountingScope(ExecCounters& c) {
+    ExecCounters* none = nullptr;
+    if (!detail::installed_counters.compare_exchange_strong(none, &c))
+      throw Error("execution counters are already installed: counting scopes do not nest");
+  }
   ~CountingScope() { detail::installed_counters.store(nullptr); }
   CountingScope(const CountingScope&) = delete;
   CountingScope& operator=(const CountingScope&) = delete;

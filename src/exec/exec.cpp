@@ -10,7 +10,7 @@
 #include "core/exec_counters.h"
 #include "core/file_io.h"
 #include "core/progress.h"
-#include "core/provenance.h"
+#include "ops/provenance.h"
 #include "core/undefined_statistic.h"
 #include "core/sha256.h"
 #include "exec/counted_pass.h"
@@ -81,14 +81,17 @@ nlohmann::ordered_json count_gated(const std::string& mode, const GatedModel<flo
     gated_forward(model, rs, tokens, B, T, source, 0, executed);
   }
   // The counters must agree with the graph that ran: blocks, GEMM, controller and mixing FLOPs.
-  check_counters(mode, counters,
-                 {expected_blocks, gated_forward_flops(c, B, T, expected_blocks),
-                  live_controller ? gated_controller_flops(c, B, T, expected_blocks) : 0.0,
-                  gated_mixing_flops(c, B, T, expected_blocks)});
+  const ExpectedCounts expected{expected_blocks,
+                                gated_forward_flops(c, B, T, expected_blocks),
+                                live_controller ? gated_controller_flops(c, B, T, expected_blocks) : 0.0,
+                                gated_mixing_flops(c, B, T, expected_blocks),
+                                live_controller ? gated_controller_evaluations(c, expected_blocks) : 0,
+                                0};
+  check_counters(mode, counters, expected);
   nlohmann::ordered_json j;
   j["mode"] = mode;
   j["total_blocks"] = c.n_layer;
-  j.update(counter_fields(counters, int64_t(B) * T));
+  j.update(counter_fields(counters, expected, int64_t(B) * T));
   return j;
 }
 
@@ -214,11 +217,15 @@ nlohmann::ordered_json measure_mudd(const std::string& path, const Corpus& corpu
       CountingScope scope(counters);
       mudd_forward(*model, *rs, timing->inputs.data(), B, T, *source);
     }
-    check_counters(mode, counters,
-                   {c.n_layer, mudd_gemm_flops(c, B, T, live_generator), live_generator ? mudd_controller_flops(c, B, T) : 0.0,
-                    mudd_mixing_flops(c, B, T)});
+    const ExpectedCounts expected{c.n_layer,
+                                  mudd_gemm_flops(c, B, T, live_generator),
+                                  live_generator ? mudd_controller_flops(c, B, T) : 0.0,
+                                  mudd_mixing_flops(c, B, T),
+                                  live_generator ? mudd_controller_evaluations(c) : 0,
+                                  0};
+    check_counters(mode, counters, expected);
     nlohmann::ordered_json j{{"mode", mode}, {"total_blocks", c.n_layer}};
-    j.update(counter_fields(counters, int64_t(B) * T));
+    j.update(counter_fields(counters, expected, int64_t(B) * T));
     if (with_nll) j["nll"] = nll_of(*source);
     timed.add("modes", modes.size(), [model, rs, timing, source, B, T] { mudd_forward(*model, *rs, timing->inputs.data(), B, T, *source); });
     modes.push_back(j);

@@ -35,6 +35,10 @@ double gated_controller_flops(const GatedConfig& c, int B, int T, int layers) {
   return layers * (double(B) * H * statistics + features + gate) + (layers - 1) * double(B) * H * kl;
 }
 
+int64_t gated_controller_evaluations(const GatedConfig& c, int layers) {
+  return int64_t(layers) * (c.gate == GateKind::featuregate ? 2 : 1);
+}
+
 double gated_mixing_flops(const GatedConfig& c, int B, int T, int layers) { return 2.0 * layers * double(B) * T * c.d_model; }
 
 double gated_train_flops(const GatedConfig& c, int B, int T) { return 3.0 * gated_forward_flops(c, B, T, c.n_layer); }

@@ -16,6 +16,10 @@ double gated_forward_flops(const GatedConfig& c, int B, int T, int layers);
 // statistics (entropy, KL from block 1 on, log-partition), the features and the gate; one sigmoid
 // per block for uniform and layerstatic; none for dense and fixed.
 double gated_controller_flops(const GatedConfig& c, int B, int T, int layers);
+// Calls into controller code in a live pass over `layers` executed blocks: the gate function once
+// per block (every gate kind, dense included: its "controller" returns 1), and featuregate's features
+// once more.
+int64_t gated_controller_evaluations(const GatedConfig& c, int layers);
 // h + g F in each executed block: 2 FLOPs per element.
 double gated_mixing_flops(const GatedConfig& c, int B, int T, int layers);
 // One training step (forward + backward: each GEMM once forward and twice backward).

@@ -25,6 +25,8 @@ double mudd_controller_flops(const MuddConfig& c, int B, int T) {
   return flops;
 }
 
+int64_t mudd_controller_evaluations(const MuddConfig& c) { return c.n_layer; }
+
 double mudd_mixing_flops(const MuddConfig& c, int B, int T) {
   const double N = double(B) * T, D = c.dim;
   double flops = 0;

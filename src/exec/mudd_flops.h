@@ -11,6 +11,8 @@ namespace fca {
 double mudd_gemm_flops(const MuddConfig& c, int B, int T, bool generator);
 // The DA generators' non-GEMM arithmetic (RMSNorm, exact GELU, the static bias), live passes only.
 double mudd_controller_flops(const MuddConfig& c, int B, int T);
+// Calls into controller code in a live pass: one DA generator per block.
+int64_t mudd_controller_evaluations(const MuddConfig& c);
 // Source mixing: each of C_i streams of each row is D products and (S_i - 1) D multiply-adds.
 double mudd_mixing_flops(const MuddConfig& c, int B, int T);
 

@@ -34,8 +34,8 @@ void count_mode(nlohmann::ordered_json& modes, TimedModes& timed, const std::str
     pass();
   }
   check_counters(mode, counters, expected);
-  nlohmann::ordered_json j{{"mode", mode}, {"total_blocks", total_blocks}, {"routed_rows_per_pass", counters.routed_rows.load()}};
-  j.update(counter_fields(counters, tokens_per_pass));
+  nlohmann::ordered_json j{{"mode", mode}, {"total_blocks", total_blocks}};
+  j.update(counter_fields(counters, expected, tokens_per_pass));
   if (extra.is_object()) j.update(extra);
   timed.add("modes", modes.size(), std::move(pass));
   modes.push_back(j);
@@ -60,7 +60,9 @@ void dense_baseline(nlohmann::ordered_json& modes, TimedModes& timed, int L, int
   const auto rs = std::make_shared<GatedRunState<float>>(c, B, T, false);
   const auto live = std::make_shared<LiveCoefficients<float>>(*dense);
   count_mode(modes, timed, "dense_same_shape", [dense, rs, live, timing, B, T] { gated_forward(*dense, *rs, timing->inputs.data(), B, T, *live); },
-             {L, gated_forward_flops(c, B, T, L), gated_controller_flops(c, B, T, L), gated_mixing_flops(c, B, T, L)}, L, B * T,
+             {L, gated_forward_flops(c, B, T, L), gated_controller_flops(c, B, T, L), gated_mixing_flops(c, B, T, L),
+              gated_controller_evaluations(c, L), 0},
+             L, B * T,
              {{"note", "baseline with initialised weights: latency and FLOPs only"}});
 }
 
@@ -91,11 +93,11 @@ nlohmann::ordered_json measure_moe(const std::string& path, const Corpus& corpus
     return L * attention_half_flops(B, T, D) + (router ? 2.0 * B * T * D * E * L : 0.0) + 2.0 * 2.0 * double(expert_rows) * D * F +
            2.0 * B * T * D * 256;
   };
-  // Counts of a pass: the router's arithmetic when it runs, the weighted combination of every
-  // routed row (2 D each).
+  // Counts of a pass: the router's arithmetic and one router evaluation per block when it runs, the
+  // weighted combination of every routed row (2 D each), and the rows themselves.
   auto expected = [&](int64_t expert_rows, bool router) {
     return ExpectedCounts{L, formula(expert_rows, router), router ? moe_controller_flops(L, int64_t(B) * T, E, c.top_k) : 0.0,
-                          2.0 * double(expert_rows) * D};
+                          2.0 * double(expert_rows) * D, router ? L : 0, expert_rows};
   };
   // Expert rows per layer and expert of the pass that ran last in a run state.
   auto loads = [&](const MoeRunState<float>& s) {
@@ -151,7 +153,8 @@ nlohmann::ordered_json measure_moe(const std::string& path, const Corpus& corpus
                                 2.0 * 2.0 * double(L) * B * T * D * (E * F) + 2.0 * B * T * D * 256;
     count_mode(modes, timed, "dense_total_params",
                [dense_wide, rs_wide, wide_live, timing, B, T] { moe_forward(*dense_wide, *rs_wide, timing->inputs.data(), B, T, *wide_live); },
-               {L, wide_formula, moe_controller_flops(L, int64_t(B) * T, 1, 1), 2.0 * L * double(B) * T * D}, L, B * T,
+               {L, wide_formula, moe_controller_flops(L, int64_t(B) * T, 1, 1), 2.0 * L * double(B) * T * D, L, int64_t(L) * B * T},
+               L, B * T,
                {{"note", "baseline with initialised weights (an MLP of width E*F every token runs): latency and FLOPs only"}});
   }
   nlohmann::ordered_json m;
@@ -187,12 +190,18 @@ nlohmann::ordered_json measure_mod(const std::string& path, const Corpus& corpus
     formula += attention_half_flops(B, n, D) + 2.0 * B * n * 8.0 * D * D;
   }
   // Routed blocks: the router's scores (2 D + 1 per token) and the selected rows' sigmoid weights
-  // (4 each) when it runs; h + w F on the selected rows (2 D each).
+  // (4 each) and one router evaluation when it runs; h + w F on the selected rows (2 D each), K rows
+  // per window.
   const double routed = c.routed_layers();
-  const ExpectedCounts live_counts{L, formula, routed * (double(B) * T * (2.0 * D + 1.0) + double(B) * K * 4.0),
-                                   routed * 2.0 * double(B) * K * D};
+  const ExpectedCounts live_counts{L,
+                                   formula,
+                                   routed * (double(B) * T * (2.0 * D + 1.0) + double(B) * K * 4.0),
+                                   routed * 2.0 * double(B) * K * D,
+                                   int64_t(c.routed_layers()),
+                                   int64_t(c.routed_layers()) * B * K};
   ExpectedCounts replay_counts = live_counts;
   replay_counts.controller_flops = 0;
+  replay_counts.controller_evaluations = 0;
   auto pass = [&](std::shared_ptr<ModRoutingSource<float>> source) {
     return [model, rs, source, timing, B, T] { mod_forward(*model, *rs, timing->inputs.data(), B, T, *source); };
   };

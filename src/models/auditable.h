@@ -3,10 +3,10 @@
 // back per-window NLL and logits. Adding an architecture means implementing this, nothing in audit/.
 #pragma once
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
-#include "data/corpus.h"
 #include "models/coefficient_tensor.h"
 
 namespace fca {
@@ -23,8 +23,9 @@ class AuditableModel {
   virtual int max_tokens() const = 0;
   virtual int vocab() const = 0;
 
-  // The split as the model's token ids (bytes for byte-level models).
-  virtual std::vector<int32_t> tokenize(const TextSplit& split) const = 0;
+  // A text split's bytes as the model's token ids (bytes for byte-level models); `split` names it
+  // in errors and in the external protocol.
+  virtual std::vector<int32_t> tokenize(const std::string& split, std::span<const unsigned char> text) const = 0;
 
   // An all-zero coefficient tensor for `windows` windows of `tokens` tokens, with the validity mask.
   virtual CoefficientTensor make_coefficients(int windows, int tokens) const = 0;
@@ -49,6 +50,10 @@ class AuditableModel {
   // Logits [B, T, vocab] of the last run; null for a model whose logits stay in another process
   // (external adapters), which gives last_logits_sha256() instead.
   virtual const float* last_logits() const = 0;
+  // Fills the logits of a B x T run with NaN (nothing, for logits that stay in another process), so
+  // that a pass which writes no logits cannot compare equal to the pass before it: exact replay
+  // poisons them before each pass it compares.
+  virtual void poison_logits(int B, int T) = 0;
   // SHA-256 (hex) of the last run's logits as little-endian float32 bytes [B, T, vocab]; only for
   // models whose last_logits() is null.
   virtual std::string last_logits_sha256() const { return {}; }

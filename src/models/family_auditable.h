@@ -6,7 +6,9 @@
 //   forward(model, rs, tokens, B, T, source, first_window); loss(rs, targets, window_nll).
 // and the rest of AuditableModel (names, tokenizer, coefficient shape, profiles) in its subclass.
 #pragma once
+#include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <utility>
 
@@ -48,6 +50,9 @@ class FamilyAuditable : public AuditableModel {
     return 0;
   }
   const float* last_logits() const override { return rs_->logits; }
+  void poison_logits(int B, int T) override {
+    std::fill(rs_->logits, rs_->logits + int64_t(B) * T * this->vocab(), std::numeric_limits<float>::quiet_NaN());
+  }
   int64_t replay_controller_evaluations() const override { return replay_evaluations_; }
   size_t run_state_bytes() const override { return rs_->bytes(); }
   void set_max_batch(int max_batch) override {
@@ -85,7 +90,9 @@ class RoutedAuditable : public FamilyAuditable<Traits> {
   size_t parameter_count() const override { return layout_parameter_count(this->model_.layout()); }
   int max_tokens() const override { return this->model_.config().seq_len; }
   int vocab() const override { return 256; }
-  std::vector<int32_t> tokenize(const TextSplit& split) const override { return split.byte_tokens(); }
+  std::vector<int32_t> tokenize(const std::string&, std::span<const unsigned char> text) const override {
+    return std::vector<int32_t>(text.begin(), text.end());
+  }
   CoefficientTensor make_coefficients(int windows, int tokens) const override {
     return CoefficientTensor(windows, Traits::record_shape(this->model_.config(), tokens));
   }

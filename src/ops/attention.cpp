@@ -118,8 +118,6 @@ void attention_forward(T* out, T* probs, T* scratch, const AttentionStats<T>* st
   const PhaseScope phase_scope(Phase::attention);
   if (stats != nullptr) count_controller_flops(attention_statistics_flops(B, H, Tn, stats->prev_logp != nullptr));
   const int dh = D / H;
-  // Two products per (window, head), S = Q K^T and Y = P V, each over the executed pairs.
-  count_gemm_flops(2 * 2 * int64_t(B) * H * attention_executed_pairs(Tn) * dh, 2 * int64_t(B) * H);
   const T scale = T(1) / std::sqrt(T(dh));
   const int ld = 3 * D;
   const int64_t TT = int64_t(Tn) * Tn;
@@ -134,8 +132,10 @@ void attention_forward(T* out, T* probs, T* scratch, const AttentionStats<T>* st
     const T* v = q + 2 * D;
     T* p = probs + bh * TT;
     T* y = out + int64_t(b) * Tn * D + h * dh;
+    int64_t pairs = 0;  // (query, key) pairs of the tiles that ran
     for (int r0 = 0; r0 < Tn; r0 += kRowTile) {
       const int r1 = std::min(Tn, r0 + kRowTile), rows = r1 - r0, keys = keys_of_tile(r1, Tn);
+      pairs += int64_t(rows) * keys;
       T* pb = p + int64_t(r0) * Tn;
       tile_matmul(pb, Tn, q + int64_t(r0) * ld, ld, 1, kt, Tn, rows, keys, dh, scale, false);  // S = scale Q K^T
       for (int t = r0; t < r1; ++t) {
@@ -150,6 +150,9 @@ void attention_forward(T* out, T* probs, T* scratch, const AttentionStats<T>* st
       }
       tile_matmul(y + int64_t(r0) * D, D, pb, Tn, 1, v, ld, rows, dh, keys, T(1), false);  // Y = P V
     }
+    // Two products, S = Q K^T and Y = P V, over the pairs the tiles ran: counted from the loop, so
+    // that exec's check against attention_executed_pairs fails if a tile is skipped or repeated.
+    count_gemm_flops(2 * 2 * pairs * dh, 2);
   }
 }
 
@@ -171,11 +174,6 @@ void attention_backward(T* dqkv, T* scratch, const T* dout, const T* probs, cons
   const T scale = T(1) / std::sqrt(T(dh));
   const int ld = 3 * D;
   const int64_t TT = int64_t(Tn) * Tn;
-  // Four products per (window, head): dP and dQ over the executed pairs, dV and dK over each key
-  // tile's queries t >= u0.
-  int64_t key_tile_pairs = 0;
-  for (int u0 = 0; u0 < Tn; u0 += kRowTile) key_tile_pairs += int64_t(std::min(Tn, u0 + kRowTile) - u0) * (Tn - u0);
-  count_gemm_flops(2 * 2 * int64_t(B) * H * (attention_executed_pairs(Tn) + key_tile_pairs) * dh, 4 * int64_t(B) * H);
 #pragma omp parallel for schedule(static)
   for (int bh = 0; bh < B * H; ++bh) {
     const int b = bh / H, h = bh % H;
@@ -191,8 +189,12 @@ void attention_backward(T* dqkv, T* scratch, const T* dout, const T* probs, cons
     const T* p = probs + bh * TT;
     // Query tiles: dP = dY V^T, then dS = P * (dP - rowsum(P * dP)) with zeros above the diagonal
     // (up to the tile's keys, which covers every entry the key tiles below read), then dQ = s dS K.
+    // Four products per (window, head): dP and dQ over the query tiles' pairs, dV and dK over each
+    // key tile's queries t >= u0; counted from the tiles that ran.
+    int64_t query_tile_pairs = 0, key_tile_pairs = 0;
     for (int r0 = 0; r0 < Tn; r0 += kRowTile) {
       const int r1 = std::min(Tn, r0 + kRowTile), rows = r1 - r0, keys = keys_of_tile(r1, Tn);
+      query_tile_pairs += int64_t(rows) * keys;
       T* dsb = ds + int64_t(r0) * Tn;
       tile_matmul(dsb, Tn, dy + int64_t(r0) * D, D, 1, vt, Tn, rows, keys, dh, T(1), false);
       for (int t = r0; t < r1; ++t) {
@@ -209,9 +211,11 @@ void attention_backward(T* dqkv, T* scratch, const T* dout, const T* probs, cons
     for (int u0 = 0; u0 < Tn; u0 += kRowTile) {
       const int rows = std::min(Tn, u0 + kRowTile) - u0, queries = Tn - u0;
       const int64_t at = int64_t(u0) * Tn + u0;
+      key_tile_pairs += int64_t(rows) * queries;
       tile_matmul(dv + int64_t(u0) * ld, ld, p + at, 1, Tn, dy + int64_t(u0) * D, D, rows, dh, queries, T(1), false);
       tile_matmul(dk + int64_t(u0) * ld, ld, ds + at, 1, Tn, q + int64_t(u0) * ld, ld, rows, dh, queries, scale, false);
     }
+    count_gemm_flops(2 * 2 * (query_tile_pairs + key_tile_pairs) * dh, 4);
   }
 }
 

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <sstream>
 
+#include "core/file_io.h"
 #include "core/undefined_statistic.h"
 
 namespace fca {
@@ -109,6 +110,10 @@ std::string audit_markdown(const nlohmann::ordered_json& a) {
      << p["model_sha256"].get<std::string>() << "; data " << p["data"]["dir"].get<std::string>() << " (test sha256 "
      << p["data"]["eval_split_sha256"].get<std::string>() << ").\n";
   return md.str();
+}
+
+void write_audit_markdown(const std::string& out_dir, const nlohmann::ordered_json& audit) {
+  write_file_atomically(out_dir + "/audit.md", [&](std::ostream& out) { out << audit_markdown(audit); });
 }
 
 }  // namespace fca

@@ -5,7 +5,7 @@
 #include <map>
 #include <sstream>
 
-#include "core/provenance.h"
+#include "ops/provenance.h"
 #include "core/undefined_statistic.h"
 #include "report/report.h"
 #include "report/report_util.h"

@@ -12,11 +12,12 @@
 #include "core/error.h"
 #include "core/file_io.h"
 #include "core/json_fields.h"
-#include "core/provenance.h"
+#include "ops/provenance.h"
 #include "core/progress.h"
 #include "core/safetensors.h"
 #include "exec/exec.h"
 #include "models/registry.h"
+#include "report/audit_markdown.h"
 #include "report/report.h"
 #include "train/evaluate.h"
 #include "train/trainer.h"
@@ -35,6 +36,15 @@ bool trained(const std::string& weights_file, int64_t steps) {
 
 void write_json(const std::string& path, const nlohmann::ordered_json& j) {
   write_file_atomically(path, [&](std::ostream& out) { out << j.dump(2) << "\n"; });
+}
+
+// audit.md of an audit folder, rendered from its audit.json: after the audit, and on a resumed study
+// whose previous run stopped between the two files.
+void ensure_audit_markdown(const std::string& audit_dir) {
+  if (file_exists(audit_dir + "/audit.md")) return;
+  std::ifstream in(audit_dir + "/audit.json");
+  if (!in) throw Error(audit_dir + "/audit.json: cannot be read to render audit.md");
+  write_audit_markdown(audit_dir, nlohmann::ordered_json::parse(in));
 }
 
 }  // namespace
@@ -179,6 +189,7 @@ std::string run_study(const std::string& config_path, const std::string& out_arg
       } else {
         stage("audit " + v.name + " (external): done before, skipped");
       }
+      ensure_audit_markdown(audit_dir);
       report.audits.push_back(audit_dir + "/audit.json");
       continue;
     }
@@ -256,6 +267,7 @@ std::string run_study(const std::string& config_path, const std::string& out_arg
       } else {
         stage("audit " + v.name + " seed " + std::to_string(seed) + ": done before, skipped");
       }
+      ensure_audit_markdown(audit_dir);
       variant_audits.push_back(audit_dir + "/audit.json");
       report.audits.push_back(audit_dir + "/audit.json");  // every checkpoint's tables; one card per variant
       if (seed == c.seeds.front()) exec_models.push_back(o.out);

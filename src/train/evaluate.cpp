@@ -62,7 +62,7 @@ EvalResult evaluate_auditable(AuditableModel& model, const TextSplit& split, int
     throw Error("sequence length " + std::to_string(T) + " is longer than the model's " +
                 std::to_string(model.max_tokens()) + " positions");
   const auto start = std::chrono::steady_clock::now();
-  const std::vector<int32_t> tokens = model.tokenize(split);
+  const std::vector<int32_t> tokens = model.tokenize(split.name(), {split.bytes(), split.size()});
   if (tokens.size() < size_t(T) + 1)
     throw Error(split.path() + ": the " + split.name() + " split has " + std::to_string(tokens.size()) +
                 " tokens, shorter than one window of T+1 = " + std::to_string(T + 1));

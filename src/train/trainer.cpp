@@ -11,7 +11,7 @@
 #include "core/error.h"
 #include "core/file_io.h"
 #include "core/progress.h"
-#include "core/provenance.h"
+#include "ops/provenance.h"
 #include "core/rng.h"
 #include "core/safetensors.h"
 #include "core/sha256.h"

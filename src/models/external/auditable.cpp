@@ -85,10 +85,10 @@ ExternalAuditable::ExternalAuditable(const std::string& command, double timeout_
   }
 }
 
-std::vector<int32_t> ExternalAuditable::tokenize(const TextSplit& split) const {
-  if (tokenizer_ == "bytes") return split.byte_tokens();
+std::vector<int32_t> ExternalAuditable::tokenize(const std::string& split, std::span<const unsigned char> text) const {
+  if (tokenizer_ == "bytes") return std::vector<int32_t>(text.begin(), text.end());
   const SafetensorsReader a = connection_->request(
-      "tokenize", {{"text", {int64_t(split.size())}, split.bytes(), DType::U8}}, {{"split", split.name()}});
+      "tokenize", {{"text", {int64_t(text.size())}, text.data(), DType::U8}}, {{"split", split}});
   const TensorInfo& ids = a.get("ids");
   if (ids.dtype != DType::I32 || ids.shape.size() != 1)
     throw Error(a.path() + ": tensor 'ids' is " + dtype_name(ids.dtype) + " " + shape_string(ids.shape) + ", expected I32 [n]");
@@ -96,7 +96,7 @@ std::vector<int32_t> ExternalAuditable::tokenize(const TextSplit& split) const {
   std::memcpy(out.data(), ids.data, ids.nbytes);
   for (size_t i = 0; i < out.size(); ++i)
     if (out[i] < 0 || out[i] >= vocab_)
-      throw Error(a.path() + ": token " + std::to_string(i) + " of the " + split.name() + " split is id " +
+      throw Error(a.path() + ": token " + std::to_string(i) + " of the " + split + " split is id " +
                   std::to_string(out[i]) + ", outside the vocab [0, " + std::to_string(vocab_) + ")");
   return out;
 }

@@ -25,7 +25,7 @@ class ExternalAuditable : public AuditableModel {
   size_t parameter_count() const override { return parameter_count_; }
   int max_tokens() const override { return max_tokens_; }
   int vocab() const override { return vocab_; }
-  std::vector<int32_t> tokenize(const TextSplit& split) const override;
+  std::vector<int32_t> tokenize(const std::string& split, std::span<const unsigned char> text) const override;
   CoefficientTensor make_coefficients(int windows, int tokens) const override;
   void run_live(const int32_t* inputs, const int32_t* targets, int B, int T, CoefficientTensor* record, int record_first,
                 double* window_nll) override;
@@ -34,6 +34,8 @@ class ExternalAuditable : public AuditableModel {
   size_t run_state_bytes() const override { return 0; }  // the activations live in the adapter
   int max_batch() const override { return 1 << 20; }    // the adapter takes any batch
   const float* last_logits() const override { return nullptr; }
+  // The logits stay in the adapter; each answer carries the digest of the logits that run wrote.
+  void poison_logits(int, int) override {}
   std::string last_logits_sha256() const override { return last_digest_; }
   int64_t replay_controller_evaluations() const override { return replay_evaluations_; }
   bool has_identity_profile() const override { return !identity_.empty(); }

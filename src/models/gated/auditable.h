@@ -33,7 +33,9 @@ class GatedAuditable : public FamilyAuditable<GatedAuditTraits> {
   size_t parameter_count() const override { return gated_parameter_count(model_.config()); }
   int max_tokens() const override { return model_.config().seq_len; }
   int vocab() const override { return kByteVocab; }
-  std::vector<int32_t> tokenize(const TextSplit& split) const override { return split.byte_tokens(); }
+  std::vector<int32_t> tokenize(const std::string&, std::span<const unsigned char> text) const override {
+    return std::vector<int32_t>(text.begin(), text.end());
+  }
   CoefficientTensor make_coefficients(int windows, int tokens) const override;
   void identity_profile(CoefficientTensor& out) const override;
   void structure_removed_profile(const CoefficientTensor& static_profile, CoefficientTensor& out) const override;

@@ -29,9 +29,9 @@ std::string MuddAuditable::description() const {
          ", V " + std::to_string(c.vocab_size) + (tokenizer_ ? " (BPE)" : " (bytes)");
 }
 
-std::vector<int32_t> MuddAuditable::tokenize(const TextSplit& split) const {
-  if (!tokenizer_) return split.byte_tokens();
-  return tokenizer_->encode(std::string(reinterpret_cast<const char*>(split.bytes()), split.size()));
+std::vector<int32_t> MuddAuditable::tokenize(const std::string&, std::span<const unsigned char> text) const {
+  if (!tokenizer_) return std::vector<int32_t>(text.begin(), text.end());
+  return tokenizer_->encode(std::string(reinterpret_cast<const char*>(text.data()), text.size()));
 }
 
 CoefficientTensor MuddAuditable::make_coefficients(int windows, int tokens) const {

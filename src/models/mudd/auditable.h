@@ -38,7 +38,7 @@ class MuddAuditable : public FamilyAuditable<MuddAuditTraits> {
   size_t parameter_count() const override { return model_.parameter_count(); }
   int max_tokens() const override { return model_.config().block_size; }
   int vocab() const override { return model_.config().vocab_size; }
-  std::vector<int32_t> tokenize(const TextSplit& split) const override;
+  std::vector<int32_t> tokenize(const std::string& split, std::span<const unsigned char> text) const override;
   CoefficientTensor make_coefficients(int windows, int tokens) const override;
   void identity_profile(CoefficientTensor& out) const override;
   void structure_removed_profile(const CoefficientTensor& static_profile, CoefficientTensor& out) const override;

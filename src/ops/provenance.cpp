@@ -1,4 +1,4 @@
-#include "core/provenance.h"
+#include "ops/provenance.h"
 
 #include <unistd.h>
 
