@@ -18,6 +18,7 @@
 #include "models/gated/model.h"
 #include "models/mudd/auditable.h"
 #include "report/audit_markdown.h"
+#include "models/registry.h"
 #include "report/report.h"
 #include "test_util.h"
 #include "train/trainer.h"
@@ -249,11 +250,25 @@ TEST_F(Report, HeadlessChromiumScreenshot) {
 namespace fca {
 namespace {
 
-TEST(ReportLabels, EveryFamilyIsNamedFromItsConfig) {
-  EXPECT_EQ(config_family_label(nlohmann::json::parse(R"({"gate":"featuregate","n_layer":2})")), "featuregate");
-  EXPECT_EQ(config_family_label(nlohmann::json::parse(R"({"n_expert":8,"top_k":2,"n_layer":2})")), "moe E8 k2");
-  EXPECT_EQ(config_family_label(nlohmann::json::parse(R"({"capacity":0.125,"routed_every":2})")), "mod c0.125");
-  EXPECT_EQ(config_family_label(nlohmann::json::parse(R"({"dim":64,"n_layer":2})")), "mudd");
+// Each family names its models (models/registry.h); the report takes the name from the result
+// documents and never guesses a family from a config's fields.
+TEST(ReportLabels, EveryFamilyNamesItsModelsAndTheReportDoesNotGuess) {
+  EXPECT_EQ(family_named("gated").label(nlohmann::json::parse(R"({"gate":"featuregate","n_layer":2})")), "featuregate");
+  EXPECT_EQ(family_named("moe").label(nlohmann::json::parse(R"({"n_expert":8,"top_k":2,"n_layer":2})")), "moe E8 k2");
+  EXPECT_EQ(family_named("mod").label(nlohmann::json::parse(R"({"capacity":0.125,"routed_every":2})")), "mod c0.125");
+  EXPECT_EQ(family_named("mudd").label(nlohmann::json::parse(R"({"dim":64,"n_layer":2})")), "mudd");
+  EXPECT_THROW(family_named("hyper"), Error);
+  // A training log whose start record carries no label is refused, not labelled "mudd".
+  testing::TempDir dir;
+  const std::string log = dir.file("old.log.jsonl");
+  std::ofstream(log) << R"({"type":"start","step":0,"options":{"config":{"dim":64,"n_layer":2},"seed":0}})" << "\n"
+                     << R"({"type":"step","step":1,"loss":5.0})" << "\n";
+  try {
+    read_train_log(log);
+    ADD_FAILURE() << "a log without a label was read";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no 'label'"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

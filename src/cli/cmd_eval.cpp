@@ -63,23 +63,12 @@ void add_eval_command(CLI::App& app) {
                 unit == "byte" ? "Byte" : "Token", r.byte_ppl);
     if (r.gate_mass >= 0) std::printf("   gate mass %.4f", r.gate_mass);
     std::printf("\n");
-    nlohmann::ordered_json j;
-    j["schema"] = "fca-eval-v1";
-    j["model"] = f->model;
-    j["config"] = config;
-    j["unit"] = unit;
-    j["split"] = f->split;
-    j["seq_len"] = T;
-    j["windows"] = r.windows.size();
-    j["nll"] = r.nll;
-    j["bits_per_byte"] = r.bits_per_byte;
-    j["byte_ppl"] = r.byte_ppl;
-    j["gate_mass"] = r.gate_mass >= 0 ? nlohmann::ordered_json(r.gate_mass) : nlohmann::ordered_json(nullptr);
-    j["seconds"] = r.seconds;
     auto prov = provenance_base();
     prov["model_sha256"] = model_hash;
     prov["data"] = {{"dir", corpus.dir()}, {"split_file", split.path()}, {"split_sha256", split.content_hash()}};
-    j["provenance"] = prov;
+    const ModelFamily& family = family_of(f->model);
+    const nlohmann::ordered_json j =
+        eval_document({f->model, family.name, family.label(config), config, unit}, f->split, T, r, prov);
     const std::string out = f->out.empty() ? (is_directory(f->model) ? f->model + "/eval-" + f->split + ".json"
                                                                      : f->model + ".eval-" + f->split + ".json")
                                            : f->out;

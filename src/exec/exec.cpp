@@ -116,6 +116,7 @@ nlohmann::ordered_json measure_gated(const std::string& path, const Corpus& corp
   m["path"] = path;
   m["model_sha256"] = sha256_file(path);
   m["gate"] = gate_kind_name(c.gate);
+  m["family"] = "gated";
   m["config"] = nlohmann::json::parse(c.to_json());
   m["tokens_per_pass"] = B * T;
   nlohmann::ordered_json modes = nlohmann::ordered_json::array();
@@ -196,6 +197,7 @@ nlohmann::ordered_json measure_mudd(const std::string& path, const Corpus& corpu
   m["path"] = path;
   m["model_sha256"] = model->content_hash();
   m["gate"] = "mudd";
+  m["family"] = "mudd";
   m["config"] = {{"n_layer", c.n_layer}, {"d_model", c.dim}, {"n_head", c.n_head}, {"seq_len", c.block_size}};
   m["tokens_per_pass"] = B * T;
   if (!o.skip_thresholds.empty()) m["skip_sweep_note"] = "not applicable: MUDD mixes every source; no block has a gate";

@@ -1,5 +1,7 @@
 #include "models/registry.h"
 
+#include <cstdio>
+
 #include "core/error.h"
 #include "core/file_io.h"
 #include "models/external/auditable.h"
@@ -31,17 +33,37 @@ std::function<bool(const std::string&, const std::string&)> has_format(const std
   return [wanted](const std::string&, const std::string& format) { return format == wanted; };
 }
 
+std::string gated_label(const nlohmann::json& c) { return c.at("gate").get<std::string>(); }
+std::string mudd_label(const nlohmann::json&) { return "mudd"; }
+std::string moe_label(const nlohmann::json& c) {
+  return "moe E" + std::to_string(c.at("n_expert").get<int>()) + " k" + std::to_string(c.at("top_k").get<int>());
+}
+std::string mod_label(const nlohmann::json& c) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "mod c%g", c.at("capacity").get<double>());
+  return buf;
+}
+
 }  // namespace
 
 const std::vector<ModelFamily>& model_families() {
   static const std::vector<ModelFamily> families{
-      {"gated", kGatedFormat, has_format(kGatedFormat), opener<GatedAuditable>()},
+      {"gated", kGatedFormat, has_format(kGatedFormat), opener<GatedAuditable>(), gated_label},
       {"mudd", "a Hugging Face folder (config.json + model.safetensors)",
-       [](const std::string& path, const std::string&) { return is_directory(path); }, opener<MuddAuditable>()},
-      {"moe", kMoeFormat, has_format(kMoeFormat), opener<MoeAuditable>()},
-      {"mod", kModFormat, has_format(kModFormat), opener<ModAuditable>()},
+       [](const std::string& path, const std::string&) { return is_directory(path); }, opener<MuddAuditable>(), mudd_label},
+      {"moe", kMoeFormat, has_format(kMoeFormat), opener<MoeAuditable>(), moe_label},
+      {"mod", kModFormat, has_format(kModFormat), opener<ModAuditable>(), mod_label},
   };
   return families;
+}
+
+const ModelFamily& family_named(const std::string& name) {
+  std::string known;
+  for (const auto& f : model_families()) {
+    if (f.name == name) return f;
+    known += (known.empty() ? "" : ", ") + f.name;
+  }
+  throw Error("unknown model family \"" + name + "\" (known: " + known + ")");
 }
 
 const ModelFamily& family_of(const std::string& path) {

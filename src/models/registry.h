@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/json.h"
 #include "models/auditable.h"
 
 namespace fca {
@@ -18,9 +19,15 @@ struct ModelFamily {
   // path: the checkpoint; format: its safetensors "format" metadata ("" for folders or none).
   std::function<bool(const std::string& path, const std::string& format)> recognizes;
   std::function<std::unique_ptr<AuditableModel>(const std::string& path, int max_batch, int max_tokens)> open;
+  // The short name of a model of the family in tables and figures, from its config: the gate kind
+  // ("featuregate"), "mudd", "moe E8 k2", "mod c0.125". Result documents (training logs, eval) carry
+  // it, so that the report reads it instead of guessing the family from a config.
+  std::function<std::string(const nlohmann::json& config)> label;
 };
 
 const std::vector<ModelFamily>& model_families();
+// The family of this name ("gated", "mudd", "moe", "mod"); throws Error naming the known ones.
+const ModelFamily& family_named(const std::string& name);
 // The family of a checkpoint; throws Error naming the file, its format and the known formats.
 const ModelFamily& family_of(const std::string& path);
 // Opens any checkpoint behind the audit interface, sized for batches of max_batch windows of at

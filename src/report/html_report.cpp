@@ -103,7 +103,7 @@ std::string report_html(const ReportData& d) {
       for (const auto* e : docs) m2 += std::pow((*e)["byte_ppl"].get<double>() - m, 2);
       const double sd = docs.size() > 1 ? std::sqrt(m2 / double(docs.size() - 1)) : 0;
       const auto c = nlohmann::json::parse(cfg);
-      const std::string name = config_family_label(c) + " L" +
+      const std::string name = (*docs.front())["label"].get<std::string>() + " L" +
                                std::to_string(c.value("n_layer", 0)) + " D" +
                                std::to_string(c.contains("d_model") ? c["d_model"].get<int>() : c.value("dim", 0));
       h << "<tr><td class=\"l\">" << escape(name) << "</td><td>" << docs.size() << "</td><td>" << fmt("%.4f", m) << "</td><td>"

@@ -41,6 +41,9 @@ struct ReportData {
 // component, ".safetensors" removed) that tell them apart. Equal paths get equal labels.
 std::vector<std::string> path_labels(const std::vector<std::string>& paths);
 
+// One training log (fca-train JSONL): its label from the start record (written by the trainer from
+// the family's ModelFamily::label, never guessed here), the loss and validation curves.
+ReportData::TrainLog read_train_log(const std::string& path);
 ReportData load_report_data(const ReportInputs& inputs);
 
 // The three-claim verdict lines of one model: one card per configuration. With an aggregate over
@@ -59,9 +62,6 @@ struct Verdicts {
 std::vector<Verdicts> compute_verdicts(const ReportData& data);
 
 // Figures (SVG strings); empty when the inputs hold nothing to draw.
-// A short name of a model from its checkpoint config: the gate kind (gated family), "moe E8 k2",
-// "mod c0.125", or "mudd" (a config with none of these fields).
-std::string config_family_label(const nlohmann::json& config);
 
 std::string figure_penalties(const ReportData& data);
 std::string figure_retention(const ReportData& data);

@@ -11,17 +11,6 @@
 
 namespace fca {
 
-std::string config_family_label(const nlohmann::json& c) {
-  if (c.contains("gate")) return c["gate"].get<std::string>();
-  if (c.contains("n_expert"))
-    return "moe E" + std::to_string(c["n_expert"].get<int>()) + " k" + std::to_string(c["top_k"].get<int>());
-  if (c.contains("capacity")) {
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "mod c%g", c["capacity"].get<double>());
-    return buf;
-  }
-  return "mudd";
-}
 namespace {
 
 nlohmann::json read_json(const std::string& path) {
@@ -137,6 +126,42 @@ std::string ReportData::label(const std::string& sha256, const std::string& fall
   return it == labels.end() ? fallback : it->second;
 }
 
+ReportData::TrainLog read_train_log(const std::string& p) {
+  std::ifstream log(p);
+  if (!log) throw Error(p + ": cannot open the training log");
+  ReportData::TrainLog t;
+  t.path = p;
+  std::string line;
+  int n = 0;
+  while (std::getline(log, line)) {
+    ++n;
+    if (line.empty()) continue;
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(line);
+    } catch (const nlohmann::json::exception& e) {
+      throw Error(p + ": line " + std::to_string(n) + " is not valid JSON (" + e.what() + ")");
+    }
+    const std::string type = j.value("type", "");
+    if (type == "start") {
+      const auto& o = j["options"];
+      if (!j.contains("label") || !j["label"].is_string())
+        throw Error(p + ": line " + std::to_string(n) + ": the start record has no 'label' (written by fca since the "
+                    "family table; train again to get a log the report can read)");
+      t.label = j["label"].get<std::string>();
+      t.label += " L" + std::to_string(o["config"].value("n_layer", 0)) + " seed " + std::to_string(o.value("seed", 0));
+    } else if (type == "step") {
+      if (!j["step"].is_number() || !j["loss"].is_number()) throw Error(p + ": line " + std::to_string(n) + ": step or loss is not a number");
+      t.loss.push_back({j["step"].get<double>(), j["loss"].get<double>()});
+    } else if (type == "valid") {
+      if (!j["step"].is_number() || !j["nll"].is_number()) throw Error(p + ": line " + std::to_string(n) + ": step or nll is not a number");
+      t.valid.push_back({j["step"].get<double>(), j["nll"].get<double>()});
+    }
+  }
+  if (t.label.empty()) throw Error(p + ": no 'start' record: not an fca training log");
+  return t;
+}
+
 ReportData load_report_data(const ReportInputs& in) {
   ReportData d;
   d.title = in.title;
@@ -176,41 +201,10 @@ ReportData load_report_data(const ReportInputs& in) {
   for (const auto& p : in.evals) {
     nlohmann::json j = read_json(p);
     expect_schema(j, p, "fca-eval-v1");
-    expect_fields(j, p, {"/config", "/nll", "/byte_ppl", "/model"});
+    expect_fields(j, p, {"/config", "/nll", "/byte_ppl", "/model", "/family", "/label"});
     d.evals.push_back({p, std::move(j)});
   }
-  for (const auto& p : in.train_logs) {
-    std::ifstream log(p);
-    if (!log) throw Error(p + ": cannot open the training log");
-    ReportData::TrainLog t;
-    t.path = p;
-    std::string line;
-    int n = 0;
-    while (std::getline(log, line)) {
-      ++n;
-      if (line.empty()) continue;
-      nlohmann::json j;
-      try {
-        j = nlohmann::json::parse(line);
-      } catch (const nlohmann::json::exception& e) {
-        throw Error(p + ": line " + std::to_string(n) + " is not valid JSON (" + e.what() + ")");
-      }
-      const std::string type = j.value("type", "");
-      if (type == "start") {
-        const auto& o = j["options"];
-        t.label = config_family_label(o["config"]);
-        t.label += " L" + std::to_string(o["config"].value("n_layer", 0)) + " seed " + std::to_string(o.value("seed", 0));
-      } else if (type == "step") {
-        if (!j["step"].is_number() || !j["loss"].is_number()) throw Error(p + ": line " + std::to_string(n) + ": step or loss is not a number");
-        t.loss.push_back({j["step"].get<double>(), j["loss"].get<double>()});
-      } else if (type == "valid") {
-        if (!j["step"].is_number() || !j["nll"].is_number()) throw Error(p + ": line " + std::to_string(n) + ": step or nll is not a number");
-        t.valid.push_back({j["step"].get<double>(), j["nll"].get<double>()});
-      }
-    }
-    if (t.label.empty()) throw Error(p + ": no 'start' record: not an fca training log");
-    d.train_logs.push_back(std::move(t));
-  }
+  for (const auto& p : in.train_logs) d.train_logs.push_back(read_train_log(p));
   // Labels: one per checkpoint (by weights hash), from the paths the audits and execs give.
   {
     std::vector<std::string> shas, paths;

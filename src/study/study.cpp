@@ -172,10 +172,9 @@ std::string run_study(const std::string& config_path, const std::string& out_arg
         const EvalResult r = evaluate_auditable(*m, corpus.split("test"), T, c.eval_windows, 8, false);
         auto provenance = provenance_base();
         provenance["model_sha256"] = m->content_hash();
-        write_json(eval_path, {{"schema", "fca-eval-v1"}, {"model", "external: " + v.command},
-                               {"config", nlohmann::json::parse(m->config_json())}, {"split", "test"}, {"seq_len", T},
-                               {"windows", r.windows.size()}, {"nll", r.nll}, {"bits_per_byte", r.bits_per_byte},
-                               {"byte_ppl", r.byte_ppl}, {"gate_mass", nullptr}, {"provenance", provenance}});
+        write_json(eval_path, eval_document({"external: " + v.command, "external", m->description(),
+                                             nlohmann::json::parse(m->config_json()), m->vocab() != 256 ? "token" : "byte"},
+                                            "test", T, r, provenance));
       } else {
         stage("evaluate " + v.name + " (external): done before, skipped");
       }
@@ -249,11 +248,9 @@ std::string run_study(const std::string& config_path, const std::string& out_arg
           r = evaluate_auditable(*m, corpus.split("test"), v.seq, windows, 8, false);
           config = nlohmann::json::parse(m->config_json());
         }
-        write_json(eval_path, {{"schema", "fca-eval-v1"}, {"model", o.out}, {"config", config}, {"split", "test"},
-                               {"seq_len", v.seq}, {"windows", r.windows.size()}, {"nll", r.nll},
-                               {"bits_per_byte", r.bits_per_byte}, {"byte_ppl", r.byte_ppl},
-                               {"gate_mass", r.gate_mass >= 0 ? nlohmann::ordered_json(r.gate_mass) : nlohmann::ordered_json(nullptr)},
-                               {"provenance", provenance_base()}});
+        const ModelFamily& family = family_named(v.arch);
+        write_json(eval_path, eval_document({o.out, family.name, family.label(config), config, "byte"}, "test", v.seq, r,
+                                            provenance_base()));
       } else {
         stage("evaluate " + v.name + " seed " + std::to_string(seed) + ": done before, skipped");
       }

@@ -91,4 +91,25 @@ EvalResult evaluate_auditable(AuditableModel& model, const TextSplit& split, int
   return r;
 }
 
+nlohmann::ordered_json eval_document(const EvaluatedModel& model, const std::string& split, int seq_len, const EvalResult& r,
+                                     const nlohmann::ordered_json& provenance) {
+  nlohmann::ordered_json j;
+  j["schema"] = "fca-eval-v1";
+  j["model"] = model.path;
+  j["family"] = model.family;
+  j["label"] = model.label;
+  j["config"] = model.config;
+  j["unit"] = model.unit;
+  j["split"] = split;
+  j["seq_len"] = seq_len;
+  j["windows"] = r.windows.size();
+  j["nll"] = r.nll;
+  j["bits_per_byte"] = r.bits_per_byte;
+  j["byte_ppl"] = r.byte_ppl;
+  j["gate_mass"] = r.gate_mass >= 0 ? nlohmann::ordered_json(r.gate_mass) : nlohmann::ordered_json(nullptr);
+  j["seconds"] = r.seconds;
+  j["provenance"] = provenance;
+  return j;
+}
+
 }  // namespace fca

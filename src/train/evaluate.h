@@ -3,6 +3,9 @@
 #include <cstdint>
 #include <vector>
 
+#include <string>
+
+#include "core/json.h"
 #include "data/corpus.h"
 #include "models/auditable.h"
 #include "models/gated/model.h"
@@ -30,5 +33,19 @@ EvalResult evaluate_gated(const GatedModel<float>& model, const TextSplit& split
 // gate_mass is -1 (no gates).
 EvalResult evaluate_auditable(AuditableModel& model, const TextSplit& split, int T, int64_t wanted, int batch,
                               bool show_progress);
+
+// What the evaluation document (schema fca-eval-v1) says about the model: its path (or "external:
+// <command>"), family ("gated", "mudd", "moe", "mod", "external"), the label tables and figures
+// show (models/registry.h ModelFamily::label; an external model's description), its config, and
+// whether the unit is a byte or a token.
+struct EvaluatedModel {
+  std::string path, family, label;
+  nlohmann::json config;
+  std::string unit = "byte";
+};
+// The evaluation document of `r` on `split` (written by fca eval and fca study, read by the report);
+// `provenance` is the caller's (model and data hashes added).
+nlohmann::ordered_json eval_document(const EvaluatedModel& model, const std::string& split, int seq_len, const EvalResult& r,
+                                     const nlohmann::ordered_json& provenance);
 
 }  // namespace fca

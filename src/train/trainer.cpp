@@ -15,6 +15,7 @@
 #include "core/rng.h"
 #include "core/safetensors.h"
 #include "core/sha256.h"
+#include "models/registry.h"
 #include "train/gated_trainable.h"
 #include "train/mudd_trainable.h"
 #include "train/routed_trainable.h"
@@ -155,6 +156,9 @@ TrainResult train_model(const TrainOptions& options, const Corpus& corpus) {
     start["type"] = o.resume ? "resume" : "start";
     start["step"] = first_step;
     start["provenance"] = provenance_base();
+    // The family and its label, for the report (which reads them rather than guessing from a config).
+    start["family"] = o.arch;
+    start["label"] = family_named(o.arch).label(model->config_json());
     start["options"] = options_json(o, *model);
     start["parameters"] = model->parameter_count();
     start["ranks"] = comm.size();
