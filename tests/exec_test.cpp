@@ -167,7 +167,11 @@ TEST(ExecCounters, MuddCountersMatchTheFormulaAndAReplayReachingTheGeneratorFail
   }
 }
 
-TEST(ExecCounters, TheGatedCheckFailsOnAMissedBlockOrControllerWork) {
+// The check fails on a missed block or on controller work a replay must not show; and
+// counters_match_graph in exec.json is computed from the counters against the expected counts,
+// field by field, never written true on trust: each field that disagrees makes it false and is
+// named by check_counters.
+TEST(ExecCounters, TheGatedCheckFailsAndCountersMatchGraphIsComputed) {
   const GatedConfig c = testing::tiny_config(GateKind::featuregate);
   const GatedModel<float> model = GatedModel<float>::initialized(c, 1);
   const int B = 2, T = c.seq_len;
@@ -176,39 +180,21 @@ TEST(ExecCounters, TheGatedCheckFailsOnAMissedBlockOrControllerWork) {
   LiveCoefficients<float> live(model);
   ExecCounters counters;
   counted_pass(counters, model, rs, tokens, live);
-  const ExpectedCounts right{2,
-                             gated_forward_flops(c, B, T, 2),
-                             gated_controller_flops(c, B, T, 2),
-                             gated_mixing_flops(c, B, T, 2),
-                             gated_controller_evaluations(c, 2),
-                             0};
+  auto expected = [&](int layers) {
+    return ExpectedCounts{layers,
+                          gated_forward_flops(c, B, T, layers),
+                          gated_controller_flops(c, B, T, layers),
+                          gated_mixing_flops(c, B, T, layers),
+                          gated_controller_evaluations(c, layers),
+                          0};
+  };
+  const ExpectedCounts right = expected(2);
   EXPECT_NO_THROW(check_counters("live", counters, right));
   ExpectedCounts replay = right;
   replay.controller_flops = 0;  // what a replay must show: this live pass is not one
   EXPECT_THROW(check_counters("replay", counters, replay), Error);
-  ExpectedCounts one_block{1, gated_forward_flops(c, B, T, 1), gated_controller_flops(c, B, T, 1), gated_mixing_flops(c, B, T, 1),
-                           gated_controller_evaluations(c, 1), 0};
-  EXPECT_THROW(check_counters("live", counters, one_block), Error);
-}
+  EXPECT_THROW(check_counters("live", counters, expected(1)), Error);
 
-// counters_match_graph in exec.json is computed from the counters against the expected counts,
-// field by field; it is never written true on trust. Each field that disagrees makes it false and
-// is named by check_counters.
-TEST(ExecCounters, CountersMatchGraphIsComputedAndCanFail) {
-  const GatedConfig c = testing::tiny_config(GateKind::featuregate);
-  const GatedModel<float> model = GatedModel<float>::initialized(c, 1);
-  const int B = 2, T = c.seq_len;
-  std::vector<int32_t> tokens(size_t(B) * T, 3);
-  GatedRunState<float> rs(c, B, T, false);
-  LiveCoefficients<float> live(model);
-  ExecCounters counters;
-  counted_pass(counters, model, rs, tokens, live);
-  const ExpectedCounts right{2,
-                             gated_forward_flops(c, B, T, 2),
-                             gated_controller_flops(c, B, T, 2),
-                             gated_mixing_flops(c, B, T, 2),
-                             gated_controller_evaluations(c, 2),
-                             0};
   EXPECT_TRUE(counter_fields(counters, right, int64_t(B) * T)["counters_match_graph"].get<bool>());
   const std::vector<std::pair<std::string, std::function<void(ExpectedCounts&)>>> wrong = {
       {"blocks", [](ExpectedCounts& e) { e.blocks += 1; }},
