@@ -35,7 +35,7 @@ EvalResult evaluate_auditable(AuditableModel& model, const TextSplit& split, int
                               bool show_progress);
 
 // What the evaluation document (schema fca-eval-v1) says about the model: its path (or "external:
-// <command>"), family ("gated", "mudd", "moe", "mod", "external"), the label tables and figures
+// <command>"), family (its name in the registry, or external), the label tables and figures
 // show (models/registry.h ModelFamily::label; an external model's description), its config, and
 // whether the unit is a byte or a token.
 struct EvaluatedModel {

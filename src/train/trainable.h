@@ -29,7 +29,7 @@ struct ValidStats {
 class Trainable {
  public:
   virtual ~Trainable() = default;
-  virtual std::string arch() const = 0;  // "gated" or "mudd"
+  virtual std::string arch() const = 0;  // the family's name in the registry (models/registry.h)
   virtual nlohmann::ordered_json config_json() const = 0;
   virtual int seq_len() const = 0;
   virtual size_t parameter_count() const = 0;
