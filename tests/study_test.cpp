@@ -4,6 +4,9 @@
 
 #include <filesystem>
 
+#include "core/error.h"
+#include "models/registry.h"
+#include "study/study.h"
 #include "test_util.h"
 
 namespace fca {
@@ -52,6 +55,27 @@ TEST(Study, RunsAndResumes) {
   EXPECT_NE(r.output.find("train fg seed 1: done before, skipped"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("audit mudd seed 2: done before, skipped"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("] train fg seed 1\n"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace fca
+
+namespace fca {
+namespace {
+
+// A variant's arch is checked against the registry's families (and "external"), not a list of its
+// own: an unknown one is refused, naming every family fca knows.
+TEST(StudyConfig, ArchIsCheckedAgainstTheRegistry) {
+  const auto config = [](const std::string& arch) {
+    return nlohmann::json::parse(R"({"out": "x", "variants": [{"name": "a", "arch": ")" + arch + R"("}]})");
+  };
+  try {
+    parse_study_config(config("hyper"), "study.json");
+    ADD_FAILURE() << "an unknown arch was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("is not one of gated, mudd, moe, mod, external"), std::string::npos) << e.what();
+  }
+  for (const auto& family : model_families()) EXPECT_NO_THROW(parse_study_config(config(family.name), "study.json")) << family.name;
 }
 
 }  // namespace

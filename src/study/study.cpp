@@ -80,8 +80,15 @@ StudyConfig parse_study_config(const nlohmann::json& cfg, const std::string& con
       throw Error(v.where() + ": 'name' \"" + x.name + "\" must not contain '/' or '\\' or start with '.' (it names files in the output folder)");
     for (const auto& other : c.variants)
       if (other.name == x.name) throw Error(v.where() + ": variant name \"" + x.name + "\" is used twice");
-    if (x.arch != "gated" && x.arch != "mudd" && x.arch != "moe" && x.arch != "mod" && x.arch != "external")
-      throw Error(v.where() + ": 'arch' \"" + x.arch + "\" is not one of gated, mudd, moe, mod, external");
+    {  // the registry's families, and models behind an adapter
+      std::string known;
+      bool found = x.arch == "external";
+      for (const auto& family : model_families()) {
+        known += family.name + ", ";
+        found = found || family.name == x.arch;
+      }
+      if (!found) throw Error(v.where() + ": 'arch' \"" + x.arch + "\" is not one of " + known + "external");
+    }
     if ((x.arch == "external") != !x.command.empty())
       throw Error(config_path + ": variant '" + x.name + "': " +
                   (x.command.empty() ? "arch \"external\" needs a 'command' (the adapter to start)"
