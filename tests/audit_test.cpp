@@ -135,7 +135,7 @@ class AuditEndToEnd : public ::testing::Test {
       return path;
     }
     TrainOptions o;
-    o.config = testing::tiny_config(kind);
+    testing::train_gated(o, testing::tiny_config(kind));
     o.batch = 8;
     o.steps = steps;
     o.lr = 1e-2;

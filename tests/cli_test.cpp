@@ -171,6 +171,11 @@ TEST_F(Cli, WrongShapeMissingTensorAndDtype) {
 
 TEST_F(Cli, UnknownGateKind) {
   expect_error({"train", "--gate", "sparse", "--out", dir.file("x.safetensors"), "--data", dir.path()}, {"--gate", "sparse"});
+  // A family's own flags: malformed numbers, and flags of another family, are refused by name.
+  expect_error({"train", "--arch", "moe", "--top-k", "two", "--out", dir.file("x.safetensors"), "--data", dir.path()},
+               {"--top-k", "must be an integer", "two"});
+  expect_error({"train", "--arch", "mudd", "--capacity", "0.5", "--out", dir.file("x"), "--data", dir.path()},
+               {"--capacity applies to --arch mod only"});
   GatedConfig c = testing::tiny_config(GateKind::dense);
   const std::string json = c.to_json();
   const size_t at = json.find("dense");
@@ -288,7 +293,11 @@ TEST_F(Cli, StudyConfigsAreReadStrictly) {
   refused("{" + data + R"("variants": [)" + variant + R"(], "train": {"steps": 99999999999}})", "'steps' must be in 1 ..");
   refused("{" + data + R"("variants": [{"name": "../escape"}]})", "must not contain '/'");
   refused("{" + data + R"("variants": [{"name": "fg", "layers": "2"}]})", "'layers' must be an integer");
-  refused("{" + data + R"("variants": [{"name": "fg", "capacity": 1.5}]})", "'capacity' must be in [0, 1]");
+  refused("{" + data + R"("variants": [{"name": "m", "arch": "mod", "capacity": 1.5}]})", "variants[0]: capacity must be in (0, 1]");
+  refused("{" + data + R"("variants": [{"name": "m", "arch": "mod", "capacity": "half"}]})", "mod setting \"capacity\" must be a number, found \"half\"");
+  // A family's setting on a variant of another family is refused, not ignored.
+  refused("{" + data + R"("variants": [{"name": "fg", "capacity": 0.5}]})", "\"capacity\" is not a setting of the gated family");
+  refused("{" + data + R"("variants": [{"name": "e", "arch": "moe", "gate": "dense"}]})", "\"gate\" is not a setting of the moe family");
   refused("{" + data + R"("variants": [)" + variant + R"(], "exec": {"skip_thresholds": [0.5, 2]}})", "'skip_thresholds'[1] must be in [0, 1]");
 }
 

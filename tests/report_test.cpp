@@ -70,8 +70,7 @@ class Report : public ::testing::Test {
     for (const std::string arch : {"gated", "mudd"}) {
       // The same tiny training run for both: the MUDD shape, or the gated featuregate config.
       TrainOptions o = testing::tiny_mudd_training(arch == "gated" ? dir->file("fg.safetensors") : dir->file("mudd"));
-      o.arch = arch;
-      o.config = testing::tiny_config(GateKind::featuregate);
+      if (arch == "gated") testing::train_gated(o, testing::tiny_config(GateKind::featuregate));
       train_model(o, corpus);
       const AuditOptions a = small_audit(o.out, dir->file(arch + "-audit"), 12, 8, 200);
       std::unique_ptr<AuditableModel> m;

@@ -251,8 +251,15 @@ TEST(RoutedTraining, SameSeedSameBits) {
     for (const char* name : {"a", "b"}) {
       TrainOptions o;
       o.arch = arch;
-      o.moe = tiny_moe();
-      o.mod = tiny_mod();
+      if (std::string(arch) == "moe") {
+        const MoeConfig c = tiny_moe();
+        o.shape = {c.n_layer, c.d_model, c.n_head, c.seq_len};
+        o.settings = {{"experts", c.n_expert}, {"top_k", c.top_k}, {"expert_hidden", c.expert_hidden}, {"aux_loss", c.aux_loss}};
+      } else {
+        const ModConfig c = tiny_mod();
+        o.shape = {c.n_layer, c.d_model, c.n_head, c.seq_len};
+        o.settings = {{"capacity", c.capacity}, {"routed_every", c.routed_every}};
+      }
       o.batch = 4;
       o.steps = 6;
       o.warmup = 2;

@@ -62,14 +62,19 @@ void write_corpus(const std::string& dir, size_t train_bytes, size_t valid_bytes
 TrainOptions tiny_mudd_training(const std::string& out, int n_layer) {
   TrainOptions o;
   o.arch = "mudd";
-  o.mudd.n_layer = n_layer, o.mudd.dim = 16, o.mudd.n_head = 2, o.mudd.head_dim = 8, o.mudd.vocab_size = 256;
-  o.mudd.block_size = 16, o.mudd.intermediate_size = 64;
+  o.shape = {n_layer, 16, 2, 16};  // head width 8, vocab 256, intermediate 64
   o.batch = 4;
   o.steps = 10;
   o.eval_every = 0;
   o.progress = false;
   o.out = out;
   return o;
+}
+
+void train_gated(TrainOptions& o, const GatedConfig& c) {
+  o.arch = "gated";
+  o.shape = {c.n_layer, c.d_model, c.n_head, c.seq_len};
+  o.settings = {{"gate", gate_kind_name(c.gate)}, {"gate_value", c.gate_value}};
 }
 
 GatedConfig tiny_config(GateKind kind) {

@@ -27,6 +27,8 @@ std::string read_bytes(const std::string& path);
 void write_corpus(const std::string& dir, size_t train_bytes, size_t valid_bytes, size_t test_bytes);
 // A small config of the given gate kind (L 2, D 16, H 2, T 16).
 GatedConfig tiny_config(GateKind kind);
+// Sets the run's family, shape and settings to train a gated model of config c.
+void train_gated(TrainOptions& o, const GatedConfig& c);
 // Training options for a tiny byte-level MUDD model (L n_layer, D 16, H 2, T 16), 10 steps of
 // batch 4, written to the folder `out`.
 TrainOptions tiny_mudd_training(const std::string& out, int n_layer = 2);

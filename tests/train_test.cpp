@@ -15,7 +15,7 @@ namespace {
 
 TrainOptions tiny_options(const std::string& out) {
   TrainOptions o;
-  o.config = testing::tiny_config(GateKind::featuregate);
+  testing::train_gated(o, testing::tiny_config(GateKind::featuregate));
   o.batch = 4;
   o.grad_accum = 2;
   o.steps = 8;
@@ -97,7 +97,7 @@ TEST(Training, LossDecreases) {
   Corpus corpus(dir.path());
   for (GateKind kind : {GateKind::dense, GateKind::fixed, GateKind::uniform, GateKind::layerstatic, GateKind::featuregate}) {
     TrainOptions o = tiny_options(dir.file(std::string(gate_kind_name(kind)) + ".safetensors"));
-    o.config.gate = kind;
+    o.settings["gate"] = gate_kind_name(kind);
     o.steps = 40;
     o.lr = 1e-2;
     o.eval_every = 0;

@@ -22,7 +22,8 @@
 #include "exec/timing.h"
 #include "models/gated/forward.h"
 #include "models/registry.h"
-#include "train/gated_trainable.h"
+#include "models/gated/train/trainable.h"
+#include "train/train_family.h"
 #include "train/trainer.h"
 
 namespace fca::cli {
@@ -198,21 +199,22 @@ void add_bench_command(CLI::App& app) {
   trn->runs = 10;
   CLI::App* train = bench->add_subcommand("train", "Time training steps (forward, backward, clipping, AdamW)");
   add_bench_flags(*train, *trn);
-  train->add_option("--arch", trn->arch, "Family of the fresh model: gated, or moe (E 8, k 2) / mod (c 0.125) of the shape flags")
-      ->check(CLI::IsMember({"gated", "moe", "mod"}))
+  std::vector<std::string> arches;
+  for (const auto& family : train_families()) arches.push_back(family.name);
+  train->add_option("--arch", trn->arch,
+                    "Family of the fresh model (the gated one with the --gate flags, any other with its default settings, "
+                    "e.g. moe E 8 k 2, mod c 0.125)")
+      ->check(CLI::IsMember(arches))
       ->capture_default_str();
   train->callback([trn] {
     apply_threads(trn->threads);
-    if (trn->arch != "gated") {  // the routed families through their Trainable; FLOPs counted at the GEMM calls
+    if (trn->arch != "gated") {  // other families through their Trainable; FLOPs counted at the GEMM calls
       if (!trn->model.empty()) throw Error("bench train --arch " + trn->arch + " times a fresh model; --model is for gated checkpoints");
       TrainOptions o;
       o.arch = trn->arch;
       o.seed = trn->seed;
       o.batch = trn->batch;
-      o.moe.n_layer = o.mod.n_layer = trn->shape.layers;
-      o.moe.d_model = o.mod.d_model = trn->shape.dim;
-      o.moe.n_head = o.mod.n_head = trn->shape.heads;
-      o.moe.seq_len = o.mod.seq_len = trn->shape.seq;
+      o.shape = {trn->shape.layers, trn->shape.dim, trn->shape.heads, trn->shape.seq};
       if (trn->seq > 0 && trn->seq != trn->shape.seq) throw Error("bench train --arch " + trn->arch + ": set the window with --seq");
       const auto model = make_trainable(o);
       const int T = model->seq_len();
@@ -229,7 +231,7 @@ void add_bench_command(CLI::App& app) {
       }
       const auto pass = [&] { model->step(inputs.data(), targets.data(), 1, 1e-4, single_process()); };
       const TimingStats s = time_runs(pass, trn->warmup, trn->runs);
-      report(*trn, "train", model->config_json(), trn->arch + " L " + std::to_string(o.moe.n_layer) + " D " + std::to_string(o.moe.d_model),
+      report(*trn, "train", model->config_json(), trn->arch + " L " + std::to_string(o.shape.layers) + " D " + std::to_string(o.shape.dim),
              T, s, double(counters.gemm_flops.load()), model->run_state_bytes(), profile_phases(pass, trn->runs));
       return;
     }

@@ -9,8 +9,6 @@
 #include "core/sha256.h"
 #include "data/corpus.h"
 #include "core/file_io.h"
-#include "models/gated/model.h"
-#include "models/mudd/auditable.h"
 #include "models/registry.h"
 #include "train/evaluate.h"
 
@@ -41,21 +39,11 @@ void add_eval_command(CLI::App& app) {
     if (!f->out.empty()) ensure_file_destination(f->out, "--out");
     Corpus corpus(resolve_data_dir(f->data));
     const TextSplit& split = corpus.split(f->split);
-    EvalResult r;
-    nlohmann::ordered_json config;
-    std::string unit = "byte", model_hash;
-    if (family_of(f->model).name == "gated") {  // the gated family also reports its gate mass
-      const GatedModel<float> model = GatedModel<float>::load(f->model);
-      r = evaluate_gated(model, split, f->seq > 0 ? f->seq : model.config().seq_len, f->windows, f->batch, !f->no_progress);
-      config = nlohmann::json::parse(model.config().to_json());
-      model_hash = sha256_file(f->model);
-    } else {
-      const auto model = open_model(f->model, f->batch, f->seq > 0 ? f->seq : 1 << 20);
-      r = evaluate_auditable(*model, split, f->seq > 0 ? f->seq : model->max_tokens(), f->windows, f->batch, !f->no_progress);
-      config = nlohmann::json::parse(model->config_json());
-      if (model->vocab() != 256) unit = "token";
-      model_hash = model->content_hash();
-    }
+    const auto model = open_model(f->model, f->batch, f->seq > 0 ? f->seq : 1 << 20);
+    const EvalResult r =
+        evaluate_auditable(*model, split, f->seq > 0 ? f->seq : model->max_tokens(), f->windows, f->batch, !f->no_progress);
+    const nlohmann::ordered_json config = nlohmann::json::parse(model->config_json());
+    const std::string unit = model->vocab() == 256 ? "byte" : "token", model_hash = model->content_hash();
     const int T = r.seq_len;
     std::printf("%s on %s/%s: %zu windows of %d %ss\n", f->model.c_str(), corpus.dir().c_str(), f->split.c_str(),
                 r.windows.size(), T, unit.c_str());
@@ -82,43 +70,17 @@ void add_info_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("info", "Show a checkpoint's config, parameter count and gate kind");
   cmd->add_option("--model", *model_path, "Checkpoint: a gated .safetensors file or a MUDD model folder")->required();
   cmd->callback([model_path] {
-    if (family_of(*model_path).name == "mudd") {  // a MUDD model folder: full validation by loading it
-      const MuddModel<float> model = MuddModel<float>::load(*model_path, /*in_place=*/true);
-      const MuddConfig& c = model.config();
-      std::printf("model:      %s (MUDD folder)\n", model_path->c_str());
-      std::printf("shape:      L %d, D %d, H %d (head width %d, rotary %d), vocab %d, positions %d\n", c.n_layer, c.dim,
-                  c.n_head, c.head_dim, c.rotary_dims(), c.vocab_size, c.block_size);
-      std::printf("FFN widths:");
-      for (int i = 0; i < c.n_layer; ++i) std::printf(" %d", c.ffn_width(i));
-      std::printf("\nDA hidden:  ");
-      for (int i = 0; i < c.n_layer; ++i) std::printf(" %d", c.da_hidden(i));
-      std::printf("\nparameters: %zu\n", model.parameter_count());
-      std::printf("tokenizer:  %s\n", file_exists(*model_path + "/tokenizer.json") ? "tokenizer.json" : "bytes");
-      std::printf("sha256:     %s (weight files)\n", model.content_hash().c_str());
+    const ModelFamily& family = family_of(*model_path);
+    if (family.info) {
+      std::printf("%s", family.info(*model_path).c_str());
       return;
     }
-    if (const std::string family = family_of(*model_path).name; family != "gated") {  // moe, mod
-      const auto model = open_model(*model_path, 1, 1);  // full validation
-      std::printf("model:      %s\n", model_path->c_str());
-      std::printf("family:     %s (%s)\n", family.c_str(), model->description().c_str());
-      std::printf("config:     %s\n", model->config_json().c_str());
-      std::printf("parameters: %zu\n", model->parameter_count());
-      std::printf("sha256:     %s\n", model->content_hash().c_str());
-      return;
-    }
-    const GatedModel<float> model = GatedModel<float>::load(*model_path);  // full validation
-    const GatedConfig& c = model.config();
-    SafetensorsReader reader(*model_path);
+    const auto model = open_model(*model_path, 1, 1);  // full validation
     std::printf("model:      %s\n", model_path->c_str());
-    std::printf("format:     %s\n", kGatedFormat);
-    std::printf("gate:       %s%s\n", gate_kind_name(c.gate),
-                c.gate == GateKind::fixed ? (" (g = " + std::to_string(c.gate_value) + ")").c_str() : "");
-    std::printf("shape:      L %d, D %d, H %d (head width %d), T %d\n", c.n_layer, c.d_model, c.n_head, c.head_dim(),
-                c.seq_len);
-    std::printf("parameters: %zu\n", gated_parameter_count(c));
-    for (const auto& [k, v] : reader.metadata())
-      if (k != "format" && k != "config") std::printf("%-11s %s\n", (k + ":").c_str(), v.c_str());
-    std::printf("sha256:     %s\n", sha256_file(*model_path).c_str());
+    std::printf("family:     %s (%s)\n", family.name.c_str(), model->description().c_str());
+    std::printf("config:     %s\n", model->config_json().c_str());
+    std::printf("parameters: %zu\n", model->parameter_count());
+    std::printf("sha256:     %s\n", model->content_hash().c_str());
   });
 }
 

@@ -1,41 +1,62 @@
-// fca train: trains a gated byte-level transformer (spec: gated-transformer.md).
+// fca train: trains a byte-level model of any family in the train layer's family table
+// (train/train_family.h); the family-specific flags come from that table.
+#include <algorithm>
 #include <cstdio>
+#include <map>
 #include <memory>
+#include <vector>
 
 #include "cli/common.h"
 #include "core/communicator.h"
 #include "core/error.h"
 #include "data/corpus.h"
+#include "train/train_family.h"
 #include "train/trainer.h"
 
 namespace fca::cli {
 
 void add_train_command(CLI::App& app) {
   struct Flags {
-    ModelShapeFlags shape;
     TrainOptions train;
+    // Each family's settings as given (text, parsed by resolve_settings), by setting key.
+    std::map<std::string, std::string> settings;
     std::string data;
     int threads = 0;
     bool no_progress = false;
   };
   auto f = std::make_shared<Flags>();
-  CLI::App* cmd = app.add_subcommand("train", "Train a byte-level model: the gated family, or a MUDD model (--arch mudd)");
-  f->shape.add_to(*cmd);
-  cmd->add_option("--arch", f->train.arch, "Architecture: gated (the --gate family), mudd (dynamic dense connections; "
-                                           "--out is then a folder), moe (top-k mixture of experts) or mod "
-                                           "(Mixture-of-Depths)")
-      ->check(CLI::IsMember({"gated", "mudd", "moe", "mod"}))
-      ->capture_default_str();
+  CLI::App* cmd = app.add_subcommand("train", "Train a byte-level model of any trainable family (--arch)");
   TrainOptions& t = f->train;
-  // Routed families (conditional-computation spec); range checks happen in the configs' validate().
-  cmd->add_option("--experts", t.moe.n_expert, "moe: number of experts E")->capture_default_str();
-  cmd->add_option("--top-k", t.moe.top_k, "moe: experts per token k (1 <= k <= E)")->capture_default_str();
-  cmd->add_option("--expert-hidden", t.moe.expert_hidden, "moe: expert width F (0 = 4D/k)")->capture_default_str();
-  cmd->add_option("--aux-loss", t.moe.aux_loss, "moe: weight alpha of the load-balancing term")->capture_default_str();
-  cmd->add_option("--capacity", t.mod.capacity, "mod: share c of each window's tokens a routed block runs, in (0, 1]")
+  t.arch = train_families().front().name;  // the first family installed (families/families.cpp)
+  std::vector<std::string> arches;
+  std::string arch_help = "Model family:";
+  for (const auto& family : train_families()) {
+    arches.push_back(family.name);
+    arch_help += " " + family.description + ";";
+  }
+  arch_help.back() = '.';
+  cmd->add_option("--arch", t.arch, arch_help)->check(CLI::IsMember(arches))->capture_default_str();
+  cmd->add_option("--layers", t.shape.layers, "Number of blocks L (FixedDepth-N is --gate dense --layers N)")
+      ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  cmd->add_option("--routed-every", t.mod.routed_every, "mod: blocks routed_every-1, 2 routed_every-1, ... are routed")
+  cmd->add_option("--dim", t.shape.dim, "Model width D")->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--heads", t.shape.heads, "Attention heads H (D % H == 0)")->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--seq", t.shape.seq, "Sequence length T (window length and number of positions)")
+      ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  // Each family's own settings, from the family table: --<key with '-'>; a key several families
+  // share is one flag. Given for a family that does not have it, it is an error.
+  std::map<std::string, std::vector<std::string>> families_of_setting;
+  for (const auto& family : train_families())
+    for (const auto& s : family.settings) {
+      if (families_of_setting[s.key].empty()) {
+        const std::string flag = setting_flag(s.key);
+        std::string default_text = s.default_value.is_string() ? s.default_value.get<std::string>() : s.default_value.dump();
+        const std::string type = s.default_value.is_string() ? "TEXT" : s.default_value.is_number_integer() ? "INT" : "FLOAT";
+        cmd->add_option(flag, f->settings[s.key], family.name + ": " + s.help)->default_str(default_text)->type_name(type);
+      }
+      families_of_setting[s.key].push_back(family.name);
+    }
   cmd->add_option("--batch", t.batch, "Windows per micro-batch")->check(positive_number)->capture_default_str();
   cmd->add_option("--grad-accum", t.grad_accum, "Micro-batches per optimizer step")
       ->check(positive_number)
@@ -71,37 +92,25 @@ void add_train_command(CLI::App& app) {
   cmd->add_flag("--resume", t.resume, "Continue from --out and its .train-state.safetensors");
   cmd->add_flag("--no-progress", f->no_progress, "No progress bar");
   add_threads_flag(*cmd, f->threads);
-  cmd->callback([f, cmd] {
-    for (const char* flag : {"--experts", "--top-k", "--expert-hidden", "--aux-loss"})
-      if (cmd->count(flag) > 0 && f->train.arch != "moe") throw Error(std::string(flag) + " applies to --arch moe only");
-    for (const char* flag : {"--capacity", "--routed-every"})
-      if (cmd->count(flag) > 0 && f->train.arch != "mod") throw Error(std::string(flag) + " applies to --arch mod only");
-    apply_threads(f->threads);
+  cmd->callback([f, cmd, families_of_setting] {
     TrainOptions options = f->train;
-    options.config = f->shape.config();
-    if (options.arch == "mudd") {
-      // Byte-level MUDD (spec muddpythia.md section 11): vocab 256, intermediate 4D re-allocated per
-      // layer, RoPE on a quarter of each head, the DA widths by the round64 rule.
-      MuddConfig& m = options.mudd;
-      m.n_layer = f->shape.layers;
-      m.dim = f->shape.dim;
-      m.n_head = f->shape.heads;
-      m.head_dim = f->shape.dim / f->shape.heads;
-      m.vocab_size = 256;
-      m.block_size = f->shape.seq;
-      m.intermediate_size = 4 * f->shape.dim;
-      if (m.n_layer < 2) throw Error("--arch mudd needs --layers >= 2");
-      if (m.rotary_dims() % 2 != 0 || m.rotary_dims() == 0)
-        throw Error("--arch mudd: a quarter of the head width (" + std::to_string(m.head_dim) + "/4) must be a positive even number");
+    options.settings = nlohmann::json::object();
+    for (const auto& [key, families] : families_of_setting) {
+      const std::string flag = setting_flag(key);
+      if (cmd->count(flag) == 0) continue;
+      if (std::find(families.begin(), families.end(), options.arch) == families.end()) {
+        std::string which;
+        for (const auto& name : families) which += (which.empty() ? "" : " or ") + name;
+        throw Error(flag + " applies to --arch " + which + " only");
+      }
+      options.settings[key] = f->settings.at(key);
     }
-    for (auto* shape : {&options.moe.n_layer, &options.mod.n_layer}) *shape = f->shape.layers;
-    options.moe.d_model = options.mod.d_model = f->shape.dim;
-    options.moe.n_head = options.mod.n_head = f->shape.heads;
-    options.moe.seq_len = options.mod.seq_len = f->shape.seq;
+    apply_threads(f->threads);
     options.progress = !f->no_progress;
     // Flags are checked before the corpus is looked for, so a bad flag is named first.
-    if (options.arch == "moe") options.moe.validate("flags");
-    if (options.arch == "mod") options.mod.validate("flags");
+    const TrainFamily& family = train_family_named(options.arch);
+    options.settings = resolve_settings(family, options.settings, "flags", SettingSource::flags);
+    family.check(options.shape, options.settings, "flags");
     Corpus corpus(resolve_data_dir(f->data));
     options.communicator = &world();  // mpirun: data parallel, one micro-batch per rank
     const TrainResult r = train_model(options, corpus);

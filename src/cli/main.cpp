@@ -1,5 +1,6 @@
 // fca: Frozen-Controller Auditing of dynamic neural networks. Thin entry point: every subcommand
 // parses its flags and calls a library function; errors become one message and a nonzero exit.
+#include "families/families.h"
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <filesystem>
@@ -10,6 +11,7 @@
 #include "ops/provenance.h"
 
 int main(int argc, char** argv) {
+  fca::install_families();  // before the commands: `fca train` takes its flags from the family table
   CLI::App app{"fca: frozen-controller auditing of dynamic neural networks"};
   app.set_version_flag("--version", fca::fca_version_string());
   app.require_subcommand(1);

@@ -34,6 +34,7 @@ class JsonFields {
   JsonFields object(const std::string& key, const std::vector<std::string>& known_keys) const;
   std::vector<JsonFields> objects(const std::string& key, const std::vector<std::string>& known_keys) const;
   const std::string& where() const { return where_; }
+  const nlohmann::json& json() const { return object_; }
 
  private:
   const nlohmann::json& at(const std::string& key) const { return object_.at(key); }

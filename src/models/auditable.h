@@ -38,6 +38,9 @@ class AuditableModel {
   virtual void run_replay(const int32_t* inputs, const int32_t* targets, int B, int T,
                           const CoefficientTensor& coefficients, double* window_nll) = 0;
   virtual size_t run_state_bytes() const = 0;  // activations of one pass, sized for the largest batch
+  // True where the record is one residual gate per layer and token: its mean over a split is the
+  // gate mass that evaluation reports (train/evaluate.h).
+  virtual bool coefficients_are_gates() const { return false; }
   // True when a window's results do not depend on the batch it runs in, so the audit may choose the
   // batch for throughput: fca's gated and MUDD families, whose GEMMs and attention compute every row
   // from that row alone (ops/gemm.cpp; AuditEndToEnd.ResultsDoNotDependOnTheBatchSize). False by

@@ -5,11 +5,6 @@
 #include "core/error.h"
 #include "core/file_io.h"
 #include "models/external/auditable.h"
-#include "models/gated/auditable.h"
-#include "models/gated/config.h"
-#include "models/mod/auditable.h"
-#include "models/moe/auditable.h"
-#include "models/mudd/auditable.h"
 #include "models/parameters.h"
 
 namespace fca {
@@ -23,38 +18,21 @@ void AuditableModel::structure_removed_profile(const CoefficientTensor&, Coeffic
 }
 
 namespace {
-
-template <typename Auditable>
-std::function<std::unique_ptr<AuditableModel>(const std::string&, int, int)> opener() {
-  return [](const std::string& path, int batch, int tokens) { return std::make_unique<Auditable>(path, batch, tokens); };
+std::vector<ModelFamily>& table() {
+  static std::vector<ModelFamily> families;
+  return families;
 }
-
-std::function<bool(const std::string&, const std::string&)> has_format(const std::string& wanted) {
-  return [wanted](const std::string&, const std::string& format) { return format == wanted; };
-}
-
-std::string gated_label(const nlohmann::json& c) { return c.at("gate").get<std::string>(); }
-std::string mudd_label(const nlohmann::json&) { return "mudd"; }
-std::string moe_label(const nlohmann::json& c) {
-  return "moe E" + std::to_string(c.at("n_expert").get<int>()) + " k" + std::to_string(c.at("top_k").get<int>());
-}
-std::string mod_label(const nlohmann::json& c) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "mod c%g", c.at("capacity").get<double>());
-  return buf;
-}
-
 }  // namespace
 
+void add_model_family(ModelFamily family) {
+  for (const auto& f : table())
+    if (f.name == family.name) throw Error("model family \"" + family.name + "\" is installed twice");
+  table().push_back(std::move(family));
+}
+
 const std::vector<ModelFamily>& model_families() {
-  static const std::vector<ModelFamily> families{
-      {"gated", kGatedFormat, has_format(kGatedFormat), opener<GatedAuditable>(), gated_label},
-      {"mudd", "a Hugging Face folder (config.json + model.safetensors)",
-       [](const std::string& path, const std::string&) { return is_directory(path); }, opener<MuddAuditable>(), mudd_label},
-      {"moe", kMoeFormat, has_format(kMoeFormat), opener<MoeAuditable>(), moe_label},
-      {"mod", kModFormat, has_format(kModFormat), opener<ModAuditable>(), mod_label},
-  };
-  return families;
+  if (table().empty()) throw Error("no model family is installed (call install_families() at start-up: families/families.h)");
+  return table();
 }
 
 const ModelFamily& family_named(const std::string& name) {

@@ -1,7 +1,8 @@
-// The one place that knows the model families. Every command (train excepted: it builds models from
-// flags, see train/trainer.cpp) opens a model through open_model(), which recognises the family
-// from the checkpoint itself: a folder is a MUDD (Hugging Face) model, a file is recognised by its
-// safetensors "format". Adding a family means src/models/<family>/ plus one entry in registry.cpp.
+// The model registry: the models layer's part of the family table (the train layer's part is
+// train/train_family.h). Every command opens a model through open_model(), which recognises the
+// family from the checkpoint itself (a file by its safetensors "format", a folder by the family
+// that claims folders). Each family supplies its entry from src/models/<family>/;
+// families/families.cpp installs them, the one registration (docs/adding-a-family.md).
 #pragma once
 #include <functional>
 #include <memory>
@@ -23,8 +24,14 @@ struct ModelFamily {
   // ("featuregate"), "mudd", "moe E8 k2", "mod c0.125". Result documents (training logs, eval) carry
   // it, so that the report reads it instead of guessing the family from a config.
   std::function<std::string(const nlohmann::json& config)> label;
+  // What `fca info` prints about a checkpoint (validating it fully): "key: value" lines. Null: the
+  // lines every model has (family, description, config, parameters, hash).
+  std::function<std::string(const std::string& path)> info;
 };
 
+// Installs a family's entry (families/families.cpp, once at start-up); refuses a name used twice.
+void add_model_family(ModelFamily family);
+// The installed families; throws Error if none is installed.
 const std::vector<ModelFamily>& model_families();
 // The family of this name ("gated", "mudd", "moe", "mod"); throws Error naming the known ones.
 const ModelFamily& family_named(const std::string& name);

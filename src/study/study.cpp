@@ -60,19 +60,24 @@ StudyConfig parse_study_config(const nlohmann::json& cfg, const std::string& con
   c.out = root.text("out", "");
   c.data = root.text("data", "");
   c.eval_windows = root.integer("eval_windows", 256, 1, kMany);
-  for (const JsonFields& v : root.objects("variants", {"name", "arch", "gate", "layers", "dim", "heads", "seq", "experts", "top_k",
-                                                      "capacity", "command"})) {
+  // A variant's keys: its name, arch and shape, the adapter command, and the settings of the
+  // trainable families (train/train_family.h), each accepted for the families that have it only.
+  std::vector<std::string> variant_keys{"name", "arch", "layers", "dim", "heads", "seq", "command"};
+  const auto first_setting = ptrdiff_t(variant_keys.size());
+  std::string trainable;
+  for (const auto& family : train_families()) {
+    trainable += family.name + ", ";
+    for (const auto& setting : family.settings)
+      if (std::find(variant_keys.begin(), variant_keys.end(), setting.key) == variant_keys.end()) variant_keys.push_back(setting.key);
+  }
+  for (const JsonFields& v : root.objects("variants", variant_keys)) {
     StudyVariant x;
     x.name = v.text("name", "");
-    x.arch = v.text("arch", "gated");
-    x.gate = v.text("gate", "featuregate");
+    x.arch = v.text("arch", train_families().front().name);  // the first family installed
     x.layers = int(v.integer("layers", 4, 1, 4096));
     x.dim = int(v.integer("dim", 128, 1, 1 << 16));
     x.heads = int(v.integer("heads", 4, 1, 4096));
     x.seq = int(v.integer("seq", x.arch == "external" ? 0 : 128, x.arch == "external" ? 0 : 1, 1 << 20));  // external: 0 = the model's
-    x.experts = int(v.integer("experts", 8, 1, 4096));  // arch moe
-    x.top_k = int(v.integer("top_k", 2, 1, 4096));
-    x.capacity = v.number("capacity", 0.125, 0.0, 1.0);  // arch mod
     x.command = v.text("command", "");  // arch external
     if (x.name.empty()) throw Error(v.where() + ": 'name' is missing or empty");
     // The name becomes file names in the output folder: nothing that leaves it or hides in it.
@@ -80,14 +85,19 @@ StudyConfig parse_study_config(const nlohmann::json& cfg, const std::string& con
       throw Error(v.where() + ": 'name' \"" + x.name + "\" must not contain '/' or '\\' or start with '.' (it names files in the output folder)");
     for (const auto& other : c.variants)
       if (other.name == x.name) throw Error(v.where() + ": variant name \"" + x.name + "\" is used twice");
-    {  // the registry's families, and models behind an adapter
-      std::string known;
-      bool found = x.arch == "external";
-      for (const auto& family : model_families()) {
-        known += family.name + ", ";
-        found = found || family.name == x.arch;
-      }
-      if (!found) throw Error(v.where() + ": 'arch' \"" + x.arch + "\" is not one of " + known + "external");
+    bool trainable_arch = false;
+    for (const auto& family : train_families()) trainable_arch = trainable_arch || family.name == x.arch;
+    if (!trainable_arch && x.arch != "external")
+      throw Error(v.where() + ": 'arch' \"" + x.arch + "\" is not one of " + trainable + "external");
+    nlohmann::json given = nlohmann::json::object();
+    for (auto it = v.json().begin(); it != v.json().end(); ++it)
+      if (std::find(variant_keys.begin() + first_setting, variant_keys.end(), it.key()) != variant_keys.end()) given[it.key()] = it.value();
+    if (x.arch == "external" && !given.empty())
+      throw Error(v.where() + ": \"" + given.begin().key() + "\" is a setting of a trainable family, not of arch \"external\"");
+    if (x.arch != "external") {
+      const TrainFamily& family = train_family_named(x.arch);
+      x.settings = resolve_settings(family, given, v.where());
+      family.check({x.layers, x.dim, x.heads, x.seq}, x.settings, v.where());
     }
     if ((x.arch == "external") != !x.command.empty())
       throw Error(config_path + ": variant '" + x.name + "': " +
@@ -202,22 +212,11 @@ std::string run_study(const std::string& config_path, const std::string& out_arg
     std::vector<std::string> variant_audits;
     for (uint64_t seed : c.seeds) {
       const std::string stem = out + "/" + v.name + "-s" + std::to_string(seed);
+      const TrainFamily& family = train_family_named(v.arch);
       TrainOptions o;
       o.arch = v.arch;
-      o.config.gate = parse_gate_kind(v.arch == "gated" ? v.gate : "dense");
-      o.config.n_layer = v.layers;
-      o.config.d_model = v.dim;
-      o.config.n_head = v.heads;
-      o.config.seq_len = v.seq;
-      o.mudd.n_layer = v.layers;
-      o.mudd.dim = v.dim;
-      o.mudd.n_head = v.heads;
-      o.mudd.head_dim = v.dim / v.heads;
-      o.mudd.vocab_size = 256;
-      o.mudd.block_size = v.seq;
-      o.mudd.intermediate_size = 4 * v.dim;
-      o.moe = {v.layers, v.dim, v.heads, v.seq, v.experts, v.top_k, 0, 0.01};
-      o.mod = {v.layers, v.dim, v.heads, v.seq, v.capacity, 2};
+      o.shape = {v.layers, v.dim, v.heads, v.seq};
+      o.settings = v.settings;
       o.batch = c.train_batch;
       o.steps = c.train_steps;
       o.lr = c.train_lr;
@@ -226,35 +225,25 @@ std::string run_study(const std::string& config_path, const std::string& out_arg
       o.eval_windows = c.train_eval_windows;
       o.checkpoint_every = c.train_checkpoint_every;
       o.seed = seed;
-      o.out = v.arch == "mudd" ? stem : stem + ".safetensors";
+      o.out = checkpoint_path(family, stem);
       o.progress = progress;
-      const std::string weights = v.arch == "mudd" ? stem + "/model.safetensors" : o.out;
-      const std::string log = v.arch == "mudd" ? stem + "/train.log.jsonl" : o.out + ".log.jsonl";
-      if (trained(weights, o.steps)) {
+      const CheckpointFiles files = family.files(o.out);
+      if (trained(files.weights, o.steps)) {
         stage("train " + v.name + " seed " + std::to_string(seed) + ": done before, skipped");
       } else {
         stage("train " + v.name + " seed " + std::to_string(seed));
-        o.resume = file_exists(weights) && file_exists(v.arch == "mudd" ? stem + "/train-state.safetensors"
-                                                                        : stem + ".train-state.safetensors");
+        o.resume = file_exists(files.weights) && file_exists(files.state);
         train_model(o, corpus);
       }
-      report.train_logs.push_back(log);
+      report.train_logs.push_back(files.log);
 
       const std::string eval_path = stem + ".eval-test.json";
       if (!file_exists(eval_path)) {
         stage("evaluate " + v.name + " seed " + std::to_string(seed));
         const int64_t windows = c.eval_windows;
-        EvalResult r;
-        nlohmann::ordered_json config;
-        if (v.arch == "gated") {  // the gated family also reports its gate mass
-          const GatedModel<float> m = GatedModel<float>::load(o.out);
-          r = evaluate_gated(m, corpus.split("test"), v.seq, windows, 8, false);
-          config = nlohmann::json::parse(m.config().to_json());
-        } else {
-          const auto m = open_model(o.out, 8, v.seq);
-          r = evaluate_auditable(*m, corpus.split("test"), v.seq, windows, 8, false);
-          config = nlohmann::json::parse(m->config_json());
-        }
+        const auto m = open_model(o.out, 8, v.seq);
+        const EvalResult r = evaluate_auditable(*m, corpus.split("test"), v.seq, windows, 8, false);
+        const nlohmann::json config = nlohmann::json::parse(m->config_json());
         const ModelFamily& family = family_named(v.arch);
         write_json(eval_path, eval_document({o.out, family.name, family.label(config), config, "byte"}, "test", v.seq, r,
                                             provenance_base()));

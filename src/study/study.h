@@ -11,10 +11,9 @@
 namespace fca {
 
 struct StudyVariant {
-  std::string name, arch, gate;
-  std::string command;  // arch "external": the adapter command (a model fca does not implement)
-  int experts = 8, top_k = 2;
-  double capacity = 0.125;
+  std::string name, arch;  // arch: a trainable family (train/train_family.h) or "external"
+  std::string command;     // arch "external": the adapter command (a model fca does not implement)
+  nlohmann::json settings = nlohmann::json::object();  // the family's own settings, resolved (defaults filled in)
   int layers = 4, dim = 128, heads = 4, seq = 128;
 };
 

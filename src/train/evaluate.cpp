@@ -2,10 +2,10 @@
 
 #include <chrono>
 #include <cmath>
+#include <optional>
 
 #include "core/error.h"
 #include "core/progress.h"
-#include "models/gated/forward.h"
 
 namespace fca {
 
@@ -20,42 +20,6 @@ void summarize(EvalResult& r) {
 }
 }  // namespace
 
-EvalResult evaluate_gated(const GatedModel<float>& model, const TextSplit& split, int T, int64_t wanted, int batch,
-                          bool show_progress) {
-  if (T > model.config().seq_len)
-    throw Error("sequence length " + std::to_string(T) + " is longer than the model's " +
-                std::to_string(model.config().seq_len) + " positions");
-  if (batch <= 0) throw Error("batch must be positive, found " + std::to_string(batch));
-  const auto start = std::chrono::steady_clock::now();
-  const int64_t available = split.window_count(T);
-  EvalResult r;
-  r.seq_len = T;
-  r.windows = evenly_spaced_windows(available, wanted > 0 ? wanted : available, split.name());
-  const int64_t W = int64_t(r.windows.size());
-  r.window_nll.assign(size_t(W), 0.0);
-  GatedRunState<float> rs(model.config(), batch, T, false);
-  LiveCoefficients<float> live(model);
-  std::vector<int32_t> inputs(size_t(batch) * T), targets(size_t(batch) * T);
-  const int L = model.config().n_layer;
-  double gate_sum = 0;
-  Progress progress("eval " + split.name(), W, "window");
-  for (int64_t w0 = 0; w0 < W; w0 += batch) {
-    const int B = int(std::min<int64_t>(batch, W - w0));
-    for (int b = 0; b < B; ++b)
-      split.window(r.windows[size_t(w0 + b)], T, inputs.data() + int64_t(b) * T, targets.data() + int64_t(b) * T);
-    gated_forward(model, rs, inputs.data(), B, T, live, int(w0));
-    gated_loss(rs, targets.data(), r.window_nll.data() + w0);
-    for (int l = 0; l < L; ++l)  // fixed order: layer, then rows
-      for (int64_t n = 0; n < int64_t(B) * T; ++n) gate_sum += rs.gates[int64_t(l) * B * T + n];
-    if (show_progress) progress.update(w0 + B);
-  }
-  if (show_progress) progress.finish();
-  summarize(r);
-  r.gate_mass = gate_sum / (double(W) * L * T);
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  return r;
-}
-
 EvalResult evaluate_auditable(AuditableModel& model, const TextSplit& split, int T, int64_t wanted, int batch,
                               bool show_progress) {
   if (T > model.max_tokens())
@@ -63,9 +27,10 @@ EvalResult evaluate_auditable(AuditableModel& model, const TextSplit& split, int
                 std::to_string(model.max_tokens()) + " positions");
   const auto start = std::chrono::steady_clock::now();
   const std::vector<int32_t> tokens = model.tokenize(split.name(), {split.bytes(), split.size()});
+  const std::string unit = model.vocab() == 256 ? "bytes" : "tokens";
   if (tokens.size() < size_t(T) + 1)
-    throw Error(split.path() + ": the " + split.name() + " split has " + std::to_string(tokens.size()) +
-                " tokens, shorter than one window of T+1 = " + std::to_string(T + 1));
+    throw Error(split.path() + ": the " + split.name() + " split has " + std::to_string(tokens.size()) + " " + unit +
+                ", shorter than one window of T+1 = " + std::to_string(T + 1) + " " + unit);
   const int64_t available = int64_t((tokens.size() - 1) / size_t(T));
   EvalResult r;
   r.seq_len = T;
@@ -73,6 +38,13 @@ EvalResult evaluate_auditable(AuditableModel& model, const TextSplit& split, int
   const int64_t W = int64_t(r.windows.size());
   r.window_nll.assign(size_t(W), 0.0);
   std::vector<int32_t> inputs(size_t(batch) * T), targets(size_t(batch) * T);
+  // Gates (a record of one gate per layer and token): the gate mass is their mean, summed in a fixed
+  // order (window, then layer, then token).
+  const bool gates = model.coefficients_are_gates();
+  std::optional<CoefficientTensor> record;
+  if (gates) record.emplace(model.make_coefficients(batch, T));
+  double gate_sum = 0;
+  int64_t gate_count = 0;
   Progress progress("eval " + split.name(), W, "window");
   for (int64_t w0 = 0; w0 < W; w0 += batch) {
     const int B = int(std::min<int64_t>(batch, W - w0));
@@ -81,12 +53,20 @@ EvalResult evaluate_auditable(AuditableModel& model, const TextSplit& split, int
       std::copy(p, p + T, inputs.begin() + int64_t(b) * T);
       std::copy(p + 1, p + T + 1, targets.begin() + int64_t(b) * T);
     }
-    model.run_live(inputs.data(), targets.data(), B, T, nullptr, 0, r.window_nll.data() + w0);
+    model.run_live(inputs.data(), targets.data(), B, T, gates ? &*record : nullptr, 0, r.window_nll.data() + w0);
+    if (gates) {
+      const int64_t per_window = record->shape().per_window();
+      for (int b = 0; b < B; ++b) {
+        const float* g = record->window_data(b);
+        for (int64_t i = 0; i < per_window; ++i) gate_sum += g[i];
+      }
+      gate_count += int64_t(B) * per_window;
+    }
     if (show_progress) progress.update(w0 + B);
   }
   if (show_progress) progress.finish();
   summarize(r);
-  r.gate_mass = -1;
+  r.gate_mass = gates ? gate_sum / double(gate_count) : -1;
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return r;
 }

@@ -1,4 +1,5 @@
-// Evaluation of a gated model on a split: per-window NLL (nats/byte), bits/byte, Byte-PPL, gate mass.
+// Evaluation of any model on a split: per-window NLL (nats/byte or token), bits/byte, Byte-PPL, and
+// the gate mass where the model's record is gates.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -8,7 +9,6 @@
 #include "core/json.h"
 #include "data/corpus.h"
 #include "models/auditable.h"
-#include "models/gated/model.h"
 
 namespace fca {
 
@@ -23,14 +23,10 @@ struct EvalResult {
   double seconds = 0;
 };
 
-// Evaluates `wanted` evenly spaced windows of length T (0 = every window) in batches of `batch`.
-// show_progress draws a progress bar on stderr.
-EvalResult evaluate_gated(const GatedModel<float>& model, const TextSplit& split, int T, int64_t wanted, int batch,
-                          bool show_progress);
-
-// Evaluates any model behind the audit interface (e.g. MUDD folders) on `wanted` evenly spaced
-// windows of T tokens of the tokenized split; NLL is per token (per byte for byte-level models);
-// gate_mass is -1 (no gates).
+// Evaluates any model behind the audit interface on `wanted` evenly spaced windows (0 = every
+// window) of T tokens of the tokenized split, in batches of `batch`; NLL is per token (per byte for
+// byte-level models); gate_mass is the mean recorded gate where the record is gates
+// (AuditableModel::coefficients_are_gates), else -1. show_progress draws a progress bar on stderr.
 EvalResult evaluate_auditable(AuditableModel& model, const TextSplit& split, int T, int64_t wanted, int batch,
                               bool show_progress);
 

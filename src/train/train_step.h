@@ -1,6 +1,6 @@
 // One optimizer step of any model family: forward, loss and backward over each micro-batch, then
-// the shared clip_and_step. A family supplies its types and its three passes (GatedFamily in
-// gated_trainable.h, MuddFamily in mudd_trainable.h); `fca train` and `fca bench train` both use it.
+// the shared clip_and_step. A family supplies its types and its three passes (its
+// src/models/<family>/train/trainable.h); `fca train` and `fca bench train` both use it.
 #pragma once
 #include <algorithm>
 #include <cstdint>

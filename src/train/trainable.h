@@ -1,6 +1,6 @@
-// What the training loop (trainer.cpp) needs from a model family: one optimizer step, validation,
-// and checkpoint files. Implemented by the gated family and by MUDD models; the loop itself (data,
-// schedule, logging, checkpoints, resume) is written once.
+// What the training loop (trainer.cpp) needs from a model of any family: one optimizer step,
+// validation, saving and loading (the checkpoint's file names are the family's, train_family.h).
+// The loop itself (data, schedule, logging, checkpoints, resume) is written once.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -29,7 +29,6 @@ struct ValidStats {
 class Trainable {
  public:
   virtual ~Trainable() = default;
-  virtual std::string arch() const = 0;  // the family's name in the registry (models/registry.h)
   virtual nlohmann::ordered_json config_json() const = 0;
   virtual int seq_len() const = 0;
   virtual size_t parameter_count() const = 0;
@@ -40,13 +39,9 @@ class Trainable {
   virtual StepStats step(const int32_t* inputs, const int32_t* targets, int micro_batches, double lr,
                          const Communicator& comm) = 0;
   virtual ValidStats validate(const TextSplit& valid, int64_t windows, int batch) = 0;
-  // Checkpoint files of `out`: the weights (whose hash the training state records), the training
-  // state and the default log.
+  // Writes the checkpoint `out` (train_family.h: CheckpointFiles).
   virtual void save(const std::string& out, const std::map<std::string, std::string>& metadata) const = 0;
   virtual void load(const std::string& out) = 0;  // replaces the weights; refuses another config
-  virtual std::string weights_file(const std::string& out) const = 0;
-  virtual std::string state_file(const std::string& out) const = 0;
-  virtual std::string default_log(const std::string& out) const = 0;
   virtual size_t run_state_bytes() const = 0;
 };
 

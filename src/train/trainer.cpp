@@ -16,9 +16,6 @@
 #include "core/safetensors.h"
 #include "core/sha256.h"
 #include "models/registry.h"
-#include "train/gated_trainable.h"
-#include "train/mudd_trainable.h"
-#include "train/routed_trainable.h"
 
 namespace fca {
 namespace {
@@ -48,7 +45,8 @@ nlohmann::ordered_json options_json(const TrainOptions& o, const Trainable& mode
 
 // Writes the weights, then the optimizer state naming the weights file's hash (a crash between the
 // two leaves a pair that resume refuses rather than silently mixes).
-void save_checkpoint(const TrainOptions& o, Trainable& model, int64_t step, const std::string& data_hash) {
+void save_checkpoint(const TrainOptions& o, const CheckpointFiles& files, Trainable& model, int64_t step,
+                     const std::string& data_hash) {
   model.save(o.out, {{"fca_version", fca_version_string()}, {"train_step", std::to_string(step)},
                      {"train_seed", std::to_string(o.seed)}, {"train_data_sha256", data_hash}});
   AdamW& optimizer = model.optimizer();
@@ -57,15 +55,15 @@ void save_checkpoint(const TrainOptions& o, Trainable& model, int64_t step, cons
     tensors.push_back({"adam.m." + s.name, s.shape, optimizer.first_moment().data() + s.offset});
     tensors.push_back({"adam.v." + s.name, s.shape, optimizer.second_moment().data() + s.offset});
   }
-  write_safetensors(model.state_file(o.out), tensors,
+  write_safetensors(files.state, tensors,
                     {{"format", kTrainStateFormat},
                      {"step", std::to_string(step)},
                      {"options", options_json(o, model).dump()},
-                     {"model_sha256", sha256_file(model.weights_file(o.out))}});
+                     {"model_sha256", sha256_file(files.weights)}});
 }
 
-int64_t load_checkpoint(const TrainOptions& o, Trainable& model) {
-  const std::string state_path = model.state_file(o.out);
+int64_t load_checkpoint(const TrainOptions& o, const CheckpointFiles& files, Trainable& model) {
+  const std::string& state_path = files.state;
   model.load(o.out);
   SafetensorsReader state(state_path);
   const auto& meta = state.metadata();
@@ -76,8 +74,8 @@ int64_t load_checkpoint(const TrainOptions& o, Trainable& model) {
   };
   if (field("format") != kTrainStateFormat)
     throw Error(state_path + ": format is \"" + field("format") + "\", expected \"" + kTrainStateFormat + "\"");
-  if (field("model_sha256") != sha256_file(model.weights_file(o.out)))
-    throw Error(state_path + ": was written for a different " + model.weights_file(o.out) + " (model hash mismatch)");
+  if (field("model_sha256") != sha256_file(files.weights))
+    throw Error(state_path + ": was written for a different " + files.weights + " (model hash mismatch)");
   const auto saved = nlohmann::json::parse(field("options"));
   const auto now = options_json(o, model);
   for (auto it = now.begin(); it != now.end(); ++it)
@@ -97,23 +95,9 @@ int64_t load_checkpoint(const TrainOptions& o, Trainable& model) {
 }  // namespace
 
 std::unique_ptr<Trainable> make_trainable(const TrainOptions& o) {
-  if (o.arch == "gated") {
-    o.config.validate("training flags");
-    return std::make_unique<GatedTrainable>(o.config, o.seed, o.batch, o.adamw, o.clip);
-  }
-  if (o.arch == "mudd") {
-    if (o.mudd.vocab_size != 256) throw Error("MUDD models trained by fca are byte-level: vocab_size must be 256");
-    return std::make_unique<MuddTrainable>(o.mudd, o.seed, o.batch, o.adamw, o.clip);
-  }
-  if (o.arch == "moe") {
-    o.moe.validate("training flags");
-    return std::make_unique<RoutedTrainable<MoeFamily>>(o.moe, o.seed, o.batch, o.adamw, o.clip);
-  }
-  if (o.arch == "mod") {
-    o.mod.validate("training flags");
-    return std::make_unique<RoutedTrainable<ModFamily>>(o.mod, o.seed, o.batch, o.adamw, o.clip);
-  }
-  throw Error("unknown --arch '" + o.arch + "' (expected gated, mudd, moe or mod)");
+  const TrainFamily& family = train_family_named(o.arch);
+  return family.make(o.shape, resolve_settings(family, o.settings, "training settings"),
+                     TrainableArgs{o.seed, o.batch, o.adamw, o.clip}, "training settings");
 }
 
 TrainResult train_model(const TrainOptions& options, const Corpus& corpus) {
@@ -133,6 +117,8 @@ TrainResult train_model(const TrainOptions& options, const Corpus& corpus) {
   o.grad_accum *= comm.size();
   o.progress = o.progress && comm.root();
   std::unique_ptr<Trainable> model = make_trainable(o);
+  const TrainFamily& family = train_family_named(o.arch);
+  const CheckpointFiles files = family.files(o.out);
   const int T = model->seq_len();
   const TextSplit& train = corpus.split("train");
   const TextSplit& valid = corpus.split("valid");
@@ -140,11 +126,11 @@ TrainResult train_model(const TrainOptions& options, const Corpus& corpus) {
   valid.window_count(T);
   const std::string data_hash = train.content_hash();
   int64_t first_step = 0;
-  if (o.resume) first_step = load_checkpoint(o, *model);
+  if (o.resume) first_step = load_checkpoint(o, files, *model);
 
-  const std::string log_path = o.log_path.empty() ? model->default_log(o.out) : o.log_path;
-  // The checkpoint's folder (MUDD: the checkpoint itself) is created if missing.
-  if (o.arch == "mudd") ensure_folder(o.out, "--out");
+  const std::string log_path = o.log_path.empty() ? files.log : o.log_path;
+  // A folder checkpoint is created if missing.
+  if (family.checkpoint_is_folder) ensure_folder(o.out, "--out");
   else ensure_file_destination(o.out, "--out");
   std::ofstream log;
   if (comm.root()) {
@@ -221,7 +207,7 @@ TrainResult train_model(const TrainOptions& options, const Corpus& corpus) {
       }
     }
     if ((o.checkpoint_every > 0 && done % o.checkpoint_every == 0) || done == last_step)
-      save_checkpoint(o, *model, done, data_hash);
+      save_checkpoint(o, files, *model, done, data_hash);
   }
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   result.steps_done = last_step;

@@ -13,21 +13,17 @@
 #include "data/corpus.h"
 #include <memory>
 
-#include "models/gated/config.h"
-#include "models/mod/model.h"
-#include "models/moe/model.h"
-#include "models/mudd/config.h"
+#include "core/json.h"
 #include "train/adamw.h"
+#include "train/train_family.h"
 #include "train/trainable.h"
 
 namespace fca {
 
 struct TrainOptions {
-  std::string arch = "gated";  // "gated", "mudd", "moe" or "mod"
-  GatedConfig config;          // arch gated
-  MuddConfig mudd;             // arch mudd (byte-level: vocab 256)
-  MoeConfig moe;               // arch moe
-  ModConfig mod;               // arch mod
+  std::string arch;            // the family (train_family.h): a name in train_families()
+  ModelShape shape;            // L, D, H, T
+  nlohmann::json settings = nlohmann::json::object();  // the family's own settings (resolve_settings)
   int batch = 8;            // windows per micro-batch
   int grad_accum = 1;       // micro-batches per optimizer step
   int64_t steps = 1000;     // optimizer steps in the whole schedule
@@ -42,8 +38,8 @@ struct TrainOptions {
   int64_t checkpoint_every = 0;  // 0 = only at the end
   int64_t log_every = 10;
   int64_t stop_after = 0;    // stop (checkpointed) after this many steps of the schedule; 0 = run all
-  std::string out;           // checkpoint: a .safetensors file (gated) or a folder (mudd)
-  std::string log_path;      // JSON-lines log; default <out>.log.jsonl (gated), <out>/train.log.jsonl (mudd)
+  std::string out;           // checkpoint: a .safetensors file or a folder (TrainFamily::checkpoint_is_folder)
+  std::string log_path;      // JSON-lines log; default: the family's (CheckpointFiles::log)
   bool resume = false;       // continue from <out> and its training state
   bool progress = true;
   // The ranks of a data-parallel run (core/communicator.h); null: this process alone.
@@ -58,7 +54,7 @@ struct TrainResult {
   double seconds = 0;
 };
 
-// The model family of a run: "gated" (options.config) or "mudd" (options.mudd).
+// A fresh model of the run's family, shape and settings (errors name the setting or shape field).
 std::unique_ptr<Trainable> make_trainable(const TrainOptions& options);
 
 // Trains from the seed (or resumes); checkpoints to options.out.

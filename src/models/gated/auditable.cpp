@@ -1,6 +1,9 @@
 #include "models/gated/auditable.h"
 
+#include <cstdio>
+
 #include "core/error.h"
+#include "core/safetensors.h"
 #include "core/sha256.h"
 #include "models/gated/forward.h"
 
@@ -31,6 +34,43 @@ void GatedAuditable::structure_removed_profile(const CoefficientTensor& static_p
   for (int l = 0; l < s.layers; ++l) sum += static_profile.at(0, l, 0);
   const float global = float(sum / s.layers);
   std::fill(out.window_data(0), out.window_data(0) + out.shape().per_window(), global);
+}
+
+namespace {
+
+// fca info: the gate, the shape and the checkpoint's metadata.
+std::string gated_info(const std::string& path) {
+  const GatedModel<float> model = GatedModel<float>::load(path);  // full validation
+  const GatedConfig& c = model.config();
+  const SafetensorsReader reader(path);
+  std::string out;
+  char line[512];
+  std::snprintf(line, sizeof line, "model:      %s\nformat:     %s\n", path.c_str(), kGatedFormat);
+  out += line;
+  std::snprintf(line, sizeof line, "gate:       %s%s\n", gate_kind_name(c.gate),
+                c.gate == GateKind::fixed ? (" (g = " + std::to_string(c.gate_value) + ")").c_str() : "");
+  out += line;
+  std::snprintf(line, sizeof line, "shape:      L %d, D %d, H %d (head width %d), T %d\nparameters: %zu\n", c.n_layer,
+                c.d_model, c.n_head, c.head_dim(), c.seq_len, gated_parameter_count(c));
+  out += line;
+  for (const auto& [k, v] : reader.metadata())
+    if (k != "format" && k != "config") {
+      std::snprintf(line, sizeof line, "%-11s %s\n", (k + ":").c_str(), v.c_str());
+      out += line;
+    }
+  return out + "sha256:     " + sha256_file(path) + "\n";
+}
+
+}  // namespace
+
+ModelFamily gated_model_family() {
+  return {"gated", kGatedFormat,
+          [](const std::string&, const std::string& format) { return format == kGatedFormat; },
+          [](const std::string& path, int batch, int tokens) -> std::unique_ptr<AuditableModel> {
+            return std::make_unique<GatedAuditable>(path, batch, tokens);
+          },
+          [](const nlohmann::json& c) { return c.at("gate").get<std::string>(); },
+          gated_info};
 }
 
 }  // namespace fca

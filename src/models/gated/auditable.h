@@ -1,6 +1,7 @@
 // The gated family behind the audit's interface (models/auditable.h).
 #pragma once
 #include "models/family_auditable.h"
+#include "models/registry.h"
 #include "models/gated/coefficients.h"
 #include "models/gated/forward.h"
 
@@ -27,6 +28,7 @@ class GatedAuditable : public FamilyAuditable<GatedAuditTraits> {
 
   std::string family() const override { return "gated"; }
   bool batch_invariant() const override { return true; }  // tests/audit_test.cpp checks it
+  bool coefficients_are_gates() const override { return true; }
   std::string description() const override;
   std::string content_hash() const override { return hash_; }
   std::string config_json() const override { return model_.config().to_json(); }
@@ -45,5 +47,9 @@ class GatedAuditable : public FamilyAuditable<GatedAuditTraits> {
  private:
   std::string hash_;
 };
+
+// The family's entry in the model registry (models/registry.h): "gated", format fca-gated-v1,
+// labelled by its gate kind.
+ModelFamily gated_model_family();
 
 }  // namespace fca

@@ -2,6 +2,7 @@
 // token_selection [R, T, 1, 1] (sigmoid(s)) + [R, T, 1] (selected); replay never evaluates a router.
 #pragma once
 #include "models/family_auditable.h"
+#include "models/registry.h"
 #include "models/mod/forward.h"
 
 namespace fca {
@@ -26,5 +27,9 @@ struct ModAuditTraits {
 };
 
 using ModAuditable = RoutedAuditable<ModAuditTraits>;
+
+// The family's entry in the model registry (models/registry.h): "mod", format fca-mod-v1, labelled
+// "mod c<capacity>".
+ModelFamily mod_model_family();
 
 }  // namespace fca

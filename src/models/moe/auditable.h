@@ -2,6 +2,7 @@
 // expert_routing [L, T, 1, k] (weights) + [L, T, k] (experts); replay never evaluates a router.
 #pragma once
 #include "models/family_auditable.h"
+#include "models/registry.h"
 #include "models/moe/forward.h"
 
 namespace fca {
@@ -26,5 +27,9 @@ struct MoeAuditTraits {
 };
 
 using MoeAuditable = RoutedAuditable<MoeAuditTraits>;
+
+// The family's entry in the model registry (models/registry.h): "moe", format fca-moe-v1, labelled
+// "moe E<experts> k<top_k>".
+ModelFamily moe_model_family();
 
 }  // namespace fca

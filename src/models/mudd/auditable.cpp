@@ -1,5 +1,7 @@
 #include "models/mudd/auditable.h"
 
+#include <cstdio>
+
 #include <algorithm>
 
 #include "core/error.h"
@@ -50,6 +52,40 @@ void MuddAuditable::identity_profile(CoefficientTensor& out) const {
 
 void MuddAuditable::structure_removed_profile(const CoefficientTensor& static_profile, CoefficientTensor& out) const {
   source_uniform_mean(static_profile, out);
+}
+
+namespace {
+
+// fca info: the shape, the per-layer FFN and DA widths, the tokenizer.
+std::string mudd_info(const std::string& path) {
+  const MuddModel<float> model = MuddModel<float>::load(path, /*in_place=*/true);  // full validation
+  const MuddConfig& c = model.config();
+  std::string out = "model:      ";  // appended piece by piece: g++ 12 warns falsely (-Wrestrict) on " " + string
+  out += path;
+  out += " (MUDD folder)\n";
+  char line[256];
+  std::snprintf(line, sizeof line, "shape:      L %d, D %d, H %d (head width %d, rotary %d), vocab %d, positions %d\n", c.n_layer,
+                c.dim, c.n_head, c.head_dim, c.rotary_dims(), c.vocab_size, c.block_size);
+  out += line;
+  out += "FFN widths:";
+  for (int i = 0; i < c.n_layer; ++i) out.append(" ").append(std::to_string(c.ffn_width(i)));
+  out += "\nDA hidden:  ";
+  for (int i = 0; i < c.n_layer; ++i) out.append(" ").append(std::to_string(c.da_hidden(i)));
+  out += "\nparameters: " + std::to_string(model.parameter_count()) + "\n";
+  out += std::string("tokenizer:  ") + (file_exists(path + "/tokenizer.json") ? "tokenizer.json" : "bytes") + "\n";
+  return out + "sha256:     " + model.content_hash() + " (weight files)\n";
+}
+
+}  // namespace
+
+ModelFamily mudd_model_family() {
+  return {"mudd", "a Hugging Face folder (config.json + model.safetensors)",
+          [](const std::string& path, const std::string&) { return is_directory(path); },
+          [](const std::string& path, int batch, int tokens) -> std::unique_ptr<AuditableModel> {
+            return std::make_unique<MuddAuditable>(path, batch, tokens);
+          },
+          [](const nlohmann::json&) { return std::string("mudd"); },
+          mudd_info};
 }
 
 }  // namespace fca

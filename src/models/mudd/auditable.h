@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "models/family_auditable.h"
+#include "models/registry.h"
 #include "models/mudd/forward.h"
 #include "models/mudd/model.h"
 #include "models/mudd/tokenizer.h"
@@ -48,5 +49,9 @@ class MuddAuditable : public FamilyAuditable<MuddAuditTraits> {
  private:
   std::unique_ptr<BpeTokenizer> tokenizer_;  // null for byte-level models
 };
+
+// The family's entry in the model registry (models/registry.h): "mudd", any folder (a Hugging Face
+// checkpoint).
+ModelFamily mudd_model_family();
 
 }  // namespace fca

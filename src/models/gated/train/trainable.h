@@ -1,9 +1,11 @@
-// The gated family as a Trainable, and its optimizer step (also timed by `fca bench train`).
+// The gated family as a Trainable, its optimizer step (also timed by `fca bench train`) and its
+// entry in the train layer's family table (train/train_family.h).
 #pragma once
 #include <memory>
 
 #include "models/gated/forward.h"
 #include "train/train_step.h"
+#include "train/train_family.h"
 #include "train/trainable.h"
 
 namespace fca {
@@ -24,7 +26,6 @@ using GatedTrainStep = TrainStep<GatedFamily>;
 class GatedTrainable : public Trainable {
  public:
   GatedTrainable(const GatedConfig& config, uint64_t seed, int batch, AdamWOptions adamw, double clip);
-  std::string arch() const override { return "gated"; }
   nlohmann::ordered_json config_json() const override;
   int seq_len() const override { return model_.config().seq_len; }
   size_t parameter_count() const override { return gated_parameter_count(model_.config()); }
@@ -37,14 +38,14 @@ class GatedTrainable : public Trainable {
   ValidStats validate(const TextSplit& valid, int64_t windows, int batch) override;
   void save(const std::string& out, const std::map<std::string, std::string>& metadata) const override;
   void load(const std::string& out) override;
-  std::string weights_file(const std::string& out) const override { return out; }
-  std::string state_file(const std::string& out) const override;
-  std::string default_log(const std::string& out) const override { return out + ".log.jsonl"; }
   size_t run_state_bytes() const override { return step_.run_state_bytes(); }
 
  private:
   GatedModel<float> model_;
   GatedTrainStep step_;
 };
+
+// Settings: gate (the gate kind) and gate_value (the fixed gate's value); single-file checkpoints.
+TrainFamily gated_train_family();
 
 }  // namespace fca

@@ -1,55 +1,24 @@
-// The routed families (moe, mod) as Trainables: single-file checkpoints like the gated family's
-// (<out>.safetensors, <out-stem>.train-state.safetensors, <out>.log.jsonl). One template serves
-// both; a family supplies its passes for TrainStep plus `nll` and its name.
+// A Trainable for models in a flat parameter store (models/flat_model.h) with single-file
+// checkpoints (<out>.safetensors, <out-stem>.train-state.safetensors, <out>.log.jsonl): one template
+// for every such family, which supplies its passes for TrainStep plus `nll` (validation NLL without
+// any auxiliary term) and a live coefficient source constructed from the model.
 #pragma once
 #include "core/json.h"
 #include <vector>
 
 #include "core/error.h"
-#include "models/mod/forward.h"
-#include "models/moe/forward.h"
+#include "data/corpus.h"
 #include "train/train_step.h"
 #include "train/trainable.h"
 
 namespace fca {
 
-// The MoE's passes: the objective is cross-entropy + alpha * mean_l aux_l (the auxiliary term
-// reaches the router through P); validation NLL is cross-entropy only.
-struct MoeFamily {
-  using Model = MoeModel<float>;
-  using Config = MoeConfig;
-  using RunState = MoeRunState<float>;
-  using Live = MoeLiveRouting<float>;
-  static constexpr const char* name = "moe";
-  static void forward(const Model& m, RunState& rs, const int32_t* tokens, int B, int T, Live& live) {
-    moe_forward(m, rs, tokens, B, T, live);
-  }
-  static double loss(RunState& rs, const int32_t* targets) { return moe_objective(rs, moe_loss(rs, targets, nullptr)); }
-  static double nll(RunState& rs, const int32_t* targets, double* window_nll) { return moe_loss(rs, targets, window_nll); }
-  static void backward(const Model& m, RunState& rs, Model& grads, float scale) { moe_backward(m, rs, grads, scale); }
-};
-
-struct ModFamily {
-  using Model = ModModel<float>;
-  using Config = ModConfig;
-  using RunState = ModRunState<float>;
-  using Live = ModLiveRouting<float>;
-  static constexpr const char* name = "mod";
-  static void forward(const Model& m, RunState& rs, const int32_t* tokens, int B, int T, Live& live) {
-    mod_forward(m, rs, tokens, B, T, live);
-  }
-  static double loss(RunState& rs, const int32_t* targets) { return mod_loss(rs, targets, nullptr); }
-  static double nll(RunState& rs, const int32_t* targets, double* window_nll) { return mod_loss(rs, targets, window_nll); }
-  static void backward(const Model& m, RunState& rs, Model& grads, float scale) { mod_backward(m, rs, grads, scale); }
-};
-
 template <typename Family>
-class RoutedTrainable : public Trainable {
+class FlatTrainable : public Trainable {
  public:
   using Model = typename Family::Model;
-  RoutedTrainable(const typename Family::Config& config, uint64_t seed, int batch, AdamWOptions adamw, double clip)
+  FlatTrainable(const typename Family::Config& config, uint64_t seed, int batch, AdamWOptions adamw, double clip)
       : model_(Model::initialized(config, seed)), step_(model_, batch, config.seq_len, adamw, clip) {}
-  std::string arch() const override { return Family::name; }
   nlohmann::ordered_json config_json() const override { return nlohmann::ordered_json::parse(model_.config().to_json()); }
   int seq_len() const override { return model_.config().seq_len; }
   size_t parameter_count() const override { return layout_parameter_count(model_.layout()); }
@@ -88,13 +57,6 @@ class RoutedTrainable : public Trainable {
                   model_.config().to_json() + ")");
     std::copy(loaded.data(), loaded.data() + loaded.buffer_size(), model_.data());
   }
-  std::string weights_file(const std::string& out) const override { return out; }
-  std::string state_file(const std::string& out) const override {
-    const std::string suffix = ".safetensors";
-    const std::string stem = out.size() > suffix.size() && out.ends_with(suffix) ? out.substr(0, out.size() - suffix.size()) : out;
-    return stem + ".train-state.safetensors";
-  }
-  std::string default_log(const std::string& out) const override { return out + ".log.jsonl"; }
   size_t run_state_bytes() const override { return step_.run_state_bytes(); }
 
  private:

@@ -1,9 +1,11 @@
 // Byte-level MUDD models (spec muddpythia.md section 11) as a Trainable, saved as Hugging Face
-// folders (config.json + model.safetensors) that the same loader reads.
+// folders (config.json + model.safetensors) that the same loader reads, and the family's entry in the
+// train layer's family table (train/train_family.h).
 #pragma once
 #include "models/mudd/forward.h"
 #include "models/mudd/model.h"
 #include "train/train_step.h"
+#include "train/train_family.h"
 #include "train/trainable.h"
 
 namespace fca {
@@ -24,7 +26,6 @@ using MuddTrainStep = TrainStep<MuddFamily>;
 class MuddTrainable : public Trainable {
  public:
   MuddTrainable(const MuddConfig& config, uint64_t seed, int batch, AdamWOptions adamw, double clip);
-  std::string arch() const override { return "mudd"; }
   nlohmann::ordered_json config_json() const override;
   int seq_len() const override { return model_.config().block_size; }
   size_t parameter_count() const override { return model_.parameter_count(); }
@@ -37,14 +38,15 @@ class MuddTrainable : public Trainable {
   ValidStats validate(const TextSplit& valid, int64_t windows, int batch) override;
   void save(const std::string& out, const std::map<std::string, std::string>& metadata) const override;
   void load(const std::string& out) override;
-  std::string weights_file(const std::string& out) const override { return out + "/model.safetensors"; }
-  std::string state_file(const std::string& out) const override { return out + "/train-state.safetensors"; }
-  std::string default_log(const std::string& out) const override { return out + "/train.log.jsonl"; }
   size_t run_state_bytes() const override { return step_.run_state_bytes(); }
 
  private:
   MuddModel<float> model_;
   MuddTrainStep step_;
 };
+
+// No settings of its own: the shape gives vocab 256, intermediate 4D re-allocated per layer, RoPE
+// on a quarter of each head and the DA widths by the round64 rule. Folder checkpoints.
+TrainFamily mudd_train_family();
 
 }  // namespace fca

@@ -1,0 +1,30 @@
+#include "families/families.h"
+
+#include "models/gated/auditable.h"
+#include "models/gated/train/trainable.h"
+#include "models/mod/auditable.h"
+#include "models/mod/train/trainable.h"
+#include "models/moe/auditable.h"
+#include "models/moe/train/trainable.h"
+#include "models/mudd/auditable.h"
+#include "models/mudd/train/trainable.h"
+
+namespace fca {
+
+void install_families() {
+  static bool installed = false;
+  if (installed) return;
+  installed = true;
+  // The order is the order of --arch's help and of messages listing the families; the first is the
+  // default of `fca train --arch` and of a study variant's "arch".
+  add_model_family(gated_model_family());
+  add_train_family(gated_train_family());
+  add_model_family(mudd_model_family());
+  add_train_family(mudd_train_family());
+  add_model_family(moe_model_family());
+  add_train_family(moe_train_family());
+  add_model_family(mod_model_family());
+  add_train_family(mod_train_family());
+}
+
+}  // namespace fca

@@ -1,0 +1,43 @@
+#include "models/moe/train/trainable.h"
+
+namespace fca {
+
+namespace {
+
+// The config of a fresh model of this shape and these settings; errors prefixed by `where`.
+MoeConfig config_of(const ModelShape& shape, const nlohmann::json& settings, const std::string& where) {
+  MoeConfig c;
+  c.n_layer = shape.layers;
+  c.d_model = shape.dim;
+  c.n_head = shape.heads;
+  c.seq_len = shape.seq;
+  c.n_expert = settings.at("experts").get<int>();
+  c.top_k = settings.at("top_k").get<int>();
+  c.expert_hidden = settings.at("expert_hidden").get<int>();
+  c.aux_loss = settings.at("aux_loss").get<double>();
+  c.validate(where);
+  return c;
+}
+
+}  // namespace
+
+TrainFamily moe_train_family() {
+  TrainFamily f;
+  f.name = "moe";
+  f.description = "moe: top-k mixture of experts";
+  f.settings = {{"experts", "number of experts E", 8, {}},
+                {"top_k", "experts per token k (1 <= k <= E)", 2, {}},
+                {"expert_hidden", "expert width F (0 = 4D/k)", 0, {}},
+                {"aux_loss", "weight alpha of the load-balancing term", 0.01, {}}};
+  f.files = [](const std::string& out) { return CheckpointFiles{out, single_file_state(out), out + ".log.jsonl"}; };
+  f.check = [](const ModelShape& shape, const nlohmann::json& settings, const std::string& where) {
+    config_of(shape, settings, where);
+  };
+  f.make = [](const ModelShape& shape, const nlohmann::json& settings, const TrainableArgs& args, const std::string& where) {
+    const MoeConfig c = config_of(shape, settings, where);
+    return std::unique_ptr<Trainable>(std::make_unique<FlatTrainable<MoeFamily>>(c, args.seed, args.batch, args.adamw, args.clip));
+  };
+  return f;
+}
+
+}  // namespace fca

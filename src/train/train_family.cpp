@@ -1,0 +1,120 @@
+#include "train/train_family.h"
+
+#include <cmath>
+#include <limits>
+
+#include "core/error.h"
+#include "core/parse.h"
+
+namespace fca {
+namespace {
+
+constexpr int64_t kIntMax = std::numeric_limits<int>::max();
+constexpr double kMax = std::numeric_limits<double>::max();
+
+std::vector<TrainFamily>& table() {
+  static std::vector<TrainFamily> families;
+  return families;
+}
+
+std::string known_names() {
+  std::string known;
+  for (const auto& f : table()) known += (known.empty() ? "" : ", ") + f.name;
+  return known.empty() ? "none installed" : known;
+}
+
+// One setting's value: of the default's type, or (from flags) text parsed as it.
+nlohmann::json setting_value(const FamilySetting& s, const nlohmann::json& v, const std::string& what, bool text_given) {
+  const nlohmann::json& d = s.default_value;
+  if (text_given && !d.is_string()) {
+    const std::string text = v.get<std::string>();
+    try {
+      if (d.is_number_integer()) return parse_integer(text, what, -kIntMax, kIntMax);
+      return parse_number(text, what, -kMax, kMax);
+    } catch (const Error&) {
+      throw Error(what + " must be " + (d.is_number_integer() ? "an integer" : "a finite number") + ", found \"" + text + "\"");
+    }
+  }
+  if (d.is_string()) {
+    if (!v.is_string()) throw Error(what + " must be text, found " + v.dump());
+    const std::string text = v.get<std::string>();
+    if (!s.choices.empty()) {
+      std::string allowed;
+      for (const auto& c : s.choices) {
+        if (c == text) return text;
+        allowed += (allowed.empty() ? "" : ", ") + c;
+      }
+      throw Error(what + " is \"" + text + "\", expected one of " + allowed);
+    }
+    return text;
+  }
+  if (d.is_number_integer()) {
+    if (!v.is_number_integer()) throw Error(what + " must be an integer, found " + v.dump());
+    const int64_t x = v.get<int64_t>();
+    if (x < -kIntMax || x > kIntMax) throw Error(what + " is " + v.dump() + ", outside the range of an int");
+    return x;
+  }
+  if (!v.is_number()) throw Error(what + " must be a number, found " + v.dump());
+  const double x = v.get<double>();
+  if (!std::isfinite(x)) throw Error(what + " must be finite, found " + v.dump());
+  return x;
+}
+
+}  // namespace
+
+void add_train_family(TrainFamily family) {
+  for (const auto& f : table())
+    if (f.name == family.name) throw Error("train family \"" + family.name + "\" is installed twice");
+  table().push_back(std::move(family));
+}
+
+const std::vector<TrainFamily>& train_families() { return table(); }
+
+const TrainFamily& train_family_named(const std::string& name) {
+  for (const auto& f : table())
+    if (f.name == name) return f;
+  throw Error("unknown --arch \"" + name + "\" (trainable families: " + known_names() + ")");
+}
+
+std::string setting_flag(const std::string& key) {
+  std::string flag = "--" + key;
+  for (char& ch : flag)
+    if (ch == '_') ch = '-';
+  return flag;
+}
+
+nlohmann::json resolve_settings(const TrainFamily& family, const nlohmann::json& given, const std::string& where,
+                                SettingSource source) {
+  const bool flags = source == SettingSource::flags;
+  const auto name_of = [flags](const std::string& key) { return flags ? setting_flag(key) : "\"" + key + "\""; };
+  if (!given.is_null() && !given.is_object()) throw Error(where + ": the " + family.name + " settings must be an object");
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& s : family.settings) out[s.key] = s.default_value;
+  if (given.is_null()) return out;
+  for (auto it = given.begin(); it != given.end(); ++it) {
+    const FamilySetting* setting = nullptr;
+    std::string known;
+    for (const auto& s : family.settings) {
+      if (s.key == it.key()) setting = &s;
+      known += (known.empty() ? "" : ", ") + s.key;
+    }
+    if (setting == nullptr)
+      throw Error(where + ": " + name_of(it.key()) + " is not a setting of the " + family.name + " family (its settings: " +
+                  (known.empty() ? "none" : known) + ")");
+    if (flags && !it.value().is_string()) throw Error(where + ": " + name_of(it.key()) + " must be given as text");
+    out[it.key()] = setting_value(*setting, it.value(), where + ": " + family.name + " setting " + name_of(it.key()), flags);
+  }
+  return out;
+}
+
+std::string checkpoint_path(const TrainFamily& family, const std::string& stem) {
+  return family.checkpoint_is_folder ? stem : stem + ".safetensors";
+}
+
+std::string single_file_state(const std::string& out) {
+  const std::string suffix = ".safetensors";
+  const std::string stem = out.size() > suffix.size() && out.ends_with(suffix) ? out.substr(0, out.size() - suffix.size()) : out;
+  return stem + ".train-state.safetensors";
+}
+
+}  // namespace fca

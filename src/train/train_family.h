@@ -1,0 +1,88 @@
+// The train layer's part of the family table (models/registry.h has the opening part): what `fca
+// train`, `fca study` and `fca bench train` need to build a trainable model of a family from the
+// shape every family shares and the family's own settings, and where its checkpoint files go.
+// Each family supplies its entry from src/models/<family>/train/; families/families.cpp installs
+// them. Nothing outside a family's folder switches on its name.
+#pragma once
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/json.h"
+#include "train/adamw.h"
+#include "train/trainable.h"
+
+namespace fca {
+
+// The shape flags every family takes (--layers, --dim, --heads, --seq; study keys of the same names).
+struct ModelShape {
+  int layers = 6;  // L
+  int dim = 256;   // D
+  int heads = 4;   // H, D % H == 0
+  int seq = 256;   // T, window length and number of positions
+};
+
+// A family's own training setting: the flag --<key, '_' as '-'> of `fca train` and the key <key> of
+// a study variant. The default's JSON type is the setting's type (a string, an integer or a number).
+struct FamilySetting {
+  std::string key;                   // "gate", "top_k", "capacity"
+  std::string help;                  // one line for --help
+  nlohmann::json default_value;      // "featuregate", 2, 0.125
+  std::vector<std::string> choices;  // strings only: the allowed values (empty: any)
+};
+
+// The files of a checkpoint written to `out`: the weights (whose hash the training state records),
+// the optimizer state and the default training log.
+struct CheckpointFiles {
+  std::string weights, state, log;
+};
+
+// What a trainable model is built with besides its config.
+struct TrainableArgs {
+  uint64_t seed = 0;
+  int batch = 8;  // windows per micro-batch
+  AdamWOptions adamw;
+  double clip = 1.0;
+};
+
+struct TrainFamily {
+  std::string name;         // the registry's name, --arch
+  std::string description;  // one line for --arch's help
+  std::vector<FamilySetting> settings;
+  bool checkpoint_is_folder = false;  // `out` is a folder (created if missing), else a .safetensors file
+  std::function<CheckpointFiles(const std::string& out)> files;
+  // Throws what `make` would throw for this shape and these settings, without building anything
+  // (so that flags are checked before the data is looked for).
+  std::function<void(const ModelShape& shape, const nlohmann::json& settings, const std::string& where)> check;
+  // A freshly initialised model; `settings` holds every key of `settings` (resolve_settings). Errors
+  // name the setting or shape field, prefixed by `where` ("flags", a study variant).
+  std::function<std::unique_ptr<Trainable>(const ModelShape& shape, const nlohmann::json& settings,
+                                           const TrainableArgs& args, const std::string& where)>
+      make;
+};
+
+// Installs a family's entry (families/families.cpp, once at start-up); refuses a name used twice.
+void add_train_family(TrainFamily family);
+const std::vector<TrainFamily>& train_families();
+// The family of this name; throws Error naming the trainable families.
+const TrainFamily& train_family_named(const std::string& name);
+
+// `given` (keys of the family's settings) completed with the defaults. From JSON (a study config)
+// each value must have the setting's type; from flags every value is text, parsed as that type.
+// Unknown keys, wrong types, malformed numbers and values outside the choices are errors naming
+// `where` and the setting: its key ("top_k"), or its flag (--top-k) for flags.
+enum class SettingSource { json, flags };
+nlohmann::json resolve_settings(const TrainFamily& family, const nlohmann::json& given, const std::string& where,
+                                SettingSource source = SettingSource::json);
+// The flag of a setting key: "--" + key with '_' as '-'.
+std::string setting_flag(const std::string& key);
+
+// The out path of a checkpoint named `stem`: the stem itself for folder checkpoints, else
+// stem + ".safetensors".
+std::string checkpoint_path(const TrainFamily& family, const std::string& stem);
+
+// The training-state file of a single-file checkpoint: <out without .safetensors>.train-state.safetensors.
+std::string single_file_state(const std::string& out);
+
+}  // namespace fca
