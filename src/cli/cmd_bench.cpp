@@ -1,5 +1,5 @@
 // fca bench forward / fca bench train: tokens/s and achieved GFLOP/s against this machine's measured
-// SGEMM peak. Gated models: FLOPs by the formula in exec/gated_flops.h; forward on any other family
+// SGEMM peak. Gated models: FLOPs by the formula in models/gated/exec/flops.h; forward on any other family
 // (--model: MUDD folder, moe, mod) goes through the registry, FLOPs counted at the GEMM calls.
 #include <sys/resource.h>
 
@@ -18,7 +18,7 @@
 #include "core/exec_counters.h"
 #include "core/phase_timer.h"
 #include "core/file_io.h"
-#include "exec/gated_flops.h"
+#include "models/gated/exec/flops.h"
 #include "exec/timing.h"
 #include "models/gated/forward.h"
 #include "models/registry.h"

@@ -14,31 +14,13 @@
 #include "core/undefined_statistic.h"
 #include "core/sha256.h"
 #include "exec/counted_pass.h"
-#include "exec/gated_flops.h"
-#include "exec/mudd_flops.h"
-#include "exec/routed_exec.h"
+#include "exec/exec_family.h"
 #include "models/registry.h"
 #include "exec/timed_modes.h"
 #include "exec/timing.h"
-#include "models/gated/forward.h"
-#include "models/mudd/forward.h"
 
 namespace fca {
 namespace {
-
-// Mean NLL over windows, batch by batch, with the given source and block mask.
-double mean_nll(const GatedModel<float>& model, GatedRunState<float>& rs, const TokenWindows& w, int batch, int T,
-                CoefficientSource<float>& source, const std::vector<uint8_t>* executed) {
-  std::vector<double> nll(static_cast<size_t>(w.count));
-  for (int w0 = 0; w0 < w.count; w0 += batch) {
-    const int B = std::min(batch, w.count - w0);
-    gated_forward(model, rs, w.inputs.data() + int64_t(w0) * T, B, T, source, w0, executed);
-    gated_loss(rs, w.targets.data() + int64_t(w0) * T, nll.data() + w0);
-  }
-  double s = 0;
-  for (double v : nll) s += v;
-  return s / w.count;
-}
 
 // Savings of `mode` against `reference`: claimed only where the counted FLOPs are lower and the
 // latency is measurably lower ("faster": the whole paired interval below 1 - margin). A FLOP ratio with a zero denominator is undefined: null, with the reason.
@@ -63,190 +45,6 @@ nlohmann::ordered_json saving(const nlohmann::ordered_json& mode, const nlohmann
   return s;
 }
 
-// One configuration of a model: counters from one instrumented pass, checked against the formulas.
-// `live_controller`: the source evaluates
-// the controller (its FLOPs expected).
-nlohmann::ordered_json count_gated(const std::string& mode, const GatedModel<float>& model, GatedRunState<float>& rs,
-                                   const int32_t* tokens, int B, int T, CoefficientSource<float>& source, bool live_controller,
-                                   const std::vector<uint8_t>* executed) {
-  const GatedConfig& c = model.config();
-  int expected_blocks = c.n_layer;
-  if (executed != nullptr) {
-    expected_blocks = 0;
-    for (uint8_t e : *executed) expected_blocks += e ? 1 : 0;
-  }
-  ExecCounters counters;
-  {
-    CountingScope scope(counters);
-    gated_forward(model, rs, tokens, B, T, source, 0, executed);
-  }
-  // The counters must agree with the graph that ran: blocks, GEMM, controller and mixing FLOPs.
-  const ExpectedCounts expected{expected_blocks,
-                                gated_forward_flops(c, B, T, expected_blocks),
-                                live_controller ? gated_controller_flops(c, B, T, expected_blocks) : 0.0,
-                                gated_mixing_flops(c, B, T, expected_blocks),
-                                live_controller ? gated_controller_evaluations(c, expected_blocks) : 0,
-                                0};
-  check_counters(mode, counters, expected);
-  nlohmann::ordered_json j;
-  j["mode"] = mode;
-  j["total_blocks"] = c.n_layer;
-  j.update(counter_fields(counters, expected, int64_t(B) * T));
-  return j;
-}
-
-// A gated checkpoint: live, replay, gates_forced_to_1, and the real skip sweep when asked for.
-nlohmann::ordered_json measure_gated(const std::string& path, const Corpus& corpus, const ExecOptions& o, TimedModes& timed) {
-  const auto model = std::make_shared<const GatedModel<float>>(GatedModel<float>::load(path));
-  const GatedConfig& c = model->config();
-  const int T = c.seq_len, B = o.batch;
-  const bool has_controller = c.gate == GateKind::uniform || c.gate == GateKind::layerstatic || c.gate == GateKind::featuregate;
-  const auto rs = std::make_shared<GatedRunState<float>>(c, B, T, false);
-  const auto timing = std::make_shared<const TokenWindows>(load_token_windows(corpus.split("test"), T, B));
-  const TokenWindows eval = load_token_windows(corpus.split("test"), T, o.eval_windows);
-  const int32_t* tokens = timing->inputs.data();
-  // The timed pass of a source (and block mask): it shares everything it reads.
-  auto pass = [&](std::shared_ptr<CoefficientSource<float>> source, std::shared_ptr<const std::vector<uint8_t>> executed) {
-    return [model, rs, timing, source, executed, B, T] {
-      gated_forward(*model, *rs, timing->inputs.data(), B, T, *source, 0, executed.get());
-    };
-  };
-
-  nlohmann::ordered_json m;
-  m["path"] = path;
-  m["model_sha256"] = sha256_file(path);
-  m["gate"] = gate_kind_name(c.gate);
-  m["family"] = "gated";
-  m["config"] = nlohmann::json::parse(c.to_json());
-  m["tokens_per_pass"] = B * T;
-  nlohmann::ordered_json modes = nlohmann::ordered_json::array();
-
-  const auto live = std::make_shared<LiveCoefficients<float>>(*model);
-  auto j_live = count_gated("live", *model, *rs, tokens, B, T, *live, true, nullptr);
-  j_live["nll"] = mean_nll(*model, *rs, eval, B, T, *live, nullptr);
-  timed.add("modes", modes.size(), pass(live, nullptr));
-  modes.push_back(j_live);
-
-  auto recorded = std::make_shared<CoefficientTensor>(B, gated_coefficient_shape(c, T));
-  RecordingCoefficients<float> recording(*model, *recorded);
-  gated_forward(*model, *rs, tokens, B, T, recording);
-  // The replayed source reads the recorded tensor: the pass shares both.
-  const auto replayed = make_shared_owning<ReplayedCoefficients<float>>(recorded, *recorded);
-  timed.add("modes", modes.size(), pass(replayed, nullptr));
-  modes.push_back(count_gated("replay", *model, *rs, tokens, B, T, *replayed, false, nullptr));
-
-  auto ones = std::make_shared<CoefficientTensor>(std::max(B, eval.count), gated_coefficient_shape(c, T));
-  std::fill(ones->values().begin(), ones->values().end(), 1.0f);
-  const auto forced = make_shared_owning<ReplayedCoefficients<float>>(ones, *ones);
-  auto j_ones = count_gated("gates_forced_to_1", *model, *rs, tokens, B, T, *forced, false, nullptr);
-  j_ones["nll"] = mean_nll(*model, *rs, eval, B, T, *forced, nullptr);
-  timed.add("modes", modes.size(), pass(forced, nullptr));
-  modes.push_back(j_ones);
-
-  if (!o.skip_thresholds.empty() && has_controller) {
-    // Calibrated static gates: the mean of g per layer over the calibration windows.
-    const TokenWindows calib = load_token_windows(corpus.split("valid"), T, o.calib_windows);
-    CoefficientTensor calib_g(calib.count, gated_coefficient_shape(c, T));
-    RecordingCoefficients<float> rec(*model, calib_g);
-    mean_nll(*model, *rs, calib, B, T, rec, nullptr);
-    std::vector<double> static_gate(size_t(c.n_layer), 0.0);
-    for (int w = 0; w < calib.count; ++w)
-      for (int l = 0; l < c.n_layer; ++l)
-        for (int t = 0; t < T; ++t) static_gate[size_t(l)] += calib_g.at(w, l, t) / (double(calib.count) * T);
-    m["calibrated_static_gates"] = static_gate;
-    auto static_coeffs = std::make_shared<CoefficientTensor>(std::max(B, eval.count), gated_coefficient_shape(c, T));
-    for (int w = 0; w < static_coeffs->windows(); ++w)
-      for (int l = 0; l < c.n_layer; ++l)
-        for (int t = 0; t < T; ++t) static_coeffs->at(w, l, t) = float(static_gate[size_t(l)]);
-    const auto static_source = make_shared_owning<ReplayedCoefficients<float>>(static_coeffs, *static_coeffs);
-    nlohmann::ordered_json sweep = nlohmann::ordered_json::array();
-    std::vector<double> thresholds = o.skip_thresholds;
-    thresholds.insert(thresholds.begin(), 0.0);  // reference: static gates, nothing removed
-    for (double tau : thresholds) {
-      auto executed = std::make_shared<std::vector<uint8_t>>(size_t(c.n_layer));
-      for (int l = 0; l < c.n_layer; ++l) (*executed)[size_t(l)] = static_gate[size_t(l)] >= tau ? 1 : 0;
-      auto j = count_gated("static_skip", *model, *rs, tokens, B, T, *static_source, false, executed.get());
-      j["threshold"] = tau;
-      j["removed_blocks"] = nlohmann::ordered_json::array();
-      for (int l = 0; l < c.n_layer; ++l)
-        if (!(*executed)[size_t(l)]) j["removed_blocks"].push_back(l);
-      j["nll"] = mean_nll(*model, *rs, eval, B, T, *static_source, executed.get());
-      timed.add("skip_sweep", sweep.size(), pass(static_source, executed));
-      sweep.push_back(j);
-    }
-    m["skip_sweep"] = sweep;
-  } else if (!o.skip_thresholds.empty()) {
-    m["skip_sweep_note"] = std::string("not applicable: the ") + gate_kind_name(c.gate) + " gate has no controller to calibrate";
-  }
-  m["modes"] = modes;
-  return m;
-}
-
-// A MUDD folder: every block and DA module always runs. Modes: live (the DA generators compute alpha),
-// replay (recorded alpha supplied), identity (one-hot newest source: a plain residual stream, with
-// the mixing still executed). FLOPs and blocks from the counters.
-nlohmann::ordered_json measure_mudd(const std::string& path, const Corpus& corpus, const ExecOptions& o, TimedModes& timed) {
-  const auto model = std::make_shared<const MuddModel<float>>(MuddModel<float>::load(path, /*in_place=*/true));
-  const MuddConfig& c = model->config();
-  if (c.vocab_size != 256) throw Error(path + ": exec measures byte-level MUDD models (vocab 256) on text windows");
-  const int T = c.block_size, B = o.batch;
-  const auto rs = std::make_shared<MuddRunState<float>>(c, B, T);
-  const auto timing = std::make_shared<const TokenWindows>(load_token_windows(corpus.split("test"), T, B));
-  const TokenWindows eval = load_token_windows(corpus.split("test"), T, o.eval_windows);
-  nlohmann::ordered_json m;
-  m["path"] = path;
-  m["model_sha256"] = model->content_hash();
-  m["gate"] = "mudd";
-  m["family"] = "mudd";
-  m["config"] = {{"n_layer", c.n_layer}, {"d_model", c.dim}, {"n_head", c.n_head}, {"seq_len", c.block_size}};
-  m["tokens_per_pass"] = B * T;
-  if (!o.skip_thresholds.empty()) m["skip_sweep_note"] = "not applicable: MUDD mixes every source; no block has a gate";
-  auto nll_of = [&](MuddCoefficientSource<float>& source) {
-    std::vector<double> nll(static_cast<size_t>(eval.count));
-    for (int w0 = 0; w0 < eval.count; w0 += B) {
-      const int n = std::min(B, eval.count - w0);
-      mudd_forward(*model, *rs, eval.inputs.data() + int64_t(w0) * T, n, T, source, w0);
-      mudd_loss(*rs, eval.targets.data() + int64_t(w0) * T, nll.data() + w0);
-    }
-    double s = 0;
-    for (double v : nll) s += v;
-    return s / eval.count;
-  };
-  nlohmann::ordered_json modes = nlohmann::ordered_json::array();
-  auto one = [&](const std::string& mode, std::shared_ptr<MuddCoefficientSource<float>> source, bool live_generator, bool with_nll) {
-    ExecCounters counters;
-    {
-      CountingScope scope(counters);
-      mudd_forward(*model, *rs, timing->inputs.data(), B, T, *source);
-    }
-    const ExpectedCounts expected{c.n_layer,
-                                  mudd_gemm_flops(c, B, T, live_generator),
-                                  live_generator ? mudd_controller_flops(c, B, T) : 0.0,
-                                  mudd_mixing_flops(c, B, T),
-                                  live_generator ? mudd_controller_evaluations(c) : 0,
-                                  0};
-    check_counters(mode, counters, expected);
-    nlohmann::ordered_json j{{"mode", mode}, {"total_blocks", c.n_layer}};
-    j.update(counter_fields(counters, expected, int64_t(B) * T));
-    if (with_nll) j["nll"] = nll_of(*source);
-    timed.add("modes", modes.size(), [model, rs, timing, source, B, T] { mudd_forward(*model, *rs, timing->inputs.data(), B, T, *source); });
-    modes.push_back(j);
-  };
-  one("live", std::make_shared<MuddLiveCoefficients<float>>(*model), true, true);
-  auto recorded = std::make_shared<CoefficientTensor>(make_mudd_coefficients(c, B, T));
-  MuddRecordingCoefficients<float> recording(*model, *recorded);
-  mudd_forward(*model, *rs, timing->inputs.data(), B, T, recording);
-  one("replay", make_shared_owning<MuddReplayedCoefficients<float>>(recorded, c, *recorded), false, false);
-  auto identity = std::make_shared<CoefficientTensor>(make_mudd_coefficients(c, std::max(B, eval.count), T));
-  for (int w = 0; w < identity->windows(); ++w)
-    for (int l = 0; l < c.n_layer; ++l)
-      for (int t = 0; t < T; ++t)
-        for (int st = 0; st < c.streams(l); ++st) identity->at(w, l, t, st, l + 1) = 1.0f;
-  one("identity_mixing", make_shared_owning<MuddReplayedCoefficients<float>>(identity, c, *identity), false, true);
-  m["modes"] = modes;
-  return m;
-}
-
 }  // namespace
 
 TokenWindows load_token_windows(const TextSplit& split, int T, int wanted) {
@@ -268,19 +66,17 @@ nlohmann::ordered_json run_exec(const Corpus& corpus, const ExecOptions& o) {
   if (!o.skip_thresholds.empty()) {
     bool any = false;
     for (const auto& path : o.models) {
-      if (family_of(path).name != "gated") continue;  // only the gated family has gates to calibrate
-      const GateKind g = read_gated_config(path).gate;
-      any = any || g == GateKind::uniform || g == GateKind::layerstatic || g == GateKind::featuregate;
+      const ExecFamily& family = exec_family_named(family_of(path).name);
+      any = any || (family.has_calibratable_gates && family.has_calibratable_gates(path));
     }
     if (!any)
-      throw Error("--skip-threshold needs a model with calibratable gates (uniform, layerstatic or featuregate); " +
-                  std::string(o.models.size() == 1 ? o.models[0] + " has gate " + gate_kind_name(read_gated_config(o.models[0]).gate)
-                                                   : "none of the models has one"));
+      throw Error("--skip-threshold needs a model with calibratable gates (a gated model whose gate is uniform, layerstatic "
+                  "or featuregate); " + std::string(o.models.size() == 1 ? o.models[0] + " has none" : "none of the models has one"));
   }
   if (o.max_runs < o.runs) throw Error("exec: --max-runs " + std::to_string(o.max_runs) + " is below --runs " + std::to_string(o.runs));
   if (!(o.margin > 0 && o.margin < 1)) throw Error("exec: --margin must be in (0, 1), found " + std::to_string(o.margin));
   if (!(o.time_budget_s >= 0)) throw Error("exec: --time-budget must be >= 0 seconds");
-  for (const auto& path : o.models) (void)family_of(path);  // a wrong --model fails before the peak probe's seconds
+  for (const auto& path : o.models) (void)exec_family_named(family_of(path).name);  // a wrong --model fails before the peak probe
   const double peak = measure_sgemm_peak_gflops();
   nlohmann::ordered_json out;
   out["schema"] = kExecSchema;
@@ -302,12 +98,8 @@ nlohmann::ordered_json run_exec(const Corpus& corpus, const ExecOptions& o) {
     Progress bar("exec: count", int64_t(o.models.size()), "model");
     for (size_t mi = 0; mi < o.models.size(); ++mi) {
       const std::string& path = o.models[mi];
-      const std::string family = family_of(path).name;
       timed.start_model(mi);
-      out["models"].push_back(family == "gated" ? measure_gated(path, corpus, o, timed)
-                              : family == "mudd" ? measure_mudd(path, corpus, o, timed)
-                              : family == "moe"  ? measure_moe(path, corpus, o, timed)
-                                                 : measure_mod(path, corpus, o, timed));
+      out["models"].push_back(exec_family_named(family_of(path).name).measure(path, corpus, o, timed));
       if (o.progress) bar.update(int64_t(mi + 1));
     }
     if (o.progress) bar.finish();

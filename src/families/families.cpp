@@ -1,12 +1,16 @@
 #include "families/families.h"
 
 #include "models/gated/auditable.h"
+#include "models/gated/exec/measure.h"
 #include "models/gated/train/trainable.h"
 #include "models/mod/auditable.h"
+#include "models/mod/exec/measure.h"
 #include "models/mod/train/trainable.h"
 #include "models/moe/auditable.h"
+#include "models/moe/exec/measure.h"
 #include "models/moe/train/trainable.h"
 #include "models/mudd/auditable.h"
+#include "models/mudd/exec/measure.h"
 #include "models/mudd/train/trainable.h"
 
 namespace fca {
@@ -19,12 +23,16 @@ void install_families() {
   // default of `fca train --arch` and of a study variant's "arch".
   add_model_family(gated_model_family());
   add_train_family(gated_train_family());
+  add_exec_family(gated_exec_family());
   add_model_family(mudd_model_family());
   add_train_family(mudd_train_family());
+  add_exec_family(mudd_exec_family());
   add_model_family(moe_model_family());
   add_train_family(moe_train_family());
+  add_exec_family(moe_exec_family());
   add_model_family(mod_model_family());
   add_train_family(mod_train_family());
+  add_exec_family(mod_exec_family());
 }
 
 }  // namespace fca

@@ -1,6 +1,7 @@
 // The one registration of the model families: install_families() puts each family's entry into
-// the table of every layer that has one (models/registry.h, train/train_family.h). Programs,
-// tests, benchmarks and fuzzers call it once at start-up, before any command looks a family up.
+// the table of every layer that has one (models/registry.h, train/train_family.h,
+// exec/exec_family.h). Programs, tests, benchmarks and fuzzers call it once at start-up, before
+// any command looks a family up.
 // Adding a family adds its lines to families.cpp (docs/adding-a-family.md).
 #pragma once
 

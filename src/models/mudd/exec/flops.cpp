@@ -1,4 +1,4 @@
-#include "exec/mudd_flops.h"
+#include "models/mudd/exec/flops.h"
 
 #include "ops/attention.h"
 

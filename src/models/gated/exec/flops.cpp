@@ -1,4 +1,4 @@
-#include "exec/gated_flops.h"
+#include "models/gated/exec/flops.h"
 
 #include "ops/attention.h"
 

@@ -1,0 +1,71 @@
+#include "exec/exec_family.h"
+
+#include "core/error.h"
+#include "core/exec_counters.h"
+#include "models/gated/exec/flops.h"
+#include "models/gated/forward.h"
+#include "ops/attention.h"
+
+namespace fca {
+namespace {
+
+std::vector<ExecFamily>& table() {
+  static std::vector<ExecFamily> families;
+  return families;
+}
+
+}  // namespace
+
+void add_exec_family(ExecFamily family) {
+  for (const auto& f : table())
+    if (f.name == family.name) throw Error("exec family \"" + family.name + "\" is installed twice");
+  table().push_back(std::move(family));
+}
+
+const ExecFamily& exec_family_named(const std::string& name) {
+  std::string known;
+  for (const auto& f : table()) {
+    if (f.name == name) return f;
+    known += (known.empty() ? "" : ", ") + f.name;
+  }
+  throw Error("exec cannot measure models of the " + name + " family (it measures: " + (known.empty() ? "none" : known) + ")");
+}
+
+void count_mode(nlohmann::ordered_json& modes, TimedModes& timed, const std::string& mode, std::function<void()> pass,
+                const ExpectedCounts& expected, int total_blocks, int tokens_per_pass, nlohmann::ordered_json extra) {
+  ExecCounters counters;
+  {
+    CountingScope scope(counters);
+    pass();
+  }
+  check_counters(mode, counters, expected);
+  nlohmann::ordered_json j{{"mode", mode}, {"total_blocks", total_blocks}};
+  j.update(counter_fields(counters, expected, tokens_per_pass));
+  if (extra.is_object()) j.update(extra);
+  timed.add("modes", modes.size(), std::move(pass));
+  modes.push_back(j);
+}
+
+void dense_same_shape(nlohmann::ordered_json& modes, TimedModes& timed, int L, int D, int H, int T,
+                      std::shared_ptr<const TokenWindows> timing, int B) {
+  GatedConfig c;
+  c.n_layer = L;
+  c.d_model = D;
+  c.n_head = H;
+  c.seq_len = T;
+  c.gate = GateKind::dense;
+  const auto dense = std::make_shared<const GatedModel<float>>(GatedModel<float>::initialized(c, 1));
+  const auto rs = std::make_shared<GatedRunState<float>>(c, B, T, false);
+  const auto live = std::make_shared<LiveCoefficients<float>>(*dense);
+  count_mode(modes, timed, "dense_same_shape", [dense, rs, live, timing, B, T] { gated_forward(*dense, *rs, timing->inputs.data(), B, T, *live); },
+             {L, gated_forward_flops(c, B, T, L), gated_controller_flops(c, B, T, L), gated_mixing_flops(c, B, T, L),
+              gated_controller_evaluations(c, L), 0},
+             L, B * T,
+             {{"note", "baseline with initialised weights: latency and FLOPs only"}});
+}
+
+double attention_half_flops(int B, int T, int D) {
+  return 2.0 * double(B) * T * 4.0 * D * D + 2.0 * 2.0 * double(B) * double(attention_executed_pairs(T)) * D;
+}
+
+}  // namespace fca

@@ -1,0 +1,64 @@
+// The exec layer's part of the family table (models/registry.h has the opening part,
+// train/train_family.h the training part): how `fca exec` measures a checkpoint of a family. Each
+// family supplies its entry from src/models/<family>/exec/; families/families.cpp installs them.
+// Below the table, the pieces every family's measurement is written with.
+#pragma once
+#include <algorithm>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/json.h"
+#include "data/corpus.h"
+#include "exec/counted_pass.h"
+#include "exec/exec.h"
+#include "exec/timed_modes.h"
+
+namespace fca {
+
+struct ExecFamily {
+  std::string name;  // the registry's name
+  // A checkpoint's exec.json entry: every configuration's counted pass (checked against the
+  // family's FLOP formulas) and NLL; the passes to time and the savings to compare go to `timed`.
+  // The entry carries "path", "model_sha256", "family", "gate" (its label for tables), "config"
+  // (n_layer, d_model, n_head, seq_len at least), "tokens_per_pass" and "modes".
+  std::function<nlohmann::ordered_json(const std::string& path, const Corpus& corpus, const ExecOptions& options,
+                                       TimedModes& timed)>
+      measure;
+  // Whether the checkpoint has gates a skip sweep can calibrate (--skip-threshold); null: never.
+  std::function<bool(const std::string& path)> has_calibratable_gates;
+};
+
+// Installs a family's entry (families/families.cpp, once at start-up); refuses a name used twice.
+void add_exec_family(ExecFamily family);
+// The family of this name; throws Error naming the families exec can measure.
+const ExecFamily& exec_family_named(const std::string& name);
+
+// One configuration: a counted pass (counters checked against `expected`, exec/counted_pass.h); the
+// pass is handed to `timed` as the next entry of `modes`, which the mode's JSON is appended to.
+void count_mode(nlohmann::ordered_json& modes, TimedModes& timed, const std::string& mode, std::function<void()> pass,
+                const ExpectedCounts& expected, int total_blocks, int tokens_per_pass, nlohmann::ordered_json extra = {});
+
+// dense_same_shape: the Dense model (gated-transformer spec, gate dense) of the same L, D, H, T with
+// initialised weights (latency and FLOPs do not depend on the weights' values), counted and
+// appended to `modes`, the same baseline for every family.
+void dense_same_shape(nlohmann::ordered_json& modes, TimedModes& timed, int L, int D, int H, int T,
+                      std::shared_ptr<const TokenWindows> timing, int B);
+
+// GEMM FLOPs of the attention half of one pre-norm block over B windows of T tokens: qkv and proj
+// (4 D^2 per row) and QK^T, PV over the pairs the blocked causal kernel executes.
+double attention_half_flops(int B, int T, int D);
+
+// Mean over the windows of `eval` of the per-window NLL that pass_and_loss(w0, n, out) writes for
+// windows w0 .. w0 + n - 1, in batches of B; summed in window order.
+template <typename PassAndLoss>
+double mean_window_nll(const TokenWindows& eval, int B, PassAndLoss pass_and_loss) {
+  std::vector<double> nll(size_t(eval.count));
+  for (int w0 = 0; w0 < eval.count; w0 += B) pass_and_loss(w0, std::min(B, eval.count - w0), nll.data() + w0);
+  double s = 0;
+  for (double v : nll) s += v;
+  return s / eval.count;
+}
+
+}  // namespace fca
