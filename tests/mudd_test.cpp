@@ -150,7 +150,7 @@ TEST(MuddParity, ConvertedBf16FolderLoadsInPlaceWithTheSameLogits) {
   GatedModel<float>::initialized(testing::tiny_config(GateKind::featuregate), 1).save(dir.file("gated.safetensors"));
   const auto refused = testing::run_fca({"convert", "--model", dir.file("gated.safetensors"), "--out", dir.file("x")});
   EXPECT_NE(refused.exit_code, 0);
-  EXPECT_NE(refused.output.find("convert takes a MUDD model folder"), std::string::npos) << refused.output;
+  EXPECT_NE(refused.output.find("a gated checkpoint needs no conversion"), std::string::npos) << refused.output;
 }
 
 TEST(MuddParity, ReplayFixtures) {

@@ -13,11 +13,7 @@
 #include "core/exec_counters.h"
 #include "ops/provenance.h"
 #include "core/safetensors.h"
-#include "core/sha256.h"
 #include "core/file_io.h"
-#include "models/gated/forward.h"
-#include "models/mudd/forward.h"
-#include "models/mudd/tokenizer.h"
 #include "models/registry.h"
 #include "models/routing_record.h"
 
@@ -99,64 +95,21 @@ void write_trace(const TraceFlags& f, std::vector<TensorToWrite> tensors, const 
               long(controller_evaluations));
 }
 
-// MUDD folders: logits, window_nll, coefficients [B, L, n, 4, L+1], hidden.{j} (X_0..X_L), final_stream.
-void trace_mudd(const TraceFlags& f) {
-  const MuddModel<float> model = MuddModel<float>::load(f.model, /*in_place=*/true);
-  const MuddConfig& c = model.config();
-  std::vector<std::vector<int32_t>> rows;
-  if (!f.ids.empty()) {
-    rows = read_ids(f.ids, c.vocab_size);
-  } else if (file_exists(f.model + "/tokenizer.json")) {
-    rows.push_back(BpeTokenizer::load(f.model + "/tokenizer.json").encode(f.text));
-  } else {
-    if (c.vocab_size != 256) throw Error(f.model + ": --text needs a tokenizer.json for a model with vocab_size " + std::to_string(c.vocab_size));
-    rows.emplace_back(reinterpret_cast<const unsigned char*>(f.text.data()),
-                      reinterpret_cast<const unsigned char*>(f.text.data()) + f.text.size());
-  }
-  if (rows[0].empty()) throw Error("trace: the text has no tokens");
-  const int B = int(rows.size()), n = int(rows[0].size()), L = c.n_layer, D = c.dim;
-  check_fits(f, n, c.block_size);
-  std::vector<int32_t> tokens, targets;
-  next_token_targets(rows, tokens, targets);
-  MuddRunState<float> rs(c, B, n);
-  CoefficientTensor recorded = make_mudd_coefficients(c, B, n), supplied;
-  std::unique_ptr<MuddCoefficientSource<float>> source;
-  if (!f.replay.empty()) {
-    supplied = make_mudd_coefficients(c, B, n);
-    SafetensorsReader(f.replay).read_into<float>("coefficients", {B, L, n, 4, L + 1}, supplied.values().data());
-    source = std::make_unique<MuddReplayedCoefficients<float>>(c, supplied);
-  } else {
-    source = std::make_unique<MuddRecordingCoefficients<float>>(model, recorded);
-  }
-  mudd_forward(model, rs, tokens.data(), B, n, *source);
-  mudd_loss(rs, targets.data(), nullptr);
-  const std::vector<float> nll = window_nll_excluding_last(rs.losses, B, n);
-  const std::vector<float> token_values(tokens.begin(), tokens.end());
-  std::vector<TensorToWrite> tensors{{"tokens", {B, n}, token_values.data()},
-                                     {"logits", {B, n, c.vocab_size}, rs.logits},
-                                     {"window_nll", {B}, nll.data()},
-                                     {"coefficients", {B, L, n, 4, L + 1},
-                                      f.replay.empty() ? recorded.values().data() : supplied.values().data()},
-                                     {"final_stream", {B, n, D}, rs.final_stream()}};
-  std::vector<std::string> names;
-  for (int j = 0; j <= L; ++j) names.push_back("hidden." + std::to_string(j));
-  for (int j = 0; j <= L; ++j) tensors.push_back({names[size_t(j)], {B, n, D}, rs.hidden[size_t(j)]});
-  write_trace(f, tensors, model.content_hash(), rs.controller_evaluations, B, n);
-}
-
-// Routed models (moe, mod), through the audit interface: logits, window_nll, coefficients (the
-// routing record's weights [B, L, n, 1, S]) and routing (its discrete field, [B, L, n, slots] I32:
-// expert indices or selection flags). --replay reads both back and feeds them instead of the router.
-void trace_routed(const TraceFlags& f) {
-  const auto model = open_model(f.model, 1 << 10, 1 << 20);
+// Any model, through the audit interface: tokens, logits, window_nll, coefficients (the record's
+// values [B, L, n, streams, sources]), for routing records also routing (the discrete field [B, L,
+// n, slots] I32: expert indices or selection flags), and the family's named intermediates
+// (AuditableModel::trace_tensors: hidden states, ...). --replay reads the record back and feeds it
+// instead of the controller.
+void trace_model(const TraceFlags& f) {
+  const auto model = open_model(f.model, 1, 1 << 20);
   std::vector<std::vector<int32_t>> rows;
   if (!f.ids.empty()) rows = read_ids(f.ids, model->vocab());
-  else rows.emplace_back(reinterpret_cast<const unsigned char*>(f.text.data()),
-                         reinterpret_cast<const unsigned char*>(f.text.data()) + f.text.size());
+  else rows.push_back(model->tokenize("trace", {reinterpret_cast<const unsigned char*>(f.text.data()), f.text.size()}));
   if (rows[0].empty()) throw Error("trace: the text has no tokens");
   const int B = int(rows.size()), n = int(rows[0].size()), V = model->vocab();
   check_fits(f, n, model->max_tokens());
   if (B > 1 << 10) throw Error("trace: at most 1024 rows, found " + std::to_string(B));
+  model->set_max_batch(B);
   std::vector<int32_t> tokens, targets;
   next_token_targets(rows, tokens, targets);
   CoefficientTensor record = model->make_coefficients(B, n);
@@ -164,16 +117,18 @@ void trace_routed(const TraceFlags& f) {
   const std::vector<int64_t> values_shape{B, s.layers, n, s.streams, s.sources}, routing_shape{B, s.layers, n, s.slots};
   std::vector<double> window(static_cast<size_t>(B));
   const int64_t before = model->replay_controller_evaluations();
-  ExecCounters live_counters;  // the router's evaluations, counted where they happen
+  ExecCounters live_counters;  // the controller's evaluations, counted where they happen
   if (!f.replay.empty()) {
     SafetensorsReader in(f.replay);
     in.read_into<float>("coefficients", values_shape, record.values().data());
-    const TensorInfo& r = in.get("routing");
-    if (r.dtype != DType::I32 || r.shape != routing_shape)
-      throw Error(f.replay + ": tensor 'routing' is " + dtype_name(r.dtype) + " " + shape_string(r.shape) + ", expected I32 " +
-                  shape_string(routing_shape));
-    std::memcpy(record.discrete().data(), r.data, r.nbytes);
-    check_routing_records(record.view(), f.replay);
+    if (s.slots > 0) {
+      const TensorInfo& r = in.get("routing");
+      if (r.dtype != DType::I32 || r.shape != routing_shape)
+        throw Error(f.replay + ": tensor 'routing' is " + dtype_name(r.dtype) + " " + shape_string(r.shape) + ", expected I32 " +
+                    shape_string(routing_shape));
+      std::memcpy(record.discrete().data(), r.data, r.nbytes);
+      check_routing_records(record.view(), f.replay);
+    }
     model->run_replay(tokens.data(), targets.data(), B, n, record, window.data());
   } else {
     CountingScope scope(live_counters);
@@ -181,72 +136,31 @@ void trace_routed(const TraceFlags& f) {
   }
   const int64_t evaluations =
       f.replay.empty() ? live_counters.controller_evaluations.load() : model->replay_controller_evaluations() - before;
-  // Per-position cross-entropy from the logits, so that each row's last position (no target) is left out.
-  std::vector<float> losses(size_t(B) * n);
+  // Per-position cross-entropy (the model's own, or from the logits), so that each row's last
+  // position (no target) is left out.
   const float* logits = model->last_logits();
-  for (size_t i = 0; i < losses.size(); ++i) {
-    const float* z = logits + i * size_t(V);
-    double mx = z[0], sum = 0;
-    for (int v = 1; v < V; ++v) mx = std::max(mx, double(z[v]));
-    for (int v = 0; v < V; ++v) sum += std::exp(double(z[v]) - mx);
-    losses[i] = float(std::log(sum) + mx - z[targets[i]]);
+  std::vector<float> computed;
+  const float* losses = model->last_position_losses();
+  if (losses == nullptr) {
+    computed.resize(size_t(B) * n);
+    for (size_t i = 0; i < computed.size(); ++i) {
+      const float* z = logits + i * size_t(V);
+      double mx = z[0], sum = 0;
+      for (int v = 1; v < V; ++v) mx = std::max(mx, double(z[v]));
+      for (int v = 0; v < V; ++v) sum += std::exp(double(z[v]) - mx);
+      computed[i] = float(std::log(sum) + mx - z[targets[i]]);
+    }
+    losses = computed.data();
   }
-  const std::vector<float> nll = window_nll_excluding_last(losses.data(), B, n);
-  const std::vector<float> token_values(tokens.begin(), tokens.end());
-  write_trace(f,
-              {{"tokens", {B, n}, token_values.data()},
-               {"logits", {B, n, V}, logits},
-               {"window_nll", {B}, nll.data()},
-               {"coefficients", values_shape, record.values().data()},
-               {"routing", routing_shape, record.discrete().data(), DType::I32}},
-              model->content_hash(), evaluations, B, n);
-}
-
-// Gated checkpoints: logits, window_nll, coefficients [B, L, n, 1, 1], hidden.{l} (h_0..h_L) and,
-// for a live featuregate controller, blocks.{l}.features.
-void trace_gated(const TraceFlags& f) {
-  const GatedModel<float> model = GatedModel<float>::load(f.model);
-  const GatedConfig& c = model.config();
-  std::vector<std::vector<int32_t>> rows;
-  if (!f.ids.empty()) rows = read_ids(f.ids, kByteVocab);
-  else rows.emplace_back(reinterpret_cast<const unsigned char*>(f.text.data()),
-                         reinterpret_cast<const unsigned char*>(f.text.data()) + f.text.size());
-  const int B = int(rows.size()), n = int(rows[0].size()), L = c.n_layer, D = c.d_model;
-  check_fits(f, n, c.seq_len);
-  std::vector<int32_t> tokens, targets;
-  next_token_targets(rows, tokens, targets);
-  GatedRunState<float> rs(c, B, n, false);
-  const CoefficientShape shape = gated_coefficient_shape(c, n);
-  CoefficientTensor recorded(B, shape), supplied;
-  std::unique_ptr<CoefficientSource<float>> source;
-  if (!f.replay.empty()) {
-    SafetensorsReader reader(f.replay);
-    supplied = CoefficientTensor(B, shape);
-    reader.read_into<float>("coefficients", {B, L, n, 1, 1}, supplied.values().data());
-    source = std::make_unique<ReplayedCoefficients<float>>(supplied);
-  } else {
-    source = std::make_unique<RecordingCoefficients<float>>(model, recorded);
-  }
-  gated_forward(model, rs, tokens.data(), B, n, *source);
-  gated_loss(rs, targets.data(), nullptr);
-  const std::vector<float> window_nll = window_nll_excluding_last(rs.losses, B, n);
+  const std::vector<float> nll = window_nll_excluding_last(losses, B, n);
   const std::vector<float> token_values(tokens.begin(), tokens.end());
   std::vector<TensorToWrite> tensors{{"tokens", {B, n}, token_values.data()},
-                                     {"logits", {B, n, kByteVocab}, rs.logits},
-                                     {"window_nll", {B}, window_nll.data()},
-                                     {"coefficients", {B, L, n, 1, 1},
-                                      f.replay.empty() ? recorded.values().data() : supplied.values().data()}};
-  std::vector<std::string> names;
-  for (int l = 0; l <= L; ++l) names.push_back("hidden." + std::to_string(l));
-  for (int l = 0; l <= L; ++l) tensors.push_back({names[size_t(l)], {B, n, D}, rs.hidden[size_t(l)]});
-  // phi_l [B, n, 4]: only computed by a live featuregate controller.
-  std::vector<std::string> feature_names;
-  if (source->needs_controller_inputs()) {
-    for (int l = 0; l < L; ++l) feature_names.push_back("blocks." + std::to_string(l) + ".features");
-    for (int l = 0; l < L; ++l)
-      tensors.push_back({feature_names[size_t(l)], {B, n, 4}, rs.features + int64_t(l) * B * n * 4});
-  }
-  write_trace(f, tensors, sha256_file(f.model), rs.controller_evaluations, B, n);
+                                     {"logits", {B, n, V}, logits},
+                                     {"window_nll", {B}, nll.data()},
+                                     {"coefficients", values_shape, record.values().data()}};
+  if (s.slots > 0) tensors.push_back({"routing", routing_shape, record.discrete().data(), DType::I32});
+  for (const TraceTensor& t : model->trace_tensors(B, n, f.replay.empty())) tensors.push_back({t.name, t.shape, t.data});
+  write_trace(f, tensors, model->content_hash(), evaluations, B, n);
 }
 
 }  // namespace
@@ -255,9 +169,9 @@ void add_trace_command(CLI::App& app) {
   auto f = std::make_shared<TraceFlags>();
   CLI::App* cmd = app.add_subcommand("trace", "Run a model on given ids or text and write logits, NLL, coefficients "
                                               "and hidden states");
-  cmd->add_option("--model", f->model, "Checkpoint: a gated, moe or mod .safetensors file or a MUDD model folder")->required();
+  cmd->add_option("--model", f->model, "Checkpoint: a .safetensors file or a MUDD model folder")->required();
   auto* ids = cmd->add_option("--ids", f->ids, "JSON file: an array of equal-length arrays of token ids");
-  auto* text = cmd->add_option("--text", f->text, "Text forming one window (bytes, or the folder's tokenizer.json)");
+  auto* text = cmd->add_option("--text", f->text, "Text forming one window, tokenized as the model's audit tokenizes text");
   ids->excludes(text);
   cmd->add_option("--out", f->out, "Trace file to write (.safetensors)")->required();
   cmd->add_option("--replay", f->replay, "Coefficients to feed instead of the controller (a trace's 'coefficients')");
@@ -266,10 +180,7 @@ void add_trace_command(CLI::App& app) {
     apply_threads(f->threads);
     if (f->ids.empty() && f->text.empty()) throw Error("trace needs --ids FILE or --text STRING");
     ensure_file_destination(f->out, "--out");
-    const std::string family = family_of(f->model).name;
-    if (family == "mudd") trace_mudd(*f);
-    else if (family == "gated") trace_gated(*f);
-    else trace_routed(*f);
+    trace_model(*f);
   });
 }
 

@@ -11,6 +11,14 @@
 
 namespace fca {
 
+// A named intermediate of the last pass for `fca trace`: [B, T, ...] float values under the stable
+// name of the family's spec ("hidden.3"), viewed in place in the model's run state.
+struct TraceTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+  const float* data;
+};
+
 class AuditableModel {
  public:
   virtual ~AuditableModel() = default;
@@ -38,6 +46,12 @@ class AuditableModel {
   virtual void run_replay(const int32_t* inputs, const int32_t* targets, int B, int T,
                           const CoefficientTensor& coefficients, double* window_nll) = 0;
   virtual size_t run_state_bytes() const = 0;  // activations of one pass, sized for the largest batch
+  // fca trace, after a pass of B windows of T tokens: the per-position cross-entropy [B * T] where
+  // the model keeps it (null: the trace computes it from the logits), and the family's named
+  // intermediates beyond tokens, logits and coefficients (hidden states; `live`: the pass ran the
+  // controller, whose inputs some families also show).
+  virtual const float* last_position_losses() const { return nullptr; }
+  virtual std::vector<TraceTensor> trace_tensors(int /*B*/, int /*T*/, bool /*live*/) const { return {}; }
   // True where the record is one residual gate per layer and token: its mean over a split is the
   // gate mass that evaluation reports (train/evaluate.h).
   virtual bool coefficients_are_gates() const { return false; }

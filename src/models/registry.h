@@ -27,6 +27,10 @@ struct ModelFamily {
   // What `fca info` prints about a checkpoint (validating it fully): "key: value" lines. Null: the
   // lines every model has (family, description, config, parameters, hash).
   std::function<std::string(const std::string& path)> info;
+  // `fca convert`: writes the checkpoint at `path` to the folder `out` with F32 weights that
+  // inference can use in place, and returns a one-line summary. Null: the family's checkpoints
+  // need no conversion.
+  std::function<std::string(const std::string& path, const std::string& out)> convert;
 };
 
 // Installs a family's entry (families/families.cpp, once at start-up); refuses a name used twice.

@@ -36,6 +36,17 @@ void GatedAuditable::structure_removed_profile(const CoefficientTensor& static_p
   std::fill(out.window_data(0), out.window_data(0) + out.shape().per_window(), global);
 }
 
+std::vector<TraceTensor> GatedAuditable::trace_tensors(int B, int T, bool live) const {
+  const int L = model_.config().n_layer, D = model_.config().d_model;
+  std::vector<TraceTensor> out;
+  for (int l = 0; l <= L; ++l) out.push_back({"hidden." + std::to_string(l), {B, T, D}, rs_->hidden[size_t(l)]});
+  // phi_l: computed only by a live featuregate controller.
+  if (live && model_.config().gate == GateKind::featuregate)
+    for (int l = 0; l < L; ++l)
+      out.push_back({"blocks." + std::to_string(l) + ".features", {B, T, 4}, rs_->features + int64_t(l) * B * T * 4});
+  return out;
+}
+
 namespace {
 
 // fca info: the gate, the shape and the checkpoint's metadata.
@@ -70,7 +81,7 @@ ModelFamily gated_model_family() {
             return std::make_unique<GatedAuditable>(path, batch, tokens);
           },
           [](const nlohmann::json& c) { return c.at("gate").get<std::string>(); },
-          gated_info};
+          gated_info, nullptr};
 }
 
 }  // namespace fca

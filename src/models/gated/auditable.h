@@ -41,6 +41,9 @@ class GatedAuditable : public FamilyAuditable<GatedAuditTraits> {
   CoefficientTensor make_coefficients(int windows, int tokens) const override;
   void identity_profile(CoefficientTensor& out) const override;
   void structure_removed_profile(const CoefficientTensor& static_profile, CoefficientTensor& out) const override;
+  // hidden.{l} = h_0 .. h_L [B, T, D]; after a live featuregate pass also blocks.{l}.features [B, T, 4].
+  const float* last_position_losses() const override { return rs_->losses; }
+  std::vector<TraceTensor> trace_tensors(int B, int T, bool live) const override;
   std::string static_profile_name() const override { return "LayerMean"; }
   std::string structure_removed_name() const override { return "GlobalMean"; }
 

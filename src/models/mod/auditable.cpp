@@ -22,7 +22,7 @@ ModelFamily mod_model_family() {
             std::snprintf(buf, sizeof buf, "mod c%g", c.at("capacity").get<double>());
             return std::string(buf);
           },
-          nullptr};
+          nullptr, nullptr};
 }
 
 }  // namespace fca

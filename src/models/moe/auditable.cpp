@@ -16,7 +16,7 @@ ModelFamily moe_model_family() {
           [](const nlohmann::json& c) {
             return "moe E" + std::to_string(c.at("n_expert").get<int>()) + " k" + std::to_string(c.at("top_k").get<int>());
           },
-          nullptr};
+          nullptr, nullptr};
 }
 
 }  // namespace fca

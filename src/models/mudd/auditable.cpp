@@ -1,6 +1,7 @@
 #include "models/mudd/auditable.h"
 
 #include <cstdio>
+#include <filesystem>
 
 #include <algorithm>
 
@@ -54,6 +55,13 @@ void MuddAuditable::structure_removed_profile(const CoefficientTensor& static_pr
   source_uniform_mean(static_profile, out);
 }
 
+std::vector<TraceTensor> MuddAuditable::trace_tensors(int B, int T, bool) const {
+  const int L = model_.config().n_layer, D = model_.config().dim;
+  std::vector<TraceTensor> out{{"final_stream", {B, T, D}, rs_->final_stream()}};
+  for (int j = 0; j <= L; ++j) out.push_back({"hidden." + std::to_string(j), {B, T, D}, rs_->hidden[size_t(j)]});
+  return out;
+}
+
 namespace {
 
 // fca info: the shape, the per-layer FFN and DA widths, the tokenizer.
@@ -76,6 +84,21 @@ std::string mudd_info(const std::string& path) {
   return out + "sha256:     " + model.content_hash() + " (weight files)\n";
 }
 
+// fca convert: a folder whose weights are BF16 or F16 (the public checkpoints) into one whose
+// weights are F32, once, so that inference can use them in place from the mapped file
+// (MuddModel::load in place) instead of upcasting a copy in every process.
+std::string mudd_convert(const std::string& path, const std::string& out) {
+  const MuddModel<float> model = MuddModel<float>::load(path);  // every tensor upcast into one F32 buffer
+  model.save(out, {{"converted_from_sha256", model.content_hash()}});
+  const std::string tokenizer = path + "/tokenizer.json";
+  if (file_exists(tokenizer)) {
+    std::error_code ec;
+    std::filesystem::copy_file(tokenizer, out + "/tokenizer.json", std::filesystem::copy_options::overwrite_existing, ec);
+    if (ec) throw Error(out + "/tokenizer.json: cannot copy " + tokenizer + " there (" + ec.message() + ")");
+  }
+  return "F32, " + std::to_string(model.parameter_count()) + " parameters; from " + path + ", sha256 " + model.content_hash();
+}
+
 }  // namespace
 
 ModelFamily mudd_model_family() {
@@ -85,7 +108,7 @@ ModelFamily mudd_model_family() {
             return std::make_unique<MuddAuditable>(path, batch, tokens);
           },
           [](const nlohmann::json&) { return std::string("mudd"); },
-          mudd_info};
+          mudd_info, mudd_convert};
 }
 
 }  // namespace fca

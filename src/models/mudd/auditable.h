@@ -43,6 +43,9 @@ class MuddAuditable : public FamilyAuditable<MuddAuditTraits> {
   CoefficientTensor make_coefficients(int windows, int tokens) const override;
   void identity_profile(CoefficientTensor& out) const override;
   void structure_removed_profile(const CoefficientTensor& static_profile, CoefficientTensor& out) const override;
+  // final_stream [B, T, D] and hidden.{j} = X_0 .. X_L [B, T, D].
+  const float* last_position_losses() const override { return rs_->losses; }
+  std::vector<TraceTensor> trace_tensors(int B, int T, bool live) const override;
   std::string static_profile_name() const override { return "StaticMixMean"; }
   std::string structure_removed_name() const override { return "SourceUniformMean"; }
 
