@@ -47,5 +47,27 @@ TEST(AddingAFamily, TheListOfPlacesIsTrue) {
     EXPECT_TRUE(naming.count(f)) << f << " is listed in docs/adding-a-family.md but names no family any more: delete its line";
 }
 
+// No family's folder includes another family's: what they share is in src/models/base/ (and the
+// model-agnostic files of src/models/ itself).
+TEST(AddingAFamily, NoFamilyIncludesAnother) {
+  const std::filesystem::path models = std::filesystem::path(FCA_SOURCE_DIR) / "src/models";
+  const std::regex include("#include \"models/([^/\"]+)/");
+  int families = 0;
+  for (const auto& folder : std::filesystem::directory_iterator(models)) {
+    if (!folder.is_directory() || folder.path().filename() == "base") continue;
+    ++families;
+    const std::string own = folder.path().filename().string();
+    for (const auto& entry : std::filesystem::recursive_directory_iterator(folder.path())) {
+      if (!entry.is_regular_file()) continue;
+      const std::string text = read_text(entry.path());
+      for (std::sregex_iterator it(text.begin(), text.end(), include), stop; it != stop; ++it) {
+        const std::string other = (*it)[1];
+        EXPECT_TRUE(other == own || other == "base") << entry.path() << " includes models/" << other << "/";
+      }
+    }
+  }
+  EXPECT_GE(families, 4);
+}
+
 }  // namespace
 }  // namespace fca

@@ -52,7 +52,7 @@ T* ParameterBuffer<T>::at(const std::string& name) {
 }
 
 template <typename T>
-GatedBlockWeights<T> ParameterBuffer<T>::block(const std::string& p) {
+BlockWeights<T> ParameterBuffer<T>::block(const std::string& p) {
   return {find(p + "ln1.weight"),      find(p + "ln1.bias"),      find(p + "attn.qkv.weight"), find(p + "attn.qkv.bias"),
           find(p + "attn.proj.weight"), find(p + "attn.proj.bias"), find(p + "ln2.weight"),      find(p + "ln2.bias"),
           find(p + "mlp.fc.weight"),    find(p + "mlp.fc.bias"),    find(p + "mlp.proj.weight"), find(p + "mlp.proj.bias")};

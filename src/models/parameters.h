@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "models/gated/config.h"  // TensorSlot
-#include "models/gated/model.h"   // GatedBlockWeights
+#include "models/base/block.h"  // BlockWeights
+#include "models/base/tensor_slot.h"
 
 namespace fca {
 
@@ -44,8 +44,8 @@ class ParameterBuffer {
   T* find(const std::string& name);
   // Throws Error when absent.
   T* at(const std::string& name);
-  // The pointers of a gated-family block's tensors under `prefix` (absent ones null).
-  GatedBlockWeights<T> block(const std::string& prefix);
+  // The pointers of a pre-norm block's tensors (models/base/block.h) under `prefix` (absent ones null).
+  BlockWeights<T> block(const std::string& prefix);
 
   // The gated-transformer spec's initialisation from one seed, by name: normal(0, 0.02) for wte,
   // wpe, *qkv.weight, *fc.weight and *router.weight; *proj.weight of the attention, MLP and experts

@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "models/gated/config.h"
+#include "models/base/tensor_slot.h"
 
 namespace fca {
 

@@ -10,7 +10,7 @@
 
 #include "core/communicator.h"
 #include "data/corpus.h"
-#include "models/gated/config.h"  // TensorSlot
+#include "models/base/tensor_slot.h"
 #include "train/adamw.h"
 
 namespace fca {

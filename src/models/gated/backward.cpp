@@ -5,7 +5,7 @@
 #include <string>
 
 #include "core/error.h"
-#include "models/gated/block.h"
+#include "models/base/block.h"
 #include "models/gated/forward.h"
 #include "ops/attention.h"
 #include "ops/elementwise.h"

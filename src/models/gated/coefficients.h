@@ -11,28 +11,11 @@
 #include <cstdint>
 
 #include "core/exec_counters.h"
+#include "models/base/batch_position.h"
 #include "models/coefficient_tensor.h"
 #include "models/gated/model.h"
 
 namespace fca {
-
-// The rows of one forward pass: windows first_window .. first_window + batch - 1, tokens each,
-// and the run's count of controller evaluations (owned by its run state).
-struct BatchPosition {
-  int first_window = 0;
-  int batch = 1;
-  int tokens = 0;
-  int64_t* controller_evaluations = nullptr;
-};
-
-// Counts one evaluation of controller code: called from inside the controller functions
-// themselves (featuregate's features and gate, MUDD's coefficient generator, the MoE and MoD
-// routers), never by a coefficient source, so that a replay reaching the controller by any path
-// shows up in the run's count (and in the execution counters, when installed).
-inline void count_controller_evaluation(const BatchPosition& batch) {
-  if (batch.controller_evaluations != nullptr) ++*batch.controller_evaluations;
-  if (ExecCounters* c = exec_counters()) c->controller_evaluations.fetch_add(1, std::memory_order_relaxed);
-}
 
 // The controller: the gate function of the spec, reading the gate parameters of a model.
 template <typename T>

@@ -5,9 +5,11 @@
 #include <string>
 #include <vector>
 
+#include "models/base/stream.h"       // kByteVocab
+#include "models/base/tensor_slot.h"
+
 namespace fca {
 
-inline constexpr int kByteVocab = 256;                     // V: every byte is a token
 inline constexpr const char* kGatedFormat = "fca-gated-v1";
 
 enum class GateKind { dense, fixed, uniform, layerstatic, featuregate };
@@ -29,15 +31,6 @@ struct GatedConfig {
   std::string to_json() const;
   static GatedConfig from_json(const std::string& text, const std::string& where);
   bool operator==(const GatedConfig&) const = default;
-};
-
-// One named parameter tensor inside the flat parameter buffer.
-struct TensorSlot {
-  std::string name;
-  std::vector<int64_t> shape;
-  size_t offset;      // in elements from the start of the buffer
-  size_t numel;
-  bool weight_decay;  // AdamW decays rank-2 tensors only (the spec's "2-D weight matrices")
 };
 
 // Every parameter of a config, in a fixed order: the one visitor behind loading, saving, the

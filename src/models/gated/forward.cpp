@@ -7,7 +7,7 @@
 #include "core/error.h"
 #include "core/phase_timer.h"
 #include "core/exec_counters.h"
-#include "models/gated/block.h"
+#include "models/base/block.h"
 #include "ops/attention.h"
 #include "ops/elementwise.h"
 #include "ops/embedding.h"

@@ -6,26 +6,16 @@
 #include <string>
 #include <vector>
 
+#include "models/base/block.h"
 #include "models/gated/config.h"
 
 namespace fca {
-
-// Pointers into a flat parameter (or gradient, or optimizer-moment) buffer; shapes per the spec.
-template <typename T>
-struct GatedBlockWeights {
-  T *ln1_weight, *ln1_bias;    // [D]
-  T *qkv_weight, *qkv_bias;    // [3D, D], [3D]
-  T *proj_weight, *proj_bias;  // [D, D], [D]
-  T *ln2_weight, *ln2_bias;    // [D]
-  T *fc_weight, *fc_bias;      // [4D, D], [4D]
-  T *mlp_proj_weight, *mlp_proj_bias;  // [D, 4D], [D]
-};
 
 template <typename T>
 struct GatedWeights {
   T* wte;  // [256, D], also the tied output head
   T* wpe;  // [T, D]
-  std::vector<GatedBlockWeights<T>> blocks;
+  std::vector<BlockWeights<T>> blocks;
   T *ln_f_weight, *ln_f_bias;  // [D]
   T* gate_logit = nullptr;     // [1] uniform, [L] layerstatic
   T* gate_weight = nullptr;    // [L, 4] featuregate

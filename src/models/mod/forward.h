@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "core/arena.h"
-#include "models/gated/run_state.h"
+#include "models/base/stream.h"
 #include "models/mod/model.h"
 #include "models/mod/routing.h"
 
@@ -33,7 +33,7 @@ struct ModRunState : StreamState<T> {
   int batch = 0, tokens = 0, selected = 0;  // of the last pass (selected = K)
   bool live_router = false;
 
-  std::vector<GatedBlockActivations<T>> blocks;  // [N] rows, or [B*K] rows for routed blocks
+  std::vector<BlockActivations<T>> blocks;  // [N] rows, or [B*K] rows for routed blocks
   std::vector<ModRoutedState<T>> routed;         // per block (unused entries for blocks not routed)
   // Backward scratch beyond the stream's.
   T* d_wide;                 // [N, 4D]

@@ -41,7 +41,7 @@ std::vector<TensorSlot> mod_tensor_layout(const ModConfig& config);
 template <typename T>
 struct ModWeights {
   T *wte, *wpe;
-  std::vector<GatedBlockWeights<T>> blocks;
+  std::vector<BlockWeights<T>> blocks;
   std::vector<T*> router_weight;  // [D] per block (null where not routed)
   std::vector<T*> router_bias;    // [1]
   T *ln_f_weight, *ln_f_bias;

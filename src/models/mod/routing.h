@@ -10,7 +10,7 @@
 #include <cstdint>
 
 #include "models/coefficient_tensor.h"
-#include "models/gated/coefficients.h"  // BatchPosition
+#include "models/base/batch_position.h"
 #include "models/mod/model.h"
 
 namespace fca {

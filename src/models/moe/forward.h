@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "core/arena.h"
-#include "models/gated/run_state.h"
+#include "models/base/stream.h"
 #include "models/moe/model.h"
 #include "models/moe/routing.h"
 
@@ -41,7 +41,7 @@ struct MoeRunState : StreamState<T> {
   int batch = 0, tokens = 0;
   bool live_router = false;  // whether the last pass evaluated the router (probs and aux are valid)
 
-  std::vector<GatedBlockActivations<T>> blocks;  // attention half + update F (fc fields unused)
+  std::vector<BlockActivations<T>> blocks;  // attention half + update F (fc fields unused)
   std::vector<MoeLayerState<T>> layers;
   // Backward scratch beyond the stream's.
   T *d_x, *d_act, *d_y;  // [R, D], [R, F], [R, D]

@@ -38,7 +38,7 @@ std::vector<TensorSlot> moe_tensor_layout(const MoeConfig& config);
 
 template <typename T>
 struct MoeBlockWeights {
-  GatedBlockWeights<T> attn;  // ln1, attn.qkv, attn.proj, ln2 (the mlp fields are null)
+  BlockWeights<T> attn;  // ln1, attn.qkv, attn.proj, ln2 (the mlp fields are null)
   T* router;                  // [E, D]
   T *fc_weight, *fc_bias;     // [E, F, D], [E, F]
   T *proj_weight, *proj_bias; // [E, D, F], [E, D]

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "core/safetensors.h"
-#include "models/gated/config.h"  // TensorSlot
+#include "models/base/tensor_slot.h"
 #include "models/mudd/config.h"
 
 namespace fca {

@@ -1,4 +1,4 @@
-#include "models/gated/block.h"
+#include "models/base/block.h"
 
 #include <algorithm>
 #include <string>
@@ -13,7 +13,7 @@
 namespace fca {
 
 template <typename T>
-void attention_half_forward(GatedBlockActivations<T>& a, T* attn_scratch, const GatedBlockWeights<T>& p, const T* h,
+void attention_half_forward(BlockActivations<T>& a, T* attn_scratch, const BlockWeights<T>& p, const T* h,
                             int B, int Tn, int D, int H, const AttentionStats<T>* stats) {
   const int N = B * Tn;
   layernorm_forward(a.ln1_out, a.ln1_mean, a.ln1_rstd, h, p.ln1_weight, p.ln1_bias, N, D);
@@ -24,7 +24,7 @@ void attention_half_forward(GatedBlockActivations<T>& a, T* attn_scratch, const 
 }
 
 template <typename T>
-void dense_mlp_forward(GatedBlockActivations<T>& a, const GatedBlockWeights<T>& p, int N, int D) {
+void dense_mlp_forward(BlockActivations<T>& a, const BlockWeights<T>& p, int N, int D) {
   // The fc GEMM writes its product alone (beta 0); the bias and GELU follow in one pass over its rows.
   gemm<T>(false, true, N, 4 * D, D, T(1), a.ln2_out, D, p.fc_weight, D, T(0), a.fc_pre, 4 * D);
   bias_gelu_tanh_forward(a.fc_pre, a.fc_act, p.fc_bias, N, 4 * D);
@@ -39,8 +39,8 @@ void dense_mlp_forward(GatedBlockActivations<T>& a, const GatedBlockWeights<T>& 
 }
 
 template <typename T>
-void dense_mlp_backward(GatedBlockWeights<T>& dp, const BlockGradScratch<T>& s, const GatedBlockActivations<T>& a,
-                        const GatedBlockWeights<T>& p, const T* dF, int N, int D) {
+void dense_mlp_backward(BlockWeights<T>& dp, const BlockGradScratch<T>& s, const BlockActivations<T>& a,
+                        const BlockWeights<T>& p, const T* dF, int N, int D) {
   // F = u + w, w = GELU(m Wfc^T + bfc) Wmlp^T + bmlp.
   linear_backward(s.d_wide, dp.mlp_proj_weight, dp.mlp_proj_bias, dF, a.fc_act, p.mlp_proj_weight, N, 4 * D, D);
   gelu_tanh_backward(s.d_wide, s.d_wide, a.fc_pre, int64_t(N) * 4 * D);
@@ -48,8 +48,8 @@ void dense_mlp_backward(GatedBlockWeights<T>& dp, const BlockGradScratch<T>& s, 
 }
 
 template <typename T>
-void attention_half_backward(T* d_h, GatedBlockWeights<T>& dp, const BlockGradScratch<T>& s,
-                             const GatedBlockActivations<T>& a, const GatedBlockWeights<T>& p, const T* h,
+void attention_half_backward(T* d_h, BlockWeights<T>& dp, const BlockGradScratch<T>& s,
+                             const BlockActivations<T>& a, const BlockWeights<T>& p, const T* h,
                              const T* du_direct, int B, int Tn, int D, int H) {
   const int N = B * Tn;
   // m = LayerNorm(h + u): its input gradient reaches both h and u.
@@ -104,13 +104,13 @@ void stream_head_backward(StreamState<T>& s, T* dwte, T* dln_f_weight, T* dln_f_
 }
 
 #define FCA_INSTANTIATE(T)                                                                                           \
-  template void attention_half_forward<T>(GatedBlockActivations<T>&, T*, const GatedBlockWeights<T>&, const T*, int,  \
+  template void attention_half_forward<T>(BlockActivations<T>&, T*, const BlockWeights<T>&, const T*, int,  \
                                           int, int, int, const AttentionStats<T>*);                                  \
-  template void dense_mlp_forward<T>(GatedBlockActivations<T>&, const GatedBlockWeights<T>&, int, int);               \
-  template void dense_mlp_backward<T>(GatedBlockWeights<T>&, const BlockGradScratch<T>&,                              \
-                                      const GatedBlockActivations<T>&, const GatedBlockWeights<T>&, const T*, int, int); \
-  template void attention_half_backward<T>(T*, GatedBlockWeights<T>&, const BlockGradScratch<T>&,                     \
-                                           const GatedBlockActivations<T>&, const GatedBlockWeights<T>&, const T*,   \
+  template void dense_mlp_forward<T>(BlockActivations<T>&, const BlockWeights<T>&, int, int);               \
+  template void dense_mlp_backward<T>(BlockWeights<T>&, const BlockGradScratch<T>&,                              \
+                                      const BlockActivations<T>&, const BlockWeights<T>&, const T*, int, int); \
+  template void attention_half_backward<T>(T*, BlockWeights<T>&, const BlockGradScratch<T>&,                     \
+                                           const BlockActivations<T>&, const BlockWeights<T>&, const T*,   \
                                            const T*, int, int, int, int);
 FCA_INSTANTIATE(float)
 #define FCA_INSTANTIATE_STREAM(T)                                                                                     \

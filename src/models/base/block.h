@@ -1,15 +1,28 @@
-// The transformer block of the gated family as plain functions, split where the routed families
-// (MoE, Mixture-of-Depths) differ: the attention half (LN1, attention, u, LN2) and the dense MLP.
-// Gated, MoE and MoD blocks are all built from these; shapes per the gated-transformer spec, N rows
-// of width D. A block's activations live in GatedBlockActivations (run_state.h).
+// The shared base of every model family built from the pre-norm transformer block
+// (src/models/base/): the block as plain functions, split where the families differ (the routed
+// families' MLP, the gated family's gate): the attention half (LN1, attention, u, LN2) and the dense
+// MLP, and the stream's ends (embedding, tied head). Gated, MoE and MoD blocks are all built from
+// these; shapes per the gated-transformer spec, N rows of width D. A block's activations live in
+// BlockActivations (stream.h).
 #pragma once
 #include <cstdint>
 
-#include "models/gated/model.h"
-#include "models/gated/run_state.h"
+#include "models/base/stream.h"
 #include "ops/attention.h"
 
 namespace fca {
+
+// One block's parameters: pointers into a flat parameter (or gradient, or optimizer-moment)
+// buffer; shapes per the gated-transformer spec.
+template <typename T>
+struct BlockWeights {
+  T *ln1_weight, *ln1_bias;    // [D]
+  T *qkv_weight, *qkv_bias;    // [3D, D], [3D]
+  T *proj_weight, *proj_bias;  // [D, D], [D]
+  T *ln2_weight, *ln2_bias;    // [D]
+  T *fc_weight, *fc_bias;      // [4D, D], [4D]
+  T *mlp_proj_weight, *mlp_proj_bias;  // [D, 4D], [D]
+};
 
 // Scratch buffers of a block's backward pass: [N, D] except d_wide [N, 4D] (or the MLP width) and
 // d_qkv [N, 3D]; attn_scratch attention_scratch_per_thread(T, dh, true) per thread.
@@ -22,30 +35,30 @@ struct BlockGradScratch {
 // stats: the featuregate controller's attention statistics, or null; attn_scratch as
 // attention_forward's.
 template <typename T>
-void attention_half_forward(GatedBlockActivations<T>& a, T* attn_scratch, const GatedBlockWeights<T>& p, const T* h,
+void attention_half_forward(BlockActivations<T>& a, T* attn_scratch, const BlockWeights<T>& p, const T* h,
                             int B, int Tn, int D, int H, const AttentionStats<T>* stats);
 
 // a.fc_pre, a.fc_act and a.update = F = u + GELU(ln2_out Wfc^T + bfc) Wproj^T + bproj.
 template <typename T>
-void dense_mlp_forward(GatedBlockActivations<T>& a, const GatedBlockWeights<T>& p, int N, int D);
+void dense_mlp_forward(BlockActivations<T>& a, const BlockWeights<T>& p, int N, int D);
 
 // From dF [N, D] (the gradient of the block update F = u + mlp): parameter gradients of the MLP,
 // and d(ln2_out) into s.d_small.
 template <typename T>
-void dense_mlp_backward(GatedBlockWeights<T>& dp, const BlockGradScratch<T>& s, const GatedBlockActivations<T>& a,
-                        const GatedBlockWeights<T>& p, const T* dF, int N, int D);
+void dense_mlp_backward(BlockWeights<T>& dp, const BlockGradScratch<T>& s, const BlockActivations<T>& a,
+                        const BlockWeights<T>& p, const T* dF, int N, int D);
 
 // From d(ln2_out) in s.d_small and du_direct [N, D] (the gradient reaching u other than through
 // LN2): parameter gradients of LN2, attention and LN1; d h accumulates into d_h (residual stream).
 template <typename T>
-void attention_half_backward(T* d_h, GatedBlockWeights<T>& dp, const BlockGradScratch<T>& s,
-                             const GatedBlockActivations<T>& a, const GatedBlockWeights<T>& p, const T* h,
+void attention_half_backward(T* d_h, BlockWeights<T>& dp, const BlockGradScratch<T>& s,
+                             const BlockActivations<T>& a, const BlockWeights<T>& p, const T* h,
                              const T* du_direct, int B, int Tn, int D, int H);
 
 // Throws Error unless a batch of B windows of Tn tokens fits the model (positions) and the run state.
 void check_batch_fits(int B, int Tn, int model_positions, int max_batch, int max_tokens);
 
-// The stream's ends, shared by every family built from the gated block (N = B*T' rows, width D).
+// The stream's ends, shared by every family built from the block (N = B*T' rows, width D).
 // Checks that every token is a byte, saves them, and writes h_0 = wte[token] + wpe[position].
 template <typename T>
 void stream_embed(StreamState<T>& s, const int32_t* tokens, const T* wte, const T* wpe, int B, int Tn, int D);
