@@ -701,7 +701,7 @@ class NanLogitReplay : public GatedAuditable {
 class ControllerReachingReplay : public CoefficientSource<float> {
  public:
   ControllerReachingReplay(const GatedModel<float>& model, const CoefficientTensor& c) : controller_(model.config(), model.weights()), replayed_(c) {}
-  bool needs_controller_inputs() const override { return false; }
+  bool evaluates_controller() const override { return false; }  // what it declares; the count says otherwise
   void coefficients(int layer, const BatchPosition& batch, const float* phi, float* g) override {
     if (controller_.needs_features()) {
       std::vector<float> zeros(size_t(batch.batch) * batch.tokens * 4, 0.0f);

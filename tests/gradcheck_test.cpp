@@ -18,7 +18,8 @@ class FrozenFeatureCoefficients : public CoefficientSource<double> {
  public:
   FrozenFeatureCoefficients(const GatedModel<double>& model, const std::vector<double>& phi)
       : controller_(model.config(), model.weights()), phi_(phi) {}
-  bool needs_controller_inputs() const override { return false; }
+  // Declared as not running the controller, so that the pass computes no features of its own.
+  bool evaluates_controller() const override { return false; }
   void coefficients(int layer, const BatchPosition& batch, const double*, double* g) override {
     controller_.evaluate(layer, batch, phi_.data() + layer * int64_t(batch.batch) * batch.tokens * 4, g);
   }

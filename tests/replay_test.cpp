@@ -41,7 +41,7 @@ void check_exact_replay(GateKind kind) {
   // Counted by the controller code: 3 batches x L layers, twice for featuregate (features, gate).
   EXPECT_EQ(replay_rs.controller_evaluations, 0);
   EXPECT_EQ(live_rs.controller_evaluations, (kind == GateKind::featuregate ? 2 : 1) * 3 * config.n_layer);
-  EXPECT_FALSE(replayed.needs_controller_inputs());
+  EXPECT_FALSE(replayed.evaluates_controller());
 }
 
 TEST(ExactReplay, Dense) { check_exact_replay(GateKind::dense); }

@@ -12,6 +12,7 @@
 
 #include "core/exec_counters.h"
 #include "models/base/batch_position.h"
+#include "models/base/controller_source.h"
 #include "models/coefficient_tensor.h"
 #include "models/gated/model.h"
 
@@ -33,11 +34,8 @@ class GateController {
 };
 
 template <typename T>
-class CoefficientSource {
+class CoefficientSource : public ControllerSource {
  public:
-  virtual ~CoefficientSource() = default;
-  // Whether the forward pass must compute the controller's inputs (phi) before asking for layer l.
-  virtual bool needs_controller_inputs() const = 0;
   // Writes g [batch * tokens] for `layer`. phi [batch * tokens, 4] or null.
   virtual void coefficients(int layer, const BatchPosition& batch, const T* phi, T* g) = 0;
 };
@@ -46,7 +44,7 @@ template <typename T>
 class LiveCoefficients : public CoefficientSource<T> {
  public:
   explicit LiveCoefficients(const GatedModel<T>& model) : controller_(model.config(), model.weights()) {}
-  bool needs_controller_inputs() const override { return controller_.needs_features(); }
+  bool evaluates_controller() const override { return true; }
   void coefficients(int layer, const BatchPosition& batch, const T* phi, T* g) override;
 
  private:
@@ -68,7 +66,7 @@ template <typename T>
 class ReplayedCoefficients : public CoefficientSource<T> {
  public:
   explicit ReplayedCoefficients(const CoefficientTensor& coefficients) : coefficients_(coefficients) {}
-  bool needs_controller_inputs() const override { return false; }
+  bool evaluates_controller() const override { return false; }
   void coefficients(int layer, const BatchPosition& batch, const T* phi, T* g) override;
 
  private:

@@ -50,7 +50,9 @@ void gated_forward(const GatedModel<T>& model, GatedRunState<T>& rs, const int32
   const int D = c.d_model, H = c.n_head, L = c.n_layer;
   const int N = B * Tn;
   const auto& w = model.weights();
-  const bool controller_inputs = source.needs_controller_inputs();
+  // The controller's inputs (the featuregate statistics phi) are computed only for a source that
+  // runs the controller, and only for the gate that reads them.
+  const bool controller_inputs = source.evaluates_controller() && model.config().gate == GateKind::featuregate;
   // h_0 and block 0's update F_0 depend on the tokens alone (prefix_reuse.h); a replay of the
   // windows of the last pass starts at block 0's gate.
   const bool reuse_block0 = !controller_inputs && executed_blocks == nullptr && rs.prefix.reusable(tokens, B, Tn, rs.tokens_in);

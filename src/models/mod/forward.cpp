@@ -68,7 +68,7 @@ void mod_forward(const ModModel<T>& model, ModRunState<T>& rs, const int32_t* to
   rs.batch = B;
   rs.tokens = Tn;
   rs.selected = K;
-  rs.live_router = routing.evaluates_router();
+  rs.live_router = routing.evaluates_controller();
   ExecCounters* counters = exec_counters();
   const BatchPosition position{first_window, B, Tn, &rs.controller_evaluations};
   stream_embed(rs, tokens, w.wte, w.wpe, B, Tn, D);

@@ -11,15 +11,14 @@
 
 #include "models/coefficient_tensor.h"
 #include "models/base/batch_position.h"
+#include "models/base/controller_source.h"
 #include "models/mod/model.h"
 
 namespace fca {
 
 template <typename T>
-class ModRoutingSource {
+class ModRoutingSource : public ControllerSource {
  public:
-  virtual ~ModRoutingSource() = default;
-  virtual bool evaluates_router() const = 0;
   // Block `layer` (routed), K tokens per window: rows [B*K] = b*T' + position (window b's
   // selection in position order), weights [B*K]. h [B*T', D] is the block's input; scores [B*T']
   // receive s (live only).
@@ -30,7 +29,7 @@ template <typename T>
 class ModLiveRouting : public ModRoutingSource<T> {
  public:
   explicit ModLiveRouting(const ModModel<T>& model) : model_(model) {}
-  bool evaluates_router() const override { return true; }
+  bool evaluates_controller() const override { return true; }
   void select(int layer, const BatchPosition& batch, int K, const T* h, T* scores, int32_t* rows, T* weights) override;
 
  protected:
@@ -51,7 +50,7 @@ template <typename T>
 class ModReplayedRouting : public ModRoutingSource<T> {
  public:
   ModReplayedRouting(const ModConfig& config, const CoefficientTensor& record) : config_(config), record_(record) {}
-  bool evaluates_router() const override { return false; }
+  bool evaluates_controller() const override { return false; }
   void select(int layer, const BatchPosition& batch, int K, const T* h, T* scores, int32_t* rows, T* weights) override;
 
  private:

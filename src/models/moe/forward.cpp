@@ -116,7 +116,7 @@ void moe_forward(const MoeModel<T>& model, MoeRunState<T>& rs, const int32_t* to
   const auto& w = model.weights();
   rs.batch = B;
   rs.tokens = Tn;
-  rs.live_router = routing.evaluates_router();
+  rs.live_router = routing.evaluates_controller();
   ExecCounters* counters = exec_counters();
   const BatchPosition position{first_window, B, Tn, &rs.controller_evaluations};
   const int64_t S = rs.dense_experts ? E : k, R = N * S;

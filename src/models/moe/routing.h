@@ -10,16 +10,14 @@
 
 #include "models/coefficient_tensor.h"
 #include "models/base/batch_position.h"
+#include "models/base/controller_source.h"
 #include "models/moe/model.h"
 
 namespace fca {
 
 template <typename T>
-class MoeRoutingSource {
+class MoeRoutingSource : public ControllerSource {
  public:
-  virtual ~MoeRoutingSource() = default;
-  // Whether route() reads the router input m and writes the router probabilities.
-  virtual bool evaluates_router() const = 0;
   // Layer `layer`, rows n < batch*tokens: writes experts [N, k], weights [N, k]; live sources also
   // write probs [N, E] (the softmax the auxiliary loss and backward read). m [N, D].
   virtual void route(int layer, const BatchPosition& batch, const T* m, T* probs, int32_t* experts, T* weights) = 0;
@@ -29,7 +27,7 @@ template <typename T>
 class MoeLiveRouting : public MoeRoutingSource<T> {
  public:
   explicit MoeLiveRouting(const MoeModel<T>& model) : model_(model) {}
-  bool evaluates_router() const override { return true; }
+  bool evaluates_controller() const override { return true; }
   void route(int layer, const BatchPosition& batch, const T* m, T* probs, int32_t* experts, T* weights) override;
 
  protected:
@@ -50,7 +48,7 @@ template <typename T>
 class MoeReplayedRouting : public MoeRoutingSource<T> {
  public:
   MoeReplayedRouting(const MoeConfig& config, const CoefficientTensor& record);
-  bool evaluates_router() const override { return false; }
+  bool evaluates_controller() const override { return false; }
   void route(int layer, const BatchPosition& batch, const T* m, T* probs, int32_t* experts, T* weights) override;
 
  private:

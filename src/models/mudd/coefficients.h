@@ -7,6 +7,7 @@
 
 #include "models/coefficient_tensor.h"
 #include "models/base/batch_position.h"
+#include "models/base/controller_source.h"
 #include "models/mudd/model.h"
 
 namespace fca {
@@ -30,11 +31,8 @@ void mudd_da_generator(const MuddConfig& config, const MuddDaWeights<T>& da, con
                        const MuddDaSaved<T>& saved, T* alpha);
 
 template <typename T>
-class MuddCoefficientSource {
+class MuddCoefficientSource : public ControllerSource {
  public:
-  virtual ~MuddCoefficientSource() = default;
-  // Whether alpha depends on the generator (and so backward reaches the DA weights).
-  virtual bool live() const = 0;
   // Writes alpha [N, C_i * S_i] for DA module `layer`, given the newest source X_{layer+1} [N, D].
   virtual void coefficients(int layer, const BatchPosition& batch, const T* newest, const MuddDaSaved<T>& saved,
                             T* alpha) = 0;
@@ -44,7 +42,7 @@ template <typename T>
 class MuddLiveCoefficients : public MuddCoefficientSource<T> {
  public:
   explicit MuddLiveCoefficients(const MuddModel<T>& model) : model_(model) {}
-  bool live() const override { return true; }
+  bool evaluates_controller() const override { return true; }
   void coefficients(int layer, const BatchPosition& batch, const T* newest, const MuddDaSaved<T>& saved,
                     T* alpha) override;
 
@@ -67,7 +65,7 @@ template <typename T>
 class MuddReplayedCoefficients : public MuddCoefficientSource<T> {
  public:
   MuddReplayedCoefficients(const MuddConfig& config, const CoefficientTensor& coefficients);
-  bool live() const override { return false; }
+  bool evaluates_controller() const override { return false; }
   void coefficients(int layer, const BatchPosition& batch, const T* newest, const MuddDaSaved<T>& saved,
                     T* alpha) override;
 
