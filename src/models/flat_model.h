@@ -1,5 +1,5 @@
-// The body every single-file model family shares: a config, one named parameter buffer laid out by
-// the family, and the named weight pointers bound to it. A family supplies a Spec:
+// The one parameter store of the single-file model families (gated, moe, mod): a config, one named
+// parameter buffer laid out by the family, and the named weight pointers bound to it. A family supplies a Spec:
 //   Config (validate / to_json / from_json, n_layer), kFormat, layout(config) -> slots,
 //   template <T> Weights<T>, template <T> bind(ParameterBuffer<T>&, config) -> Weights<T>,
 //   describe(config) (how messages name a model: "moe model with 4 layers, ...").
@@ -67,6 +67,16 @@ class FlatModel {
   size_t buffer_size() const { return params_.size(); }
   const Weights& weights() const { return weights_; }
   Weights& weights() { return weights_; }
+  // Pointer to the tensor named `name`; throws Error when the model has no such tensor.
+  T* tensor(const std::string& name) { return params_.at(name); }
+  const T* tensor(const std::string& name) const { return const_cast<FlatModel*>(this)->params_.at(name); }
+  // The same model in another precision (gradient checks run in double).
+  template <typename U>
+  static FlatModel converted_from(const FlatModel<U, Spec>& other) {
+    FlatModel m(other.config());
+    for (size_t i = 0; i < m.buffer_size(); ++i) m.data()[i] = static_cast<T>(other.data()[i]);
+    return m;
+  }
 
  private:
   void bind() { weights_ = Spec::bind(params_, config_); }
