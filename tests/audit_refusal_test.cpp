@@ -1,0 +1,424 @@
+// The audit refuses what it cannot trust, and resumes exactly: exact replay compares logits the
+// compared pass wrote, refuses a replay that ignores its coefficients, is off by one ulp, yields NaN
+// or reaches the controller; a stopped audit resumes to the same results; caches are reused only
+// when they match (or replay exactly, from another build).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <set>
+
+#include "audit/aggregate.h"
+#include "audit/cache.h"
+#include "audit/audit.h"
+#include "report/audit_markdown.h"
+#include "audit/conditions.h"
+#include "core/rng.h"
+#include "core/undefined_statistic.h"
+#include "core/safetensors.h"
+#include "core/threads.h"
+#include "models/gated/auditable.h"
+#include "models/mudd/auditable.h"
+#include "report/report.h"
+#include "test_util.h"
+#include "train/trainer.h"
+#include "audit_fixture.h"
+
+namespace fca {
+namespace {
+
+// Forwards to a model and counts the windows it runs, to see what a resumed audit recomputes.
+class CountingModel : public AuditableModel {
+ public:
+  explicit CountingModel(AuditableModel& inner) : m_(inner) {}
+  int64_t live_windows = 0, replay_windows = 0;
+  // The broken adapter of the issue: replay runs the model's own controller (uncounted) instead of
+  // using the coefficients it is handed. Exact replay cannot see it; the sensitivity probe must.
+  bool ignore_replayed_coefficients = false;
+  // A replay that writes no logits: it hands back the NLLs of the last live run and leaves the
+  // logits buffer as it was. Without poisoning, exact replay would compare the live logits with
+  // themselves and pass.
+  bool replay_writes_no_logits = false;
+  std::string family() const override { return m_.family(); }
+  std::string description() const override { return m_.description(); }
+  std::string content_hash() const override { return m_.content_hash(); }
+  std::string config_json() const override { return m_.config_json(); }
+  size_t parameter_count() const override { return m_.parameter_count(); }
+  int max_tokens() const override { return m_.max_tokens(); }
+  int vocab() const override { return m_.vocab(); }
+  std::vector<int32_t> tokenize(const std::string& split, std::span<const unsigned char> text) const override {
+    return m_.tokenize(split, text);
+  }
+  CoefficientTensor make_coefficients(int windows, int tokens) const override { return m_.make_coefficients(windows, tokens); }
+  void run_live(const int32_t* x, const int32_t* y, int B, int T, CoefficientTensor* record, int first, double* nll) override {
+    live_windows += B;
+    m_.run_live(x, y, B, T, record, first, nll);
+    last_live_nll_.assign(nll, nll + B);
+  }
+  void run_replay(const int32_t* x, const int32_t* y, int B, int T, const CoefficientTensor& c, double* nll) override {
+    replay_windows += B;
+    if (replay_writes_no_logits) std::copy(last_live_nll_.begin(), last_live_nll_.end(), nll);
+    else if (ignore_replayed_coefficients) m_.run_live(x, y, B, T, nullptr, 0, nll);
+    else m_.run_replay(x, y, B, T, c, nll);
+  }
+  size_t run_state_bytes() const override { return m_.run_state_bytes(); }
+  bool batch_invariant() const override { return m_.batch_invariant(); }
+  void set_max_batch(int b) override { m_.set_max_batch(b); }
+  int max_batch() const override { return m_.max_batch(); }
+  const float* last_logits() const override { return m_.last_logits(); }
+  void poison_logits(int B, int T) override { m_.poison_logits(B, T); }
+  int64_t replay_controller_evaluations() const override { return m_.replay_controller_evaluations(); }
+  void set_prefix_reuse(bool on) override { m_.set_prefix_reuse(on); }
+  int64_t prefix_reuses() const override { return m_.prefix_reuses(); }
+  void identity_profile(CoefficientTensor& out) const override { m_.identity_profile(out); }
+  void structure_removed_profile(const CoefficientTensor& s, CoefficientTensor& out) const override {
+    m_.structure_removed_profile(s, out);
+  }
+  std::string static_profile_name() const override { return m_.static_profile_name(); }
+  std::string structure_removed_name() const override { return m_.structure_removed_name(); }
+
+ private:
+  AuditableModel& m_;
+  std::vector<double> last_live_nll_;
+};
+
+// Exact replay compares logits that the compared pass wrote: the buffer is NaN before each pass, so
+// a replay that writes no logits (but hands back the right NLLs) fails instead of comparing the live
+// logits with themselves.
+TEST_F(AuditEndToEnd, AReplayThatWritesNoLogitsFailsExactReplay) {
+  const std::string m = model_of(GateKind::featuregate, 20);
+  GatedAuditable inner(m, 8, 1 << 20);
+  CountingModel broken(inner);
+  broken.replay_writes_no_logits = true;
+  try {
+    run_audit(broken, Corpus(dir.path()), options(m, "no_logits"));
+    ADD_FAILURE() << "an audit whose replay writes no logits was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("exact replay failed"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(" logits differ in bits"), std::string::npos) << e.what();
+    EXPECT_EQ(std::string(e.what()).find("(0 logits differ"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(file_exists(dir.file("no_logits/audit.json")));
+}
+
+// A replay that ignores the coefficients it is handed passes exact replay and reports 0 controller
+// evaluations, so without the sensitivity probe every penalty would be exactly 0 and the verdict
+// "no functional dependence". The probe refuses it; with --allow-insensitive-replay the audit runs
+// and says so, and the report does not read its zeros as a finding.
+TEST_F(AuditEndToEnd, AReplayThatIgnoresItsCoefficientsIsRefused) {
+  const std::string m = model_of(GateKind::featuregate, 20);
+  GatedAuditable inner(m, 8, 1 << 20);
+  CountingModel broken(inner);
+  broken.ignore_replayed_coefficients = true;
+  AuditOptions o = options(m, "ignoring");
+  try {
+    run_audit(broken, Corpus(dir.path()), o);
+    ADD_FAILURE() << "an audit whose replay ignores its coefficients was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("replay sensitivity probe failed"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("ignores the handed coefficients"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(file_exists(dir.file("ignoring/audit.json")));
+  o.allow_insensitive_replay = true;
+  const auto j = run_audit(broken, Corpus(dir.path()), o);
+  EXPECT_FALSE(j["replay_sensitivity"]["passed"].get<bool>());
+  EXPECT_EQ(j["replay_sensitivity"]["differing_logits"], 0);
+  EXPECT_NE(j["replay_sensitivity"]["warning"].get<std::string>().find("0 by construction"), std::string::npos);
+  for (const auto& c : j["conditions"]) EXPECT_EQ(c["delta_nll"].get<double>(), 0.0) << c["name"];
+  ReportInputs in;
+  in.audits = {dir.file("ignoring/audit.json")};
+  const ReportData data = load_report_data(in);
+  const auto verdicts = compute_verdicts(data);
+  ASSERT_EQ(verdicts.size(), 1u);
+  EXPECT_EQ(verdicts[0].dependence.rfind("Not assessed: the replay did not depend on the coefficients it was handed", 0), 0u)
+      << verdicts[0].dependence;
+  EXPECT_NE(report_html(data).find("class=\"warn\""), std::string::npos);
+  // The native model's own replay does depend on them.
+  const auto good = audit(m, "good");
+  EXPECT_TRUE(good["replay_sensitivity"]["passed"].get<bool>());
+  EXPECT_GT(good["replay_sensitivity"]["differing_logits"].get<int64_t>(), 0);
+  EXPECT_EQ(good["replay_sensitivity"]["controller_evaluations"], 0);
+}
+
+// An audit stopped after one and then after two more window batches (as a kill would leave it:
+// the cache and the journal's records on disk), then run to the end, gives bitwise the results of
+// an uninterrupted one, and the resumed runs replay only what the journal lacks.
+TEST_F(AuditEndToEnd, AStoppedAuditResumesToTheSameResults) {
+  const TrainOptions t = testing::tiny_mudd_training(dir.file("mudd"), 3);
+  train_model(t, Corpus(dir.path()));
+  for (const std::string family : {"gated", "mudd"}) {
+    SCOPED_TRACE(family);
+    const std::string m = family == "gated" ? model_of(GateKind::featuregate, 30) : t.out;
+    auto open = [&](int batch) -> std::unique_ptr<AuditableModel> {
+      if (family == "gated") return std::make_unique<GatedAuditable>(m, batch, 1 << 20);
+      return std::make_unique<MuddAuditable>(m, batch, 1 << 20);
+    };
+    const AuditOptions whole = options(m, family + "-whole");
+    const auto expected = run_audit(*open(whole.batch), Corpus(dir.path()), whole);
+    const int per_window = family == "gated" ? 16 : 13;  // replays per window after exact replay (3 batches of 8)
+    int64_t replayed = 0, live = 0;
+    for (int stop : {1, 1, 0}) {
+      AuditOptions o = options(m, family + "-resumed");
+      o.stop_after_batches = stop;
+      auto inner = open(o.batch);
+      CountingModel counting(*inner);
+      const auto j = run_audit(counting, Corpus(dir.path()), o);
+      replayed += counting.replay_windows;
+      live += counting.live_windows;
+      if (stop > 0) {
+        EXPECT_EQ(j["stopped_after_batches"], 1);
+        EXPECT_TRUE(file_exists(dir.file(family + "-resumed/journal.jsonl")));
+      } else {
+        for (const char* section : {"conditions", "factor_effects", "retention", "criteria", "variance", "baseline", "exact_replay"})
+          EXPECT_EQ(expected[section], j[section]) << section;
+        EXPECT_EQ(expected["provenance"]["run"]["prefix_reuse"], j["provenance"]["run"]["prefix_reuse"]);
+        EXPECT_FALSE(file_exists(dir.file(family + "-resumed/journal.jsonl"))) << "removed once the results are written";
+      }
+    }
+    // 24 windows: exact replay once, then each batch of 8 windows' condition replays once, plus the
+    // plan's one-batch probe in each of the three runs (8 windows replayed each) and the replay
+    // sensitivity probe's two replays of a calibration batch of 8 in each run.
+    EXPECT_EQ(replayed, 24 + 24 * per_window + 3 * 8 + 3 * 2 * 8);
+    // Live: the cache pass over 24 + 16 windows and exact replay's live half once (the resumed runs
+    // read the cache and the journal), plus the probe's warm-up window and live batch in each run.
+    EXPECT_EQ(live, 24 + 16 + 24 + 3 * (1 + 8));
+    EXPECT_EQ(testing::read_bytes(dir.file(family + "-whole/windows.csv")),
+              testing::read_bytes(dir.file(family + "-resumed/windows.csv")));
+  }
+}
+
+// The kept prefix is only used for the windows it was computed from: a replay of other windows
+// recomputes it, and a replay of the same windows reuses it with bitwise the same NLL.
+TEST_F(AuditEndToEnd, PrefixReuseNeedsTheSameWindows) {
+  const std::string m = model_of(GateKind::featuregate, 0);
+  GatedAuditable model(m, 4, 1 << 20), fresh(m, 4, 1 << 20);
+  const int B = 2, T = 16;
+  std::vector<int32_t> x(size_t(B) * T), y(size_t(B) * T), targets(size_t(B) * T, 7);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = int32_t(i % 251), y[i] = int32_t((i * 7 + 3) % 256);
+  CoefficientTensor g = model.make_coefficients(B, T);
+  std::fill(g.values().begin(), g.values().end(), 0.5f);
+  double first[2], second[2], expected[2];
+  model.set_prefix_reuse(true);
+  model.run_replay(x.data(), targets.data(), B, T, g, first);
+  model.run_replay(y.data(), targets.data(), B, T, g, second);
+  EXPECT_EQ(model.prefix_reuses(), 0) << "other windows must not reuse the kept prefix";
+  fresh.run_replay(y.data(), targets.data(), B, T, g, expected);
+  EXPECT_EQ(second[0], expected[0]);
+  EXPECT_EQ(second[1], expected[1]);
+  std::fill(g.values().begin(), g.values().end(), 0.9f);
+  model.run_replay(y.data(), targets.data(), B, T, g, second);
+  EXPECT_EQ(model.prefix_reuses(), 1);
+  fresh.run_replay(y.data(), targets.data(), B, T, g, expected);
+  EXPECT_EQ(second[0], expected[0]);
+  EXPECT_EQ(second[1], expected[1]);
+  // Disabled (live passes, exec, training), nothing is reused.
+  model.set_prefix_reuse(false);
+  model.run_replay(y.data(), targets.data(), B, T, g, second);
+  EXPECT_EQ(model.prefix_reuses(), 1);
+}
+
+TEST_F(AuditEndToEnd, CacheIsReusedAndMismatchesAreRefused) {
+  const std::string m1 = model_of(GateKind::featuregate, 0, 1), m2 = model_of(GateKind::featuregate, 0, 2);
+  const auto first = audit(m1, "a");
+  EXPECT_FALSE(first["settings"]["cache_reused"].get<bool>());
+  AuditOptions o;
+  o.model_path = m2;
+  o.eval_windows = 24;
+  o.calib_windows = 16;
+  o.reps = 3;
+  o.bootstrap_resamples = 100;
+  o.out_dir = dir.file("b");
+  o.cache_path = dir.file("a/cache.safetensors");
+  o.progress = false;
+  GatedAuditable other(m2, o.batch, 1 << 20);
+  try {
+    run_audit(other, Corpus(dir.path()), o);
+    ADD_FAILURE() << "a cache of another model was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("model_sha256"), std::string::npos) << e.what();
+  }
+  // A truncated cache is refused too.
+  const std::string bytes = testing::read_bytes(dir.file("a/cache.safetensors"));
+  testing::write_text(dir.file("cut.safetensors"), bytes.substr(0, bytes.size() - 100));
+  o.model_path = m1;
+  o.cache_path = dir.file("cut.safetensors");
+  GatedAuditable same(m1, o.batch, 1 << 20);
+  EXPECT_THROW(run_audit(same, Corpus(dir.path()), o), Error);
+  // The matching cache is reused.
+  o.cache_path = dir.file("a/cache.safetensors");
+  GatedAuditable again(m1, o.batch, 1 << 20);
+  EXPECT_TRUE(run_audit(again, Corpus(dir.path()), o)["settings"]["cache_reused"].get<bool>());
+}
+
+// A cache written by another build (its manifest says so) is used only when exact replay
+// reproduces its NLLs bit for bit; otherwise the refusal says where the cache came from.
+TEST_F(AuditEndToEnd, CacheFromAnotherBuildIsUsedOnlyWhenReplayIsExact) {
+  const std::string m = model_of(GateKind::featuregate, 0);
+  audit(m, "b");
+  auto rewrite = [&](const std::string& out, bool perturb_nll) {
+    const SafetensorsReader r(dir.file("b/cache.safetensors"));
+    std::map<std::string, std::string> meta = r.metadata();
+    nlohmann::json manifest = nlohmann::json::parse(meta.at("manifest"));
+    manifest["build"] = "g++ 99.0; x86-64 sse4.2; -O2";
+    meta["manifest"] = manifest.dump();
+    std::vector<double> nll = r.read_as_double("eval.nll");
+    if (perturb_nll) nll[0] = std::nextafter(nll[0], 1e9);  // another build's rounding
+    std::vector<TensorToWrite> tensors;
+    for (const auto& [name, t] : r.tensors())
+      tensors.push_back({name, t.shape, name == "eval.nll" ? static_cast<const void*>(nll.data()) : t.data, t.dtype});
+    write_safetensors(dir.file(out), tensors, meta);
+  };
+  AuditOptions o = options(m, "b-same");
+  rewrite("same-bits.safetensors", false);
+  o.cache_path = dir.file("same-bits.safetensors");
+  GatedAuditable model(m, o.batch, 1 << 20);
+  const auto j = run_audit(model, Corpus(dir.path()), o);
+  EXPECT_TRUE(j["settings"]["cache_from_other_build"].get<bool>());
+  EXPECT_EQ(j["settings"]["cache_build"], "g++ 99.0; x86-64 sse4.2; -O2");
+  rewrite("other-bits.safetensors", true);
+  o.cache_path = dir.file("other-bits.safetensors");
+  o.out_dir = dir.file("b-other");
+  try {
+    run_audit(model, Corpus(dir.path()), o);
+    ADD_FAILURE() << "another build's cache with other NLL bits was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("was written by another build (g++ 99.0"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir.file("b-other/audit.json")));
+}
+
+// A model whose replay is off by one ulp somewhere: the audit must stop before any condition.
+class InexactReplay : public GatedAuditable {
+ public:
+  using GatedAuditable::GatedAuditable;
+  void run_replay(const int32_t* inputs, const int32_t* targets, int B, int T, const CoefficientTensor& c,
+                  double* window_nll) override {
+    GatedAuditable::run_replay(inputs, targets, B, T, c, window_nll);
+    window_nll[0] = std::nextafter(window_nll[0], 1e9);
+  }
+};
+
+// A replay whose NLL, or one of whose logits, is NaN: std::max(0, NaN) is 0, so a comparison of
+// differences would call it exact; the comparison of bit patterns must not.
+class NanNllReplay : public GatedAuditable {
+ public:
+  using GatedAuditable::GatedAuditable;
+  void run_replay(const int32_t* inputs, const int32_t* targets, int B, int T, const CoefficientTensor& c,
+                  double* window_nll) override {
+    GatedAuditable::run_replay(inputs, targets, B, T, c, window_nll);
+    window_nll[0] = std::nan("");
+  }
+};
+
+class NanLogitReplay : public GatedAuditable {
+ public:
+  using GatedAuditable::GatedAuditable;
+  void run_live(const int32_t* inputs, const int32_t* targets, int B, int T, CoefficientTensor* record, int first,
+                double* window_nll) override {
+    GatedAuditable::run_live(inputs, targets, B, T, record, first, window_nll);
+    poisoned_ = false;
+  }
+  void run_replay(const int32_t* inputs, const int32_t* targets, int B, int T, const CoefficientTensor& c,
+                  double* window_nll) override {
+    GatedAuditable::run_replay(inputs, targets, B, T, c, window_nll);
+    logits_.assign(GatedAuditable::last_logits(), GatedAuditable::last_logits() + size_t(B) * T * vocab());
+    logits_[5] = std::nanf("");
+    poisoned_ = true;
+  }
+  const float* last_logits() const override { return poisoned_ ? logits_.data() : GatedAuditable::last_logits(); }
+
+ private:
+  std::vector<float> logits_;
+  bool poisoned_ = false;
+};
+
+// A replayed source that reaches the controller: it hands back the cached gates, but evaluates the
+// gate function on the way (as a source that "just checks" the live value would). The count is
+// kept by the controller code in the run state, so the audit must see it and refuse.
+class ControllerReachingReplay : public CoefficientSource<float> {
+ public:
+  ControllerReachingReplay(const GatedModel<float>& model, const CoefficientTensor& c) : controller_(model.config(), model.weights()), replayed_(c) {}
+  bool evaluates_controller() const override { return false; }  // what it declares; the count says otherwise
+  void coefficients(int layer, const BatchPosition& batch, const float* phi, float* g) override {
+    if (controller_.needs_features()) {
+      std::vector<float> zeros(size_t(batch.batch) * batch.tokens * 4, 0.0f);
+      controller_.evaluate(layer, batch, zeros.data(), g);
+    } else {
+      controller_.evaluate(layer, batch, phi, g);
+    }
+    replayed_.coefficients(layer, batch, phi, g);
+  }
+
+ private:
+  GateController<float> controller_;
+  ReplayedCoefficients<float> replayed_;
+};
+
+struct LeakyTraits : GatedAuditTraits {
+  using Replayed = ControllerReachingReplay;
+  static Replayed replayed(const Model& m, const CoefficientTensor& c) { return Replayed(m, c); }
+};
+
+class LeakyAuditable : public FamilyAuditable<LeakyTraits> {
+ public:
+  LeakyAuditable(const std::string& path, int batch, int tokens)
+      : FamilyAuditable(GatedModel<float>::load(path), batch, tokens), reference_(path, batch, tokens) {}
+  std::string family() const override { return "gated"; }
+  std::string description() const override { return reference_.description(); }
+  std::string content_hash() const override { return reference_.content_hash(); }
+  std::string config_json() const override { return reference_.config_json(); }
+  size_t parameter_count() const override { return reference_.parameter_count(); }
+  int max_tokens() const override { return reference_.max_tokens(); }
+  int vocab() const override { return reference_.vocab(); }
+  std::vector<int32_t> tokenize(const std::string& split, std::span<const unsigned char> text) const override {
+    return reference_.tokenize(split, text);
+  }
+  CoefficientTensor make_coefficients(int w, int t) const override { return reference_.make_coefficients(w, t); }
+  void identity_profile(CoefficientTensor& out) const override { reference_.identity_profile(out); }
+  void structure_removed_profile(const CoefficientTensor& s, CoefficientTensor& out) const override {
+    reference_.structure_removed_profile(s, out);
+  }
+  std::string static_profile_name() const override { return reference_.static_profile_name(); }
+  std::string structure_removed_name() const override { return reference_.structure_removed_name(); }
+
+ private:
+  GatedAuditable reference_;  // the names and profiles of the same checkpoint
+};
+
+TEST_F(AuditEndToEnd, ReplayThatReachesTheControllerIsRefused) {
+  const std::string m = model_of(GateKind::featuregate, 0);
+  const AuditOptions o = options(m, "leaky");
+  LeakyAuditable model(m, o.batch, 1 << 20);
+  try {
+    run_audit(model, Corpus(dir.path()), o);
+    ADD_FAILURE() << "a replay that evaluates the controller was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("the controller was evaluated"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir.file("leaky/audit.json")));
+}
+
+class ReplayCheck : public AuditEndToEnd {
+ protected:
+  template <typename Model>
+  void expect_refused(const std::string& name, const std::string& message) {
+    const std::string m = model_of(GateKind::featuregate, 0);
+    const AuditOptions o = options(m, name);
+    Model model(m, o.batch, 1 << 20);
+    try {
+      run_audit(model, Corpus(dir.path()), o);
+      ADD_FAILURE() << name << " was accepted as exact replay";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("exact replay failed"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+    }
+    EXPECT_FALSE(std::filesystem::exists(dir.file(name + "/audit.json")));
+  }
+};
+
+TEST_F(ReplayCheck, InexactReplayStopsTheAudit) { expect_refused<InexactReplay>("inexact", "3 windows' NLL differ in bits"); }
+TEST_F(ReplayCheck, NanNllStopsTheAudit) { expect_refused<NanNllReplay>("nan-nll", "6 non-finite values"); }
+TEST_F(ReplayCheck, NanLogitStopsTheAudit) { expect_refused<NanLogitReplay>("nan-logit", "3 logits differ in bits"); }
+
+}  // namespace
+}  // namespace fca
