@@ -7,6 +7,7 @@
 #pragma once
 #include <cstdint>
 
+#include "models/base/batch_position.h"
 #include "models/base/stream.h"
 #include "ops/attention.h"
 
@@ -54,9 +55,6 @@ template <typename T>
 void attention_half_backward(T* d_h, BlockWeights<T>& dp, const BlockGradScratch<T>& s,
                              const BlockActivations<T>& a, const BlockWeights<T>& p, const T* h,
                              const T* du_direct, int B, int Tn, int D, int H);
-
-// Throws Error unless a batch of B windows of Tn tokens fits the model (positions) and the run state.
-void check_batch_fits(int B, int Tn, int model_positions, int max_batch, int max_tokens);
 
 // The stream's ends, shared by every family built from the block (N = B*T' rows, width D).
 // Checks that every token is a byte, saves them, and writes h_0 = wte[token] + wpe[position].

@@ -45,8 +45,7 @@ template <typename T>
 void gated_forward(const GatedModel<T>& model, GatedRunState<T>& rs, const int32_t* tokens, int B, int Tn,
                    CoefficientSource<T>& source, int first_window, const std::vector<uint8_t>* executed_blocks) {
   const GatedConfig& c = model.config();
-  check_batch_fits(B, Tn, c.seq_len, rs.max_batch, rs.max_tokens);
-  check_attention_scratch_threads(rs.scratch_threads);
+  const BatchPosition position = begin_pass(rs, B, Tn, c.seq_len, first_window);
   const int D = c.d_model, H = c.n_head, L = c.n_layer;
   const int N = B * Tn;
   const auto& w = model.weights();
@@ -56,8 +55,6 @@ void gated_forward(const GatedModel<T>& model, GatedRunState<T>& rs, const int32
   // h_0 and block 0's update F_0 depend on the tokens alone (prefix_reuse.h); a replay of the
   // windows of the last pass starts at block 0's gate.
   const bool reuse_block0 = !controller_inputs && executed_blocks == nullptr && rs.prefix.reusable(tokens, B, Tn, rs.tokens_in);
-  rs.batch = B;
-  rs.tokens = Tn;
   if (executed_blocks != nullptr) {
     if (int(executed_blocks->size()) != c.n_layer)
       throw Error("block mask has " + std::to_string(executed_blocks->size()) + " entries for " +
@@ -67,7 +64,6 @@ void gated_forward(const GatedModel<T>& model, GatedRunState<T>& rs, const int32
         throw Error("a live featuregate controller cannot run with removed blocks; supply its coefficients");
   }
   ExecCounters* counters = exec_counters();
-  const BatchPosition position{first_window, B, Tn, &rs.controller_evaluations};
 
   if (reuse_block0) {
     ++rs.prefix.reused_passes;

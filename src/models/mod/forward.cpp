@@ -60,17 +60,13 @@ template <typename T>
 void mod_forward(const ModModel<T>& model, ModRunState<T>& rs, const int32_t* tokens, int B, int Tn,
                  ModRoutingSource<T>& routing, int first_window) {
   const ModConfig& c = model.config();
-  check_batch_fits(B, Tn, c.seq_len, rs.max_batch, rs.max_tokens);
-  check_attention_scratch_threads(rs.scratch_threads);
+  const BatchPosition position = begin_pass(rs, B, Tn, c.seq_len, first_window);
   const int D = c.d_model, H = c.n_head, L = c.n_layer, K = c.selected_tokens(Tn);
   const int64_t N = int64_t(B) * Tn, Ns = int64_t(B) * K;
   const auto& w = model.weights();
-  rs.batch = B;
-  rs.tokens = Tn;
   rs.selected = K;
   rs.live_router = routing.evaluates_controller();
   ExecCounters* counters = exec_counters();
-  const BatchPosition position{first_window, B, Tn, &rs.controller_evaluations};
   stream_embed(rs, tokens, w.wte, w.wpe, B, Tn, D);
   for (int l = 0; l < L; ++l) {
     const auto& p = w.blocks[size_t(l)];

@@ -109,16 +109,12 @@ template <typename T>
 void moe_forward(const MoeModel<T>& model, MoeRunState<T>& rs, const int32_t* tokens, int B, int Tn,
                  MoeRoutingSource<T>& routing, int first_window) {
   const MoeConfig& c = model.config();
-  check_batch_fits(B, Tn, c.seq_len, rs.max_batch, rs.max_tokens);
-  check_attention_scratch_threads(rs.scratch_threads);
+  const BatchPosition position = begin_pass(rs, B, Tn, c.seq_len, first_window);
   const int D = c.d_model, H = c.n_head, L = c.n_layer, E = c.n_expert, k = c.top_k, F = c.hidden();
   const int64_t N = int64_t(B) * Tn;
   const auto& w = model.weights();
-  rs.batch = B;
-  rs.tokens = Tn;
   rs.live_router = routing.evaluates_controller();
   ExecCounters* counters = exec_counters();
-  const BatchPosition position{first_window, B, Tn, &rs.controller_evaluations};
   const int64_t S = rs.dense_experts ? E : k, R = N * S;
   stream_embed(rs, tokens, w.wte, w.wpe, B, Tn, D);
   for (int l = 0; l < L; ++l) {

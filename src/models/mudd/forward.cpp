@@ -153,13 +153,7 @@ template <typename T>
 void mudd_forward(const MuddModel<T>& model, MuddRunState<T>& rs, const int32_t* tokens, int B, int Tn,
                   MuddCoefficientSource<T>& source, int first_window) {
   const MuddConfig& c = model.config();
-  if (Tn > c.block_size)
-    throw Error("sequence of " + std::to_string(Tn) + " tokens is longer than the model's " +
-                std::to_string(c.block_size) + " positions");
-  if (B <= 0 || Tn <= 0 || B > rs.max_batch || Tn > rs.max_tokens)
-    throw Error("batch [" + std::to_string(B) + ", " + std::to_string(Tn) + "] does not fit the run state [" +
-                std::to_string(rs.max_batch) + ", " + std::to_string(rs.max_tokens) + "]");
-  check_attention_scratch_threads(rs.scratch_threads);
+  const BatchPosition position = begin_pass(rs, B, Tn, c.block_size, first_window);
   const int D = c.dim, L = c.n_layer, N = B * Tn;
   // X_0 and block 0's output X_1 depend on the tokens alone (prefix_reuse.h): a replay of the
   // windows of the last pass starts at DA module 0.
@@ -170,10 +164,7 @@ void mudd_forward(const MuddModel<T>& model, MuddRunState<T>& rs, const int32_t*
       throw Error("token id " + std::to_string(tokens[n]) + " is outside [0, " + std::to_string(c.vocab_size) + ")");
     rs.tokens_in[n] = tokens[n];
   }
-  rs.batch = B;
-  rs.tokens = Tn;
   const MuddWeights<T>& w = model.weights();
-  const BatchPosition position{first_window, B, Tn, &rs.controller_evaluations};
   ExecCounters* counters = exec_counters();
 
   // X_0 = E[tokens] (no positional embedding, no scaling).
