@@ -111,10 +111,10 @@ std::string checkpoint_path(const TrainFamily& family, const std::string& stem) 
   return family.checkpoint_is_folder ? stem : stem + ".safetensors";
 }
 
-std::string single_file_state(const std::string& out) {
+CheckpointFiles single_file_checkpoint(const std::string& out) {
   const std::string suffix = ".safetensors";
   const std::string stem = out.size() > suffix.size() && out.ends_with(suffix) ? out.substr(0, out.size() - suffix.size()) : out;
-  return stem + ".train-state.safetensors";
+  return {out, stem + ".train-state.safetensors", out + ".log.jsonl"};
 }
 
 }  // namespace fca

@@ -82,7 +82,32 @@ std::string setting_flag(const std::string& key);
 // stem + ".safetensors".
 std::string checkpoint_path(const TrainFamily& family, const std::string& stem);
 
-// The training-state file of a single-file checkpoint: <out without .safetensors>.train-state.safetensors.
-std::string single_file_state(const std::string& out);
+// The files of a single-file checkpoint: the weights at `out`, the state at <out without
+// .safetensors>.train-state.safetensors, the log at <out>.log.jsonl.
+CheckpointFiles single_file_checkpoint(const std::string& out);
+
+// A config with the shape fields of the pre-norm families (n_layer, d_model, n_head, seq_len) set
+// from `shape`; the family sets its own fields and validates.
+template <typename Config>
+Config config_with_shape(const ModelShape& shape) {
+  Config c;
+  c.n_layer = shape.layers;
+  c.d_model = shape.dim;
+  c.n_head = shape.heads;
+  c.seq_len = shape.seq;
+  return c;
+}
+
+// A family's check and make from its two pieces: config_of (the validated config of a fresh model
+// of this shape and these settings; errors prefixed by `where`) and build (its Trainable).
+template <typename Config>
+void set_constructors(TrainFamily& family, Config (*config_of)(const ModelShape&, const nlohmann::json&, const std::string&),
+                      std::unique_ptr<Trainable> (*build)(const Config&, const TrainableArgs&)) {
+  family.check = [config_of](const ModelShape& shape, const nlohmann::json& settings, const std::string& where) {
+    config_of(shape, settings, where);
+  };
+  family.make = [config_of, build](const ModelShape& shape, const nlohmann::json& settings, const TrainableArgs& args,
+                                   const std::string& where) { return build(config_of(shape, settings, where), args); };
+}
 
 }  // namespace fca

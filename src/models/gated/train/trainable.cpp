@@ -53,11 +53,7 @@ namespace {
 
 // The config of a fresh model of this shape and these settings; errors prefixed by `where`.
 GatedConfig config_of(const ModelShape& shape, const nlohmann::json& settings, const std::string& where) {
-  GatedConfig c;
-  c.n_layer = shape.layers;
-  c.d_model = shape.dim;
-  c.n_head = shape.heads;
-  c.seq_len = shape.seq;
+  GatedConfig c = config_with_shape<GatedConfig>(shape);
   c.gate = parse_gate_kind(settings.at("gate").get<std::string>());
   c.gate_value = settings.at("gate_value").get<double>();
   c.validate(where);
@@ -75,14 +71,10 @@ TrainFamily gated_train_family() {
     kinds.push_back(gate_kind_name(k));
   f.settings = {{"gate", "Gate kind: dense, fixed, uniform, layerstatic or featuregate", "featuregate", kinds},
                 {"gate_value", "Gate value of the fixed gate, in [0, 1]", 0.6, {}}};
-  f.files = [](const std::string& out) { return CheckpointFiles{out, single_file_state(out), out + ".log.jsonl"}; };
-  f.check = [](const ModelShape& shape, const nlohmann::json& settings, const std::string& where) {
-    config_of(shape, settings, where);
-  };
-  f.make = [](const ModelShape& shape, const nlohmann::json& settings, const TrainableArgs& args, const std::string& where) {
-    const GatedConfig c = config_of(shape, settings, where);
+  f.files = single_file_checkpoint;
+  set_constructors<GatedConfig>(f, config_of, [](const GatedConfig& c, const TrainableArgs& args) {
     return std::unique_ptr<Trainable>(std::make_unique<GatedTrainable>(c, args.seed, args.batch, args.adamw, args.clip));
-  };
+  });
   return f;
 }
 

@@ -6,11 +6,7 @@ namespace {
 
 // The config of a fresh model of this shape and these settings; errors prefixed by `where`.
 MoeConfig config_of(const ModelShape& shape, const nlohmann::json& settings, const std::string& where) {
-  MoeConfig c;
-  c.n_layer = shape.layers;
-  c.d_model = shape.dim;
-  c.n_head = shape.heads;
-  c.seq_len = shape.seq;
+  MoeConfig c = config_with_shape<MoeConfig>(shape);
   c.n_expert = settings.at("experts").get<int>();
   c.top_k = settings.at("top_k").get<int>();
   c.expert_hidden = settings.at("expert_hidden").get<int>();
@@ -29,14 +25,10 @@ TrainFamily moe_train_family() {
                 {"top_k", "experts per token k (1 <= k <= E)", 2, {}},
                 {"expert_hidden", "expert width F (0 = 4D/k)", 0, {}},
                 {"aux_loss", "weight alpha of the load-balancing term", 0.01, {}}};
-  f.files = [](const std::string& out) { return CheckpointFiles{out, single_file_state(out), out + ".log.jsonl"}; };
-  f.check = [](const ModelShape& shape, const nlohmann::json& settings, const std::string& where) {
-    config_of(shape, settings, where);
-  };
-  f.make = [](const ModelShape& shape, const nlohmann::json& settings, const TrainableArgs& args, const std::string& where) {
-    const MoeConfig c = config_of(shape, settings, where);
+  f.files = single_file_checkpoint;
+  set_constructors<MoeConfig>(f, config_of, [](const MoeConfig& c, const TrainableArgs& args) {
     return std::unique_ptr<Trainable>(std::make_unique<FlatTrainable<MoeFamily>>(c, args.seed, args.batch, args.adamw, args.clip));
-  };
+  });
   return f;
 }
 

@@ -74,13 +74,9 @@ TrainFamily mudd_train_family() {
   f.files = [](const std::string& out) {
     return CheckpointFiles{out + "/model.safetensors", out + "/train-state.safetensors", out + "/train.log.jsonl"};
   };
-  f.check = [](const ModelShape& shape, const nlohmann::json& settings, const std::string& where) {
-    config_of(shape, settings, where);
-  };
-  f.make = [](const ModelShape& shape, const nlohmann::json& settings, const TrainableArgs& args, const std::string& where) {
-    const MuddConfig m = config_of(shape, settings, where);
-    return std::unique_ptr<Trainable>(std::make_unique<MuddTrainable>(m, args.seed, args.batch, args.adamw, args.clip));
-  };
+  set_constructors<MuddConfig>(f, config_of, [](const MuddConfig& c, const TrainableArgs& args) {
+    return std::unique_ptr<Trainable>(std::make_unique<MuddTrainable>(c, args.seed, args.batch, args.adamw, args.clip));
+  });
   return f;
 }
 
