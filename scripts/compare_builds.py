@@ -1,0 +1,81 @@
+"""Compares the outputs of scripts/compare_builds.sh under WORK/old and WORK/new: safetensors by
+tensor (name and bytes) plus trace metadata, JSON documents without provenance, paths and timing.
+Prints one line per file and exits 1 on any difference."""
+import hashlib
+import json
+import struct
+import sys
+
+work = sys.argv[1]
+ok = True
+
+
+def tensors(path):
+    blob = open(path, "rb").read()
+    n = struct.unpack("<Q", blob[:8])[0]
+    header = json.loads(blob[8:8 + n])
+    meta = header.pop("__metadata__", {})
+    data = blob[8 + n:]
+    return {k: hashlib.sha256(data[v["data_offsets"][0]:v["data_offsets"][1]]).hexdigest() for k, v in header.items()}, meta
+
+
+def strip(j):
+    if isinstance(j, dict):
+        return {k: strip(v) for k, v in j.items() if k not in ("provenance", "cache", "cache_build", "path", "model")}
+    if isinstance(j, list):
+        return [strip(x) for x in j]
+    return j
+
+
+def report(name, same):
+    global ok
+    ok &= same
+    print(f"{name:40s} {'same' if same else 'DIFFER'}")
+
+
+for arch in ["gated", "mudd", "moe", "mod"]:
+    weights = f"{arch}.safetensors" if arch != "mudd" else "mudd/model.safetensors"
+    state = f"{arch}.train-state.safetensors" if arch != "mudd" else "mudd/train-state.safetensors"
+    for f in [weights, state]:
+        report(f, tensors(f"{work}/old/{f}")[0] == tensors(f"{work}/new/{f}")[0])
+    for kind in ["trace", "replay", "ids"]:
+        f = f"{kind}_{arch}.safetensors"
+        (a, ma), (b, mb) = tensors(f"{work}/old/{f}"), tensors(f"{work}/new/{f}")
+        report(f, a == b and strip(ma) == strip(mb))
+    report(f"audit_{arch}/windows.csv", open(f"{work}/old/audit_{arch}/windows.csv", "rb").read() ==
+           open(f"{work}/new/audit_{arch}/windows.csv", "rb").read())
+    report(f"audit_{arch}/audit.json", strip(json.load(open(f"{work}/old/audit_{arch}/audit.json"))) ==
+           strip(json.load(open(f"{work}/new/audit_{arch}/audit.json"))))
+    log = f"{arch}.safetensors.log.jsonl" if arch != "mudd" else "mudd/train.log.jsonl"
+
+    def records(p):
+        return [strip({k: v for k, v in json.loads(line).items() if k not in ("tokens_per_s", "elapsed_s", "seconds")})
+                for line in open(p)]
+    report(log, records(f"{work}/old/{log}") == records(f"{work}/new/{log}"))
+    keys = ["nll", "bits_per_byte", "byte_ppl", "gate_mass", "windows", "family", "label", "config", "unit"]
+    ea, eb = json.load(open(f"{work}/old/eval_{arch}.json")), json.load(open(f"{work}/new/eval_{arch}.json"))
+    report(f"eval_{arch}.json", all(ea.get(k) == eb.get(k) for k in keys))
+
+    def info(v):
+        text = open(f"{work}/{v}/info_{arch}.txt").read().replace(f"{v}/", "X/")
+        return [line for line in text.splitlines() if not line.startswith(("fca_version", "sha256"))]
+    report(f"info_{arch}.txt", info("old") == info("new"))
+
+
+def exec_figures(p):
+    keep = ("mode", "nll", "executed_blocks", "controller_evaluations_per_pass", "routed_rows_per_pass", "gemm_calls_per_pass",
+            "gflop_per_pass", "gflop_per_token", "gflop_per_pass_by_kind", "counters_match_graph", "expert_rows", "threshold",
+            "removed_blocks", "total_blocks")
+    out = []
+    for m in json.load(open(p))["models"]:
+        entry = {k: m[k] for k in m if k in ("family", "gate", "config", "tokens_per_pass", "calibrated_static_gates",
+                                              "skip_sweep_note", "selected_tokens_per_window", "expert_gflop_per_token")}
+        entry["modes"] = [{k: x[k] for k in x if k in keep} for x in m["modes"]]
+        entry["skip_sweep"] = [{k: x[k] for k in x if k in keep} for x in m.get("skip_sweep", [])]
+        out.append(entry)
+    return out
+
+
+report("exec/exec.json (counted figures, NLL)", exec_figures(f"{work}/old/exec/exec.json") == exec_figures(f"{work}/new/exec/exec.json"))
+print("ALL SAME" if ok else "DIFFERENCES")
+sys.exit(0 if ok else 1)
