@@ -1,6 +1,6 @@
-// docs/adding-a-family.md lists the files outside src/models/ that still name a model family; this
-// keeps the list true in both directions, so that the family table's progress (issue 25) shows in it
-// and no new switch on a family's name slips in unlisted.
+// docs/adding-a-family.md lists the files outside src/models/ that name a model family (none since
+// the family table, issue 25); this keeps the list true in both directions, so that no switch on a
+// family's name slips in unlisted.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -30,7 +30,6 @@ TEST(AddingAFamily, TheListOfPlacesIsTrue) {
   std::set<std::string> listed;
   const std::regex item("- `(src/[^`]+)`");
   for (std::sregex_iterator it(list.begin(), list.end(), item), stop; it != stop; ++it) listed.insert((*it)[1]);
-  ASSERT_FALSE(listed.empty());
 
   const std::regex family_name("\"(gated|mudd|moe|mod)\"");
   std::set<std::string> naming;

@@ -1,6 +1,7 @@
 // fca bench forward / fca bench train: tokens/s and achieved GFLOP/s against this machine's measured
-// SGEMM peak. Gated models: FLOPs by the formula in models/gated/exec/flops.h; forward on any other family
-// (--model: MUDD folder, moe, mod) goes through the registry, FLOPs counted at the GEMM calls.
+// SGEMM peak. A family with its own benchmark (ExecFamily::bench_forward / bench_train) is timed by
+// it, FLOPs by its formula; any other goes through the registry (forward of a checkpoint) or its
+// Trainable (a step of a fresh model), FLOPs counted at the GEMM calls.
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -18,11 +19,10 @@
 #include "core/exec_counters.h"
 #include "core/phase_timer.h"
 #include "core/file_io.h"
-#include "models/gated/exec/flops.h"
+#include "exec/exec_family.h"
 #include "exec/timing.h"
-#include "models/gated/forward.h"
+#include "models/base/stream.h"  // kByteVocab
 #include "models/registry.h"
-#include "models/gated/train/trainable.h"
 #include "train/train_family.h"
 #include "train/trainer.h"
 
@@ -30,18 +30,17 @@ namespace fca::cli {
 namespace {
 
 struct BenchFlags {
-  ModelShapeFlags shape;
+  FamilyFlags family;  // of a fresh model
   std::string model;
   uint64_t seed = 0;
   int batch = 8, seq = 0, runs = 20, warmup = 3, threads = 0;
   bool json = false;
   std::string source = "live";  // forward only: live controller or replayed coefficients
-  std::string arch = "gated";   // train only: the family of the fresh model
 };
 
 void add_bench_flags(CLI::App& cmd, BenchFlags& f) {
-  f.shape.add_to(cmd);
-  cmd.add_option("--model", f.model, "Checkpoint or MUDD folder (forward only) to benchmark (default: a fresh model of the shape flags)");
+  f.family.add_to(cmd, "Family of the fresh model (without --model)");
+  cmd.add_option("--model", f.model, "Checkpoint or model folder to benchmark (default: a fresh model of the family flags)");
   cmd.add_option("--seed", f.seed, "Initialisation seed of the fresh model")->check(unsigned_integer)->capture_default_str();
   cmd.add_option("--batch", f.batch, "Windows per pass")->check(positive_number)->capture_default_str();
   cmd.add_option("--tokens", f.seq, "Tokens per window (0 = the model's seq_len)")->check(non_negative_number)->capture_default_str();
@@ -51,13 +50,22 @@ void add_bench_flags(CLI::App& cmd, BenchFlags& f) {
   add_threads_flag(cmd, f.threads);
 }
 
-std::string gated_name(const GatedConfig& c) {
-  return std::string(gate_kind_name(c.gate)) + " L " + std::to_string(c.n_layer) + " D " + std::to_string(c.d_model) + " H " +
-         std::to_string(c.n_head);
+// The request to a family's own benchmark (ExecFamily::bench_forward / bench_train).
+BenchRequest request_of(const BenchFlags& f, const CLI::App& cmd) {
+  BenchRequest r;
+  r.model = f.model;
+  r.shape = f.family.shape;
+  r.settings = f.family.settings(cmd);
+  r.seed = f.seed;
+  r.batch = f.batch;
+  r.tokens = f.seq;
+  r.replay = f.source == "replay";
+  return r;
 }
 
-GatedModel<float> bench_model(const BenchFlags& f) {
-  return f.model.empty() ? GatedModel<float>::initialized(f.shape.config(), f.seed) : GatedModel<float>::load(f.model);
+// The family whose benchmark runs: the checkpoint's, or --arch for a fresh model.
+const ExecFamily& bench_family(const BenchFlags& f) {
+  return exec_family_named(f.model.empty() ? f.family.arch : family_of(f.model).name);
 }
 
 // Where the time of one pass goes: `runs` more passes with the phase timer installed (after the
@@ -84,7 +92,7 @@ Breakdown profile_phases(const std::function<void()>& pass, int runs) {
 }
 
 void report(const BenchFlags& f, const char* what, const nlohmann::ordered_json& config, const std::string& name, int T,
-            const TimingStats& s, double flops, size_t state_bytes, const Breakdown& breakdown) {
+            const TimingStats& s, double flops, size_t state_bytes, const std::string& model_hash, const Breakdown& breakdown) {
   const double peak = measure_sgemm_peak_gflops();
   const double tokens_per_s = double(f.batch) * T / s.median;
   const double gflops = flops / s.median / 1e9;
@@ -112,7 +120,7 @@ void report(const BenchFlags& f, const char* what, const nlohmann::ordered_json&
   j["breakdown_pass_ms"] = 1e3 * breakdown.total;
   j["max_rss_mib"] = double(usage.ru_maxrss) / 1024;
   auto prov = provenance_base();
-  if (!f.model.empty() && family_of(f.model).name != "mudd") prov["model_sha256"] = sha256_file(f.model);
+  if (!model_hash.empty()) prov["model_sha256"] = model_hash;
   j["provenance"] = prov;
   if (f.json) {
     std::printf("%s\n", j.dump().c_str());
@@ -141,114 +149,91 @@ void add_bench_command(CLI::App& app) {
   forward->add_option("--source", fwd->source, "Coefficient source: live (controller) or replay (recorded coefficients)")
       ->check(CLI::IsMember({"live", "replay"}))
       ->capture_default_str();
-  forward->callback([fwd] {
+  forward->callback([fwd, forward] {
     apply_threads(fwd->threads);
-    if (!fwd->model.empty() && family_of(fwd->model).name != "gated") {
-      // Any other family, through the registry: a pass is forward + loss, FLOPs counted at the GEMM calls.
-      const auto model = open_model(fwd->model, fwd->batch, fwd->seq > 0 ? fwd->seq : 1 << 20);
-      const int T = fwd->seq > 0 ? fwd->seq : model->max_tokens();
-      std::vector<int32_t> tokens(size_t(fwd->batch) * T), targets(tokens.size());
-      Rng rng(fwd->seed + 1);
-      for (size_t i = 0; i < tokens.size(); ++i) {
-        tokens[i] = int32_t(rng.below(uint64_t(model->vocab())));
-        targets[i] = int32_t(rng.below(uint64_t(model->vocab())));
-      }
-      CoefficientTensor recorded = model->make_coefficients(fwd->batch, T);
-      std::vector<double> nll(size_t(fwd->batch));
-      model->run_live(tokens.data(), targets.data(), fwd->batch, T, &recorded, 0, nll.data());
-      const bool replay = fwd->source == "replay";
-      const auto pass = [&] {
-        if (replay) model->run_replay(tokens.data(), targets.data(), fwd->batch, T, recorded, nll.data());
-        else model->run_live(tokens.data(), targets.data(), fwd->batch, T, nullptr, 0, nll.data());
-      };
-      // The FLOPs of the pass that is timed, counted as it runs: a replay skips the GEMMs of the
-      // controller (MUDD's generators, the MoE router), which a live pass would count.
-      ExecCounters counters;
-      {
-        CountingScope scope(counters);
-        pass();
-      }
-      const TimingStats s = time_runs(pass, fwd->warmup, fwd->runs);
-      report(*fwd, replay ? "forward-replay" : "forward", nlohmann::ordered_json::parse(model->config_json()),
-             model->description() + " (" + std::to_string(model->parameter_count()) + " parameters)", T, s,
-             double(counters.gemm_flops.load()), model->run_state_bytes(), profile_phases(pass, fwd->runs));
+    const ExecFamily& family = bench_family(*fwd);
+    const bool replay = fwd->source == "replay";
+    if (family.bench_forward) {  // the family's own benchmark, FLOPs by its formula
+      const BenchWork w = family.bench_forward(request_of(*fwd, *forward));
+      const TimingStats s = time_runs(w.pass, fwd->warmup, fwd->runs);
+      report(*fwd, replay ? "forward-replay" : "forward", w.config, w.name, w.tokens, s, w.flops_per_pass, w.run_state_bytes,
+             w.model_hash, profile_phases(w.pass, fwd->runs));
       return;
     }
-    const GatedModel<float> model = bench_model(*fwd);
-    const int T = fwd->seq > 0 ? fwd->seq : model.config().seq_len;
-    GatedRunState<float> rs(model.config(), fwd->batch, T, false);
-    std::vector<int32_t> tokens(size_t(fwd->batch) * T);
+    // Any other family, through the registry: a pass is forward + loss, FLOPs counted at the GEMM calls.
+    if (fwd->model.empty())
+      throw Error("bench forward --arch " + fwd->family.arch + " needs --model (a checkpoint of the family to time)");
+    (void)fwd->family.settings(*forward);  // flags of another family are refused here too
+    const auto model = open_model(fwd->model, fwd->batch, fwd->seq > 0 ? fwd->seq : 1 << 20);
+    const int T = fwd->seq > 0 ? fwd->seq : model->max_tokens();
+    std::vector<int32_t> tokens(size_t(fwd->batch) * T), targets(tokens.size());
     Rng rng(fwd->seed + 1);
-    for (auto& t : tokens) t = int32_t(rng.below(kByteVocab));
-    // Replay feeds the coefficients of one recorded live pass: the controller and its inputs are skipped.
-    CoefficientTensor recorded(fwd->batch, gated_coefficient_shape(model.config(), T));
-    RecordingCoefficients<float> recording(model, recorded);
-    gated_forward(model, rs, tokens.data(), fwd->batch, T, recording);
-    LiveCoefficients<float> live(model);
-    ReplayedCoefficients<float> replayed(recorded);
-    CoefficientSource<float>& source =
-        fwd->source == "replay" ? static_cast<CoefficientSource<float>&>(replayed) : static_cast<CoefficientSource<float>&>(live);
-    const auto pass = [&] { gated_forward(model, rs, tokens.data(), fwd->batch, T, source); };
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      tokens[i] = int32_t(rng.below(uint64_t(model->vocab())));
+      targets[i] = int32_t(rng.below(uint64_t(model->vocab())));
+    }
+    CoefficientTensor recorded = model->make_coefficients(fwd->batch, T);
+    std::vector<double> nll(size_t(fwd->batch));
+    model->run_live(tokens.data(), targets.data(), fwd->batch, T, &recorded, 0, nll.data());
+    const auto pass = [&] {
+      if (replay) model->run_replay(tokens.data(), targets.data(), fwd->batch, T, recorded, nll.data());
+      else model->run_live(tokens.data(), targets.data(), fwd->batch, T, nullptr, 0, nll.data());
+    };
+    // The FLOPs of the pass that is timed, counted as it runs: a replay skips the GEMMs of the
+    // controller (MUDD's generators, the MoE router), which a live pass would count.
+    ExecCounters counters;
+    {
+      CountingScope scope(counters);
+      pass();
+    }
     const TimingStats s = time_runs(pass, fwd->warmup, fwd->runs);
-    report(*fwd, fwd->source == "replay" ? "forward-replay" : "forward", nlohmann::ordered_json::parse(model.config().to_json()),
-           gated_name(model.config()), T, s, gated_forward_flops(model.config(), fwd->batch, T, model.config().n_layer),
-           rs.bytes(), profile_phases(pass, fwd->runs));
+    report(*fwd, replay ? "forward-replay" : "forward", nlohmann::ordered_json::parse(model->config_json()),
+           model->description() + " (" + std::to_string(model->parameter_count()) + " parameters)", T, s,
+           double(counters.gemm_flops.load()), model->run_state_bytes(), model->content_hash(), profile_phases(pass, fwd->runs));
   });
 
   auto trn = std::make_shared<BenchFlags>();
   trn->runs = 10;
   CLI::App* train = bench->add_subcommand("train", "Time training steps (forward, backward, clipping, AdamW)");
   add_bench_flags(*train, *trn);
-  std::vector<std::string> arches;
-  for (const auto& family : train_families()) arches.push_back(family.name);
-  train->add_option("--arch", trn->arch,
-                    "Family of the fresh model (the gated one with the --gate flags, any other with its default settings, "
-                    "e.g. moe E 8 k 2, mod c 0.125)")
-      ->check(CLI::IsMember(arches))
-      ->capture_default_str();
-  train->callback([trn] {
+  train->callback([trn, train] {
     apply_threads(trn->threads);
-    if (trn->arch != "gated") {  // other families through their Trainable; FLOPs counted at the GEMM calls
-      if (!trn->model.empty()) throw Error("bench train --arch " + trn->arch + " times a fresh model; --model is for gated checkpoints");
-      TrainOptions o;
-      o.arch = trn->arch;
-      o.seed = trn->seed;
-      o.batch = trn->batch;
-      o.shape = {trn->shape.layers, trn->shape.dim, trn->shape.heads, trn->shape.seq};
-      if (trn->seq > 0 && trn->seq != trn->shape.seq) throw Error("bench train --arch " + trn->arch + ": set the window with --seq");
-      const auto model = make_trainable(o);
-      const int T = model->seq_len();
-      std::vector<int32_t> inputs(size_t(trn->batch) * T), targets(inputs.size());
-      Rng rng(trn->seed + 1);
-      for (size_t i = 0; i < inputs.size(); ++i) {
-        inputs[i] = int32_t(rng.below(kByteVocab));
-        targets[i] = int32_t(rng.below(kByteVocab));
-      }
-      ExecCounters counters;
-      {
-        CountingScope scope(counters);
-        model->step(inputs.data(), targets.data(), 1, 1e-4, single_process());
-      }
-      const auto pass = [&] { model->step(inputs.data(), targets.data(), 1, 1e-4, single_process()); };
-      const TimingStats s = time_runs(pass, trn->warmup, trn->runs);
-      report(*trn, "train", model->config_json(), trn->arch + " L " + std::to_string(o.shape.layers) + " D " + std::to_string(o.shape.dim),
-             T, s, double(counters.gemm_flops.load()), model->run_state_bytes(), profile_phases(pass, trn->runs));
+    const ExecFamily& family = bench_family(*trn);
+    if (family.bench_train) {  // the family's own benchmark, FLOPs by its formula
+      const BenchWork w = family.bench_train(request_of(*trn, *train));
+      const TimingStats s = time_runs(w.pass, trn->warmup, trn->runs);
+      report(*trn, "train", w.config, w.name, w.tokens, s, w.flops_per_pass, w.run_state_bytes, w.model_hash,
+             profile_phases(w.pass, trn->runs));
       return;
     }
-    GatedModel<float> model = bench_model(*trn);
-    const int T = trn->seq > 0 ? trn->seq : model.config().seq_len;
-    GatedTrainStep step(model, trn->batch, T, AdamWOptions{}, 1.0);
+    // Any other family through its Trainable (a fresh model); FLOPs counted at the GEMM calls.
+    if (!trn->model.empty())
+      throw Error("bench train of a " + family.name + " model times a fresh one (--arch and the shape flags), not --model");
+    if (trn->seq > 0 && trn->seq != trn->family.shape.seq)
+      throw Error("bench train --arch " + trn->family.arch + ": set the window with --seq");
+    TrainOptions o;
+    o.arch = trn->family.arch;
+    o.seed = trn->seed;
+    o.batch = trn->batch;
+    o.shape = trn->family.shape;
+    o.settings = trn->family.settings(*train);
+    const auto model = make_trainable(o);
+    const int T = model->seq_len();
     std::vector<int32_t> inputs(size_t(trn->batch) * T), targets(inputs.size());
     Rng rng(trn->seed + 1);
     for (size_t i = 0; i < inputs.size(); ++i) {
       inputs[i] = int32_t(rng.below(kByteVocab));
       targets[i] = int32_t(rng.below(kByteVocab));
     }
-    // A fixed batch and learning rate, as in bench/compare_pytorch.py's PyTorch step.
-    const auto pass = [&] { step.run(inputs.data(), targets.data(), 1, 1e-4); };
+    ExecCounters counters;
+    {
+      CountingScope scope(counters);
+      model->step(inputs.data(), targets.data(), 1, 1e-4, single_process());
+    }
+    const auto pass = [&] { model->step(inputs.data(), targets.data(), 1, 1e-4, single_process()); };
     const TimingStats s = time_runs(pass, trn->warmup, trn->runs);
-    report(*trn, "train", nlohmann::ordered_json::parse(model.config().to_json()), gated_name(model.config()), T, s,
-           gated_train_flops(model.config(), trn->batch, T), step.run_state_bytes(), profile_phases(pass, trn->runs));
+    report(*trn, "train", model->config_json(), o.arch + " L " + std::to_string(o.shape.layers) + " D " + std::to_string(o.shape.dim),
+           T, s, double(counters.gemm_flops.load()), model->run_state_bytes(), "", profile_phases(pass, trn->runs));
   });
 }
 

@@ -1,10 +1,7 @@
 // fca train: trains a byte-level model of any family in the train layer's family table
 // (train/train_family.h); the family-specific flags come from that table.
-#include <algorithm>
 #include <cstdio>
-#include <map>
 #include <memory>
-#include <vector>
 
 #include "cli/common.h"
 #include "core/communicator.h"
@@ -17,9 +14,8 @@ namespace fca::cli {
 
 void add_train_command(CLI::App& app) {
   struct Flags {
+    FamilyFlags family;
     TrainOptions train;
-    // Each family's settings as given (text, parsed by resolve_settings), by setting key.
-    std::map<std::string, std::string> settings;
     std::string data;
     int threads = 0;
     bool no_progress = false;
@@ -27,36 +23,7 @@ void add_train_command(CLI::App& app) {
   auto f = std::make_shared<Flags>();
   CLI::App* cmd = app.add_subcommand("train", "Train a byte-level model of any trainable family (--arch)");
   TrainOptions& t = f->train;
-  t.arch = train_families().front().name;  // the first family installed (families/families.cpp)
-  std::vector<std::string> arches;
-  std::string arch_help = "Model family:";
-  for (const auto& family : train_families()) {
-    arches.push_back(family.name);
-    arch_help += " " + family.description + ";";
-  }
-  arch_help.back() = '.';
-  cmd->add_option("--arch", t.arch, arch_help)->check(CLI::IsMember(arches))->capture_default_str();
-  cmd->add_option("--layers", t.shape.layers, "Number of blocks L (FixedDepth-N is --gate dense --layers N)")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
-  cmd->add_option("--dim", t.shape.dim, "Model width D")->check(CLI::PositiveNumber)->capture_default_str();
-  cmd->add_option("--heads", t.shape.heads, "Attention heads H (D % H == 0)")->check(CLI::PositiveNumber)->capture_default_str();
-  cmd->add_option("--seq", t.shape.seq, "Sequence length T (window length and number of positions)")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
-  // Each family's own settings, from the family table: --<key with '-'>; a key several families
-  // share is one flag. Given for a family that does not have it, it is an error.
-  std::map<std::string, std::vector<std::string>> families_of_setting;
-  for (const auto& family : train_families())
-    for (const auto& s : family.settings) {
-      if (families_of_setting[s.key].empty()) {
-        const std::string flag = setting_flag(s.key);
-        std::string default_text = s.default_value.is_string() ? s.default_value.get<std::string>() : s.default_value.dump();
-        const std::string type = s.default_value.is_string() ? "TEXT" : s.default_value.is_number_integer() ? "INT" : "FLOAT";
-        cmd->add_option(flag, f->settings[s.key], family.name + ": " + s.help)->default_str(default_text)->type_name(type);
-      }
-      families_of_setting[s.key].push_back(family.name);
-    }
+  f->family.add_to(*cmd, "Model family");
   cmd->add_option("--batch", t.batch, "Windows per micro-batch")->check(positive_number)->capture_default_str();
   cmd->add_option("--grad-accum", t.grad_accum, "Micro-batches per optimizer step")
       ->check(positive_number)
@@ -92,25 +59,14 @@ void add_train_command(CLI::App& app) {
   cmd->add_flag("--resume", t.resume, "Continue from --out and its .train-state.safetensors");
   cmd->add_flag("--no-progress", f->no_progress, "No progress bar");
   add_threads_flag(*cmd, f->threads);
-  cmd->callback([f, cmd, families_of_setting] {
+  cmd->callback([f, cmd] {
     TrainOptions options = f->train;
-    options.settings = nlohmann::json::object();
-    for (const auto& [key, families] : families_of_setting) {
-      const std::string flag = setting_flag(key);
-      if (cmd->count(flag) == 0) continue;
-      if (std::find(families.begin(), families.end(), options.arch) == families.end()) {
-        std::string which;
-        for (const auto& name : families) which += (which.empty() ? "" : " or ") + name;
-        throw Error(flag + " applies to --arch " + which + " only");
-      }
-      options.settings[key] = f->settings.at(key);
-    }
+    // Flags are checked before the corpus is looked for, so a bad flag is named first.
+    options.arch = f->family.arch;
+    options.shape = f->family.shape;
+    options.settings = f->family.settings(*cmd);
     apply_threads(f->threads);
     options.progress = !f->no_progress;
-    // Flags are checked before the corpus is looked for, so a bad flag is named first.
-    const TrainFamily& family = train_family_named(options.arch);
-    options.settings = resolve_settings(family, options.settings, "flags", SettingSource::flags);
-    family.check(options.shape, options.settings, "flags");
     Corpus corpus(resolve_data_dir(f->data));
     options.communicator = &world();  // mpirun: data parallel, one micro-batch per rank
     const TrainResult r = train_model(options, corpus);

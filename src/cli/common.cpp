@@ -1,5 +1,6 @@
 #include "cli/common.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 
@@ -53,33 +54,51 @@ const CLI::Validator unsigned_integer(
     "UINT");
 
 
-void ModelShapeFlags::add_to(CLI::App& app) {
-  app.add_option("--gate", gate, "Gate kind: dense, fixed, uniform, layerstatic or featuregate")
-      ->check(CLI::IsMember({"dense", "fixed", "uniform", "layerstatic", "featuregate"}))
-      ->capture_default_str();
-  app.add_option("--gate-value", gate_value, "Gate value of the fixed gate, in [0, 1]")
-      ->check(CLI::Range(0.0, 1.0))
-      ->capture_default_str();
-  app.add_option("--layers", layers, "Number of blocks L (FixedDepth-N is --gate dense --layers N)")
+void FamilyFlags::add_to(CLI::App& app, const std::string& arch_help) {
+  arch = train_families().front().name;
+  std::vector<std::string> arches;
+  std::string help = arch_help + ":";
+  for (const auto& family : train_families()) {
+    arches.push_back(family.name);
+    help += " " + family.description + ";";
+  }
+  help.back() = '.';
+  app.add_option("--arch", arch, help)->check(CLI::IsMember(arches))->capture_default_str();
+  app.add_option("--layers", shape.layers, "Number of blocks L (FixedDepth-N is --gate dense --layers N)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  app.add_option("--dim", dim, "Model width D")->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--heads", heads, "Attention heads H (D % H == 0)")->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--seq", seq, "Sequence length T (window length and number of positions)")
+  app.add_option("--dim", shape.dim, "Model width D")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--heads", shape.heads, "Attention heads H (D % H == 0)")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--seq", shape.seq, "Sequence length T (window length and number of positions)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  for (const auto& family : train_families())
+    for (const auto& s : family.settings) {
+      if (families_[s.key].empty()) {
+        const std::string text = s.default_value.is_string() ? s.default_value.get<std::string>() : s.default_value.dump();
+        const std::string type = s.default_value.is_string() ? "TEXT" : s.default_value.is_number_integer() ? "INT" : "FLOAT";
+        app.add_option(setting_flag(s.key), given_[s.key], family.name + ": " + s.help)->default_str(text)->type_name(type);
+      }
+      families_[s.key].push_back(family.name);
+    }
 }
 
-GatedConfig ModelShapeFlags::config() const {
-  GatedConfig c;
-  c.gate = parse_gate_kind(gate);
-  c.gate_value = gate_value;
-  c.n_layer = layers;
-  c.d_model = dim;
-  c.n_head = heads;
-  c.seq_len = seq;
-  c.validate("flags (--layers/--dim/--heads/--seq)");
-  return c;
+nlohmann::json FamilyFlags::settings(const CLI::App& app) const {
+  nlohmann::json given = nlohmann::json::object();
+  for (const auto& [key, families] : families_) {
+    const std::string flag = setting_flag(key);
+    if (app.count(flag) == 0) continue;
+    if (std::find(families.begin(), families.end(), arch) == families.end()) {
+      std::string which;
+      for (const auto& name : families) which += (which.empty() ? "" : " or ") + name;
+      throw Error(flag + " applies to --arch " + which + " only");
+    }
+    given[key] = given_.at(key);
+  }
+  const TrainFamily& family = train_family_named(arch);
+  nlohmann::json resolved = resolve_settings(family, given, "flags", SettingSource::flags);
+  family.check(shape, resolved, "flags");
+  return resolved;
 }
 
 void add_threads_flag(CLI::App& app, int& threads) {

@@ -1,20 +1,31 @@
-// Helpers shared by the subcommands: the model-shape flags, thread and data flags, JSON output.
+// Helpers shared by the subcommands: the family flags, thread and data flags, JSON output.
 #pragma once
 #include <CLI/CLI.hpp>
 #include "core/json.h"
 #include <string>
 
-#include "models/gated/config.h"
+#include <map>
+#include <vector>
+
+#include "train/train_family.h"
 
 namespace fca::cli {
 
-// Flags that describe a gated model's shape: --gate, --gate-value, --layers, --dim, --heads, --seq.
-struct ModelShapeFlags {
-  std::string gate = "featuregate";
-  double gate_value = 0.6;
-  int layers = 6, dim = 256, heads = 4, seq = 256;
-  void add_to(CLI::App& app);
-  GatedConfig config() const;  // validated; errors name the flag
+// The flags of a model of any trainable family (train/train_family.h): --arch, the shape every
+// family takes (--layers, --dim, --heads, --seq) and each family's own settings (--gate, --top-k,
+// ...: one flag per setting key, '_' as '-'), as `fca train` and `fca bench` take them.
+struct FamilyFlags {
+  std::string arch;  // default: the first family installed
+  ModelShape shape;
+  void add_to(CLI::App& app, const std::string& arch_help);
+  // The settings given for `arch`, resolved (typed, defaults filled in; bad numbers and choices
+  // named by flag); a flag of a family other than `arch` is an Error. Checks the shape and settings
+  // as the family's `check` does.
+  nlohmann::json settings(const CLI::App& app) const;
+
+ private:
+  std::map<std::string, std::string> given_;                   // setting key -> text, as given
+  std::map<std::string, std::vector<std::string>> families_;   // setting key -> families that have it
 };
 
 // Validators whose messages say plainly what was wrong (CLI11's own print the range's bounds, e.g.

@@ -14,8 +14,32 @@
 #include "exec/counted_pass.h"
 #include "exec/exec.h"
 #include "exec/timed_modes.h"
+#include "train/train_family.h"
 
 namespace fca {
+
+// What `fca bench` asks a family to time: a checkpoint, or ("" ) a fresh model of the shape and
+// settings (resolved, train/train_family.h), windows of random bytes.
+struct BenchRequest {
+  std::string model;
+  ModelShape shape;
+  nlohmann::json settings;
+  uint64_t seed = 0;  // initialisation of a fresh model; the windows use seed + 1
+  int batch = 8;
+  int tokens = 0;       // per window (0: the model's positions)
+  bool replay = false;  // forward: recorded coefficients instead of the live controller
+};
+// What a family's benchmark times: one pass (a forward pass, or an optimizer step), its FLOPs by
+// the family's formula, and what the report names.
+struct BenchWork {
+  nlohmann::ordered_json config;
+  std::string name;        // "featuregate L 6 D 256 H 4"
+  std::string model_hash;  // of the checkpoint ("" for a fresh model)
+  int tokens = 0;
+  double flops_per_pass = 0;
+  size_t run_state_bytes = 0;
+  std::function<void()> pass;  // shares everything it reads
+};
 
 struct ExecFamily {
   std::string name;  // the registry's name
@@ -28,6 +52,10 @@ struct ExecFamily {
       measure;
   // Whether the checkpoint has gates a skip sweep can calibrate (--skip-threshold); null: never.
   std::function<bool(const std::string& path)> has_calibratable_gates;
+  // `fca bench forward` / `bench train` by the family's own formula; null: bench times a forward
+  // pass through the audit interface (a checkpoint only) or an optimizer step of the family's
+  // Trainable, with the FLOPs counted at the GEMM calls.
+  std::function<BenchWork(const BenchRequest&)> bench_forward, bench_train;
 };
 
 // Installs a family's entry (families/families.cpp, once at start-up); refuses a name used twice.

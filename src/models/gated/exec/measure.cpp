@@ -5,6 +5,7 @@
 
 #include "core/exec_counters.h"
 #include "core/sha256.h"
+#include "models/gated/exec/bench.h"
 #include "models/gated/exec/flops.h"
 #include "models/gated/forward.h"
 
@@ -147,10 +148,12 @@ nlohmann::ordered_json measure_gated(const std::string& path, const Corpus& corp
 }  // namespace
 
 ExecFamily gated_exec_family() {
-  return {"gated", measure_gated, [](const std::string& path) {
+  return {"gated", measure_gated,
+          [](const std::string& path) {
             const GateKind g = read_gated_config(path).gate;
             return g == GateKind::uniform || g == GateKind::layerstatic || g == GateKind::featuregate;
-          }};
+          },
+          gated_bench_forward, gated_bench_train};
 }
 
 }  // namespace fca

@@ -49,18 +49,13 @@ void GatedTrainable::load(const std::string& out) {
   std::copy(loaded.data(), loaded.data() + loaded.buffer_size(), model_.data());
 }
 
-namespace {
-
-// The config of a fresh model of this shape and these settings; errors prefixed by `where`.
-GatedConfig config_of(const ModelShape& shape, const nlohmann::json& settings, const std::string& where) {
+GatedConfig gated_config_of(const ModelShape& shape, const nlohmann::json& settings, const std::string& where) {
   GatedConfig c = config_with_shape<GatedConfig>(shape);
   c.gate = parse_gate_kind(settings.at("gate").get<std::string>());
   c.gate_value = settings.at("gate_value").get<double>();
   c.validate(where);
   return c;
 }
-
-}  // namespace
 
 TrainFamily gated_train_family() {
   TrainFamily f;
@@ -72,7 +67,7 @@ TrainFamily gated_train_family() {
   f.settings = {{"gate", "Gate kind: dense, fixed, uniform, layerstatic or featuregate", "featuregate", kinds},
                 {"gate_value", "Gate value of the fixed gate, in [0, 1]", 0.6, {}}};
   f.files = single_file_checkpoint;
-  set_constructors<GatedConfig>(f, config_of, [](const GatedConfig& c, const TrainableArgs& args) {
+  set_constructors<GatedConfig>(f, gated_config_of, [](const GatedConfig& c, const TrainableArgs& args) {
     return std::unique_ptr<Trainable>(std::make_unique<GatedTrainable>(c, args.seed, args.batch, args.adamw, args.clip));
   });
   return f;

@@ -47,5 +47,8 @@ class GatedTrainable : public Trainable {
 
 // Settings: gate (the gate kind) and gate_value (the fixed gate's value); single-file checkpoints.
 TrainFamily gated_train_family();
+// The validated config of a fresh model of this shape and these (resolved) settings; errors
+// prefixed by `where`.
+GatedConfig gated_config_of(const ModelShape& shape, const nlohmann::json& settings, const std::string& where);
 
 }  // namespace fca

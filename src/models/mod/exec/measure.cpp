@@ -76,6 +76,6 @@ nlohmann::ordered_json measure_mod(const std::string& path, const Corpus& corpus
 
 }  // namespace
 
-ExecFamily mod_exec_family() { return {"mod", measure_mod, nullptr}; }
+ExecFamily mod_exec_family() { return {"mod", measure_mod, nullptr, nullptr, nullptr}; }
 
 }  // namespace fca

@@ -116,6 +116,6 @@ nlohmann::ordered_json measure_moe(const std::string& path, const Corpus& corpus
 
 }  // namespace
 
-ExecFamily moe_exec_family() { return {"moe", measure_moe, nullptr}; }
+ExecFamily moe_exec_family() { return {"moe", measure_moe, nullptr, nullptr, nullptr}; }
 
 }  // namespace fca

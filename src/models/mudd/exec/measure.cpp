@@ -78,6 +78,6 @@ nlohmann::ordered_json measure_mudd(const std::string& path, const Corpus& corpu
 
 }  // namespace
 
-ExecFamily mudd_exec_family() { return {"mudd", measure_mudd, nullptr}; }
+ExecFamily mudd_exec_family() { return {"mudd", measure_mudd, nullptr, nullptr, nullptr}; }
 
 }  // namespace fca
