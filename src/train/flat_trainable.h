@@ -1,7 +1,8 @@
 // A Trainable for models in a flat parameter store (models/flat_model.h) with single-file
 // checkpoints (<out>.safetensors, <out-stem>.train-state.safetensors, <out>.log.jsonl): one template
 // for every such family, which supplies its passes for TrainStep plus `nll` (validation NLL without
-// any auxiliary term) and a live coefficient source constructed from the model.
+// any auxiliary term) and a live coefficient source constructed from the model, and optionally
+// `add_gates` (validation then reports the gate mass).
 #pragma once
 #include "core/json.h"
 #include <vector>
@@ -35,6 +36,11 @@ class FlatTrainable : public Trainable {
     typename Family::RunState rs(model_.config(), batch, T, false);
     std::vector<int32_t> inputs(size_t(batch) * T), targets(size_t(batch) * T);
     std::vector<double> nll(idx.size());
+    // A family whose run state holds gates (Family::add_gates) also reports the gate mass: every
+    // gate of every batch added into one sum, in the family's order.
+    constexpr bool gates = requires(typename Family::RunState& r, double& sum) { Family::add_gates(r, 1, 1, sum); };
+    double gate_sum = 0;
+    int64_t gate_count = 0;
     for (size_t w0 = 0; w0 < idx.size(); w0 += size_t(batch)) {
       const int B = int(std::min<size_t>(size_t(batch), idx.size() - w0));
       for (int b = 0; b < B; ++b)
@@ -42,10 +48,11 @@ class FlatTrainable : public Trainable {
       typename Family::Live live(model_);
       Family::forward(model_, rs, inputs.data(), B, T, live);
       Family::nll(rs, targets.data(), nll.data() + w0);
+      if constexpr (gates) gate_count += Family::add_gates(rs, B, T, gate_sum);
     }
     double s = 0;
     for (double v : nll) s += v;
-    return {s / double(nll.size()), -1, int64_t(nll.size())};
+    return {s / double(nll.size()), gates ? gate_sum / double(gate_count) : -1.0, int64_t(nll.size())};
   }
   void save(const std::string& out, const std::map<std::string, std::string>& metadata) const override {
     model_.save(out, metadata);
