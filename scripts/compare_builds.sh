@@ -7,8 +7,10 @@
 # Exits 0 when everything compared is bitwise the same.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-old=${1:?usage: compare_builds.sh OLD_FCA NEW_FCA [WORK_DIR] [DATA_DIR]}
-new=${2:?usage: compare_builds.sh OLD_FCA NEW_FCA [WORK_DIR] [DATA_DIR]}
+usage="usage: compare_builds.sh OLD_FCA NEW_FCA [WORK_DIR] [DATA_DIR]"
+# Absolute paths: the work runs in WORK_DIR.
+old=$(realpath "${1:?$usage}")
+new=$(realpath "${2:?$usage}")
 work=${3:-$(mktemp -d)}
 data=${4:-$here/../data/nlp-corpus}
 for v in old new; do

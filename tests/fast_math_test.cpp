@@ -1,7 +1,11 @@
 // The vectorised exp and tanh against the C library over their whole useful range.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
 
 #include "ops/fast_math.h"
 
@@ -26,6 +30,24 @@ TEST(FastMath, TanhAbsoluteError) {
   EXPECT_LT(worst, 3e-7);
   EXPECT_EQ(tanh_approx(100.0f), 1.0f);
   EXPECT_EQ(tanh_approx(-100.0f), -1.0f);
+}
+
+TEST(FastMath, TanhSaturationClampChangesNoValue) {
+  // From 9 up (and the negatives) by steps of 1/512 to 64 (past 44, where the unclamped formula's
+  // values turn subnormal), then by factors of 1.01 to the largest float: tanh_approx (clamped at
+  // 10) is bitwise the unclamped formula, +-1 beyond 10.
+  std::vector<float> xs;
+  for (double x = 9.0; x < 64.0; x += 1.0 / 512) xs.push_back(float(x));
+  for (float x = 64.0f; std::isfinite(x); x *= 1.01f) xs.push_back(x);
+  xs.push_back(std::numeric_limits<float>::max());
+  xs.push_back(std::numeric_limits<float>::infinity());
+  for (const float x : xs)
+    for (const float v : {x, -x}) {
+      ASSERT_EQ(std::bit_cast<uint32_t>(tanh_approx(v)), std::bit_cast<uint32_t>(tanh_approx_unclamped(v))) << v;
+      if (std::abs(v) >= kTanhSaturation) {
+        ASSERT_EQ(std::abs(tanh_approx(v)), 1.0f) << v;
+      }
+    }
 }
 
 TEST(FastMath, LaneReductionsAreExactOnIntegers) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/threads.h"
+#include "ops/elementwise.h"
 #include "ops/gemm.h"
 
 namespace fca {
@@ -80,6 +81,29 @@ TEST(Gemm, ARowDoesNotDependOnMOrTheThreadCount) {
       }
       set_threads(2);
     }
+}
+
+TEST(Gemm, LinearEpiloguesAreBitwiseTheUnfusedLayers) {
+  // The bias as the first inner block's addend and the GELU applied per finished tile give the
+  // values of the unfused layer (fill with the bias, GEMM with beta 1; then GELU over the rows),
+  // with one inner block (K 200), several (K 520, the GELU after the last), and an empty product.
+  set_threads(2);
+  for (const auto [N, in, out] : {std::array<int, 3>{45, 200, 300}, std::array<int, 3>{70, 520, 97},
+                                  std::array<int, 3>{5, 0, 33}}) {
+    SCOPED_TRACE(std::to_string(N) + " x " + std::to_string(out) + " x " + std::to_string(in));
+    const auto x = random_values(size_t(N) * in, 6), w = random_values(size_t(out) * in, 7);
+    const auto bias = random_values(size_t(out), 8);
+    std::vector<float> want(size_t(N) * out), want_act(size_t(N) * out);
+    for (int n = 0; n < N; ++n) std::copy(bias.begin(), bias.end(), want.begin() + int64_t(n) * out);
+    gemm<float>(false, true, N, out, in, 1.0f, x.data(), in, w.data(), in, 1.0f, want.data(), out);
+    gelu_tanh_forward<float>(want_act.data(), want.data(), int64_t(N) * out);
+    std::vector<float> got(size_t(N) * out, 7.0f), pre(size_t(N) * out, 7.0f), act(size_t(N) * out, 7.0f);
+    linear_forward<float>(got.data(), x.data(), w.data(), bias.data(), N, in, out);
+    linear_gelu_forward<float>(pre.data(), act.data(), x.data(), w.data(), bias.data(), N, in, out);
+    EXPECT_EQ(0, std::memcmp(got.data(), want.data(), sizeof(float) * got.size()));
+    EXPECT_EQ(0, std::memcmp(pre.data(), want.data(), sizeof(float) * pre.size()));
+    EXPECT_EQ(0, std::memcmp(act.data(), want_act.data(), sizeof(float) * act.size()));
+  }
 }
 
 }  // namespace

@@ -177,7 +177,7 @@ TEST(ErfApprox, OnePlusErfIsWithinAFewUlpOfLibm) {
 
 TEST_F(SimdTargets, TileMatmulIsOneFusedChainPerOutputOnEveryTarget) {
   // Shapes with whole register tiles, row tails (m % 8, m % 4), vector pairs, single vectors and
-  // lane tails (n % 16, n % 8), in both layouts of A, with and without accumulation.
+  // lane tails (n % 16, n % 8), in both layouts of A, with no addend, accumulating onto C, and onto a bias row.
   const int ld = 53;
   const auto a = random_values(size_t(ld) * ld, 2.0f, 41), b = random_values(size_t(ld) * ld, 2.0f, 42);
   const auto c0 = random_values(size_t(ld) * ld, 1.0f, 43);
@@ -189,12 +189,15 @@ TEST_F(SimdTargets, TileMatmulIsOneFusedChainPerOutputOnEveryTarget) {
       for (int n : {1, 5, 8, 16, 17, 33, 47})
         for (int k : {1, 7, 40})
           for (bool transposed : {false, true})
-            for (bool accumulate : {false, true}) {
+            for (int addend : {0, 1, 2}) {  // none, C itself (accumulate), a bias row (ld_addend 0)
               const int64_t a_row = transposed ? 1 : ld, a_col = transposed ? ld : 1;
               std::vector<float> got = c0, want = c0;
-              simd::tile_matmul(got.data(), ld, a.data(), a_row, a_col, b.data(), ld, m, n, k, 0.7f, accumulate);
+              const float* bias = b.data() + 3;
+              simd::tile_matmul(got.data(), ld, a.data(), a_row, a_col, b.data(), ld, m, n, k, 0.7f,
+                                addend == 0 ? nullptr : addend == 1 ? got.data() : bias, addend == 1 ? ld : 0);
               tile_matmul_reference<float>(want.data(), ld, a.data(), a_row, a_col, b.data(), ld, m, n, k, 0.7f,
-                                           accumulate);
+                                           addend == 0 ? nullptr : addend == 1 ? want.data() : bias,
+                                           addend == 1 ? ld : 0);
               for (size_t i = 0; i < got.size(); ++i) {
                 if (fma) {
                   ASSERT_EQ(bits(got[i]), bits(want[i])) << "m " << m << " n " << n << " k " << k << " at " << i;

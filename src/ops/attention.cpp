@@ -60,6 +60,8 @@ void causal_softmax_row(T* row, int t, int zero_to, T* logp, const T* prev_logp,
 // tile's rows is zeroed by the softmax. P V runs over the same keys (the zeros add nothing). At
 // T = 256 that executes 1.06x the causal triangle's pairs.
 constexpr int kRowTile = 8;
+template <typename T>
+constexpr const T* kNoAddend = nullptr;  // tile_matmul writes its products, adding nothing
 constexpr int kKeyRound = 16;
 
 int keys_of_tile(int r1, int Tn) { return std::min(Tn, (r1 + kKeyRound - 1) / kKeyRound * kKeyRound); }
@@ -137,7 +139,7 @@ void attention_forward(T* out, T* probs, T* scratch, const AttentionStats<T>* st
       const int r1 = std::min(Tn, r0 + kRowTile), rows = r1 - r0, keys = keys_of_tile(r1, Tn);
       pairs += int64_t(rows) * keys;
       T* pb = p + int64_t(r0) * Tn;
-      tile_matmul(pb, Tn, q + int64_t(r0) * ld, ld, 1, kt, Tn, rows, keys, dh, scale, false);  // S = scale Q K^T
+      tile_matmul(pb, Tn, q + int64_t(r0) * ld, ld, 1, kt, Tn, rows, keys, dh, scale, kNoAddend<T>, 0);  // S = scale Q K^T
       for (int t = r0; t < r1; ++t) {
         T* logp = stats ? stats->logp + bh * TT + int64_t(t) * Tn : nullptr;
         const T* prev = stats && stats->prev_logp ? stats->prev_logp + bh * TT + int64_t(t) * Tn : nullptr;
@@ -148,7 +150,7 @@ void attention_forward(T* out, T* probs, T* scratch, const AttentionStats<T>* st
         T* feat = stats ? stats->head_features + (int64_t(bh) * Tn + t) * 3 : nullptr;
         causal_softmax_row(p + int64_t(t) * Tn, t, keys, logp, prev, feat);
       }
-      tile_matmul(y + int64_t(r0) * D, D, pb, Tn, 1, v, ld, rows, dh, keys, T(1), false);  // Y = P V
+      tile_matmul(y + int64_t(r0) * D, D, pb, Tn, 1, v, ld, rows, dh, keys, T(1), kNoAddend<T>, 0);  // Y = P V
     }
     // Two products, S = Q K^T and Y = P V, over the pairs the tiles ran: counted from the loop, so
     // that exec's check against attention_executed_pairs fails if a tile is skipped or repeated.
@@ -196,7 +198,7 @@ void attention_backward(T* dqkv, T* scratch, const T* dout, const T* probs, cons
       const int r1 = std::min(Tn, r0 + kRowTile), rows = r1 - r0, keys = keys_of_tile(r1, Tn);
       query_tile_pairs += int64_t(rows) * keys;
       T* dsb = ds + int64_t(r0) * Tn;
-      tile_matmul(dsb, Tn, dy + int64_t(r0) * D, D, 1, vt, Tn, rows, keys, dh, T(1), false);
+      tile_matmul(dsb, Tn, dy + int64_t(r0) * D, D, 1, vt, Tn, rows, keys, dh, T(1), kNoAddend<T>, 0);
       for (int t = r0; t < r1; ++t) {
         const T* pr = p + int64_t(t) * Tn;
         T* r = ds + int64_t(t) * Tn;
@@ -204,7 +206,7 @@ void attention_backward(T* dqkv, T* scratch, const T* dout, const T* probs, cons
         for (int u = 0; u <= t; ++u) r[u] = pr[u] * (r[u] - dot);
         for (int u = t + 1; u < keys; ++u) r[u] = 0;
       }
-      tile_matmul(dq + int64_t(r0) * ld, ld, dsb, Tn, 1, k, ld, rows, dh, keys, scale, false);
+      tile_matmul(dq + int64_t(r0) * ld, ld, dsb, Tn, 1, k, ld, rows, dh, keys, scale, kNoAddend<T>, 0);
     }
     // Key tiles [u0, u1): dV = P^T dY and dK = s dS^T Q over the queries t >= u0 (P and dS are zero
     // for t < u), reading the transposes in place (A(i, p) = P[u0 + p, u0 + i]).
@@ -212,8 +214,8 @@ void attention_backward(T* dqkv, T* scratch, const T* dout, const T* probs, cons
       const int rows = std::min(Tn, u0 + kRowTile) - u0, queries = Tn - u0;
       const int64_t at = int64_t(u0) * Tn + u0;
       key_tile_pairs += int64_t(rows) * queries;
-      tile_matmul(dv + int64_t(u0) * ld, ld, p + at, 1, Tn, dy + int64_t(u0) * D, D, rows, dh, queries, T(1), false);
-      tile_matmul(dk + int64_t(u0) * ld, ld, ds + at, 1, Tn, q + int64_t(u0) * ld, ld, rows, dh, queries, scale, false);
+      tile_matmul(dv + int64_t(u0) * ld, ld, p + at, 1, Tn, dy + int64_t(u0) * D, D, rows, dh, queries, T(1), kNoAddend<T>, 0);
+      tile_matmul(dk + int64_t(u0) * ld, ld, ds + at, 1, Tn, q + int64_t(u0) * ld, ld, rows, dh, queries, scale, kNoAddend<T>, 0);
     }
     count_gemm_flops(2 * 2 * (query_tile_pairs + key_tile_pairs) * dh, 4);
   }

@@ -5,10 +5,12 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <type_traits>
 #include <vector>
 
 #include "core/exec_counters.h"
 #include "core/phase_timer.h"
+#include "ops/elementwise.h"
 #include "ops/simd.h"
 
 namespace fca {
@@ -81,11 +83,13 @@ void pack_b_block(float* panels, bool trans_b, const float* B, int ldb, int p0, 
   }
 }
 
-}  // namespace
-
-template <>
-void gemm<float>(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
-                 const float* B, int ldb, float beta, float* C, int ldc) {
+// The float GEMM with two optional fusions for Linear layers (beta 0 only): `bias` [N] is the
+// addend of the first inner block in place of zero, so C = bias + chain, bitwise what a fill with
+// the bias and a GEMM with beta 1 give (one addition, commutative); and `gelu_out` (row stride ldc)
+// receives GELU_tanh of each row chunk's column block of C as its last inner block finishes it, in cache,
+// the operations of simd::gelu_tanh_forward (element-wise, so the tiling cannot change a value).
+void gemm_float(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
+                int ldb, float beta, float* C, int ldc, const float* bias, float* gelu_out) {
   const PhaseScope phase_scope(Phase::gemm);
   count_gemm_flops(2 * int64_t(M) * N * K, 1);
   if (M <= 0 || N <= 0) return;
@@ -95,9 +99,14 @@ void gemm<float>(bool trans_a, bool trans_b, int M, int N, int K, float alpha, c
       for (int j = 0; j < N; ++j) C[int64_t(i) * ldc + j] *= beta;
   }
   if (K <= 0) {
+    // C = bias (or 0), then the GELU: the same values as the blocked path with an empty chain.
     if (beta == 0.0f)
 #pragma omp parallel for schedule(static)
-      for (int i = 0; i < M; ++i) std::fill(C + int64_t(i) * ldc, C + int64_t(i) * ldc + N, 0.0f);
+      for (int i = 0; i < M; ++i) {
+        float* row = C + int64_t(i) * ldc;
+        for (int j = 0; j < N; ++j) row[j] = bias != nullptr ? bias[j] : 0.0f;
+        if (gelu_out != nullptr) simd::gelu_tanh_forward(gelu_out + int64_t(i) * ldc, row, N);
+      }
     return;
   }
   const int W = simd::tile_panel_width();  // divides kColumnBlock (2 .. 32)
@@ -118,6 +127,7 @@ void gemm<float>(bool trans_a, bool trans_b, int M, int N, int K, float alpha, c
       const int c1 = std::min(col_end, c0 + kColumnBlock);
       for (int p0 = 0; p0 < K; p0 += kInnerBlock) {
         const int kb = std::min(kInnerBlock, K - p0);
+        const bool onto_c = beta != 0.0f || p0 > 0, last_block = p0 + kb == K;
         pack_b_block(packed_b.data(), trans_b, B, ldb, p0, kb, c0, c1, W);
         for (int chunk = chunk_begin; chunk < chunk_end; ++chunk) {
           const int i0 = chunk * kRowChunk, rows = std::min(kRowChunk, M - i0);
@@ -130,13 +140,28 @@ void gemm<float>(bool trans_a, bool trans_b, int M, int N, int K, float alpha, c
           }
           for (int j0 = c0; j0 < c1; j0 += W) {
             const int wq = std::min(W, c1 - j0);
-            simd::tile_matmul(C + int64_t(i0) * ldc + j0, ldc, a, a_row, a_col, packed_b.data() + int64_t(j0 - c0) * kb,
-                              wq, rows, wq, kb, alpha, beta != 0.0f || p0 > 0);
+            float* c = C + int64_t(i0) * ldc + j0;
+            const float* addend = onto_c ? c : bias != nullptr ? bias + j0 : nullptr;
+            simd::tile_matmul(c, ldc, a, a_row, a_col, packed_b.data() + int64_t(j0 - c0) * kb, wq, rows, wq, kb, alpha,
+                              addend, onto_c ? ldc : 0);
           }
+          // The chunk's rows of this column block (at most 32 x 256 values, in L1/L2), one call
+          // per row: per register tile the dispatch would cost as much as the GELU.
+          if (gelu_out != nullptr && last_block)
+            for (int r = i0; r < i0 + rows; ++r)
+              simd::gelu_tanh_forward(gelu_out + int64_t(r) * ldc + c0, C + int64_t(r) * ldc + c0, c1 - c0);
         }
       }
     }
   }
+}
+
+}  // namespace
+
+template <>
+void gemm<float>(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
+                 const float* B, int ldb, float beta, float* C, int ldc) {
+  gemm_float(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, nullptr, nullptr);
 }
 
 template <>
@@ -166,13 +191,27 @@ void add_column_sums(T* out, const T* in, int64_t N, int C) {
 
 template <typename T>
 void linear_forward(T* y, const T* x, const T* weight, const T* bias, int N, int in, int out) {
-  const PhaseScope phase_scope(Phase::elementwise);
-  if (bias != nullptr) {
+  if constexpr (std::is_same_v<T, float>) {
+    gemm_float(false, true, N, out, in, 1.0f, x, in, weight, in, 0.0f, y, out, bias, nullptr);
+  } else {
+    if (bias != nullptr) {
+      const PhaseScope phase_scope(Phase::elementwise);
 #pragma omp parallel for schedule(static)
-    for (int n = 0; n < N; ++n)
-      for (int o = 0; o < out; ++o) y[int64_t(n) * out + o] = bias[o];
+      for (int n = 0; n < N; ++n)
+        for (int o = 0; o < out; ++o) y[int64_t(n) * out + o] = bias[o];
+    }
+    gemm<T>(false, true, N, out, in, T(1), x, in, weight, in, bias != nullptr ? T(1) : T(0), y, out);
   }
-  gemm<T>(false, true, N, out, in, T(1), x, in, weight, in, bias != nullptr ? T(1) : T(0), y, out);
+}
+
+template <typename T>
+void linear_gelu_forward(T* pre, T* act, const T* x, const T* weight, const T* bias, int N, int in, int out) {
+  if constexpr (std::is_same_v<T, float>) {
+    gemm_float(false, true, N, out, in, 1.0f, x, in, weight, in, 0.0f, pre, out, bias, act);
+  } else {
+    gemm<T>(false, true, N, out, in, T(1), x, in, weight, in, T(0), pre, out);
+    bias_gelu_tanh_forward(pre, act, bias, N, out);
+  }
 }
 
 template <typename T>
@@ -187,6 +226,7 @@ void linear_backward(T* dx, T* dweight, T* dbias, const T* dy, const T* x, const
 #define FCA_INSTANTIATE(T)                                                                       \
   template void add_column_sums<T>(T*, const T*, int64_t, int);                                 \
   template void linear_forward<T>(T*, const T*, const T*, const T*, int, int, int);             \
+  template void linear_gelu_forward<T>(T*, T*, const T*, const T*, const T*, int, int, int);    \
   template void linear_backward<T>(T*, T*, T*, const T*, const T*, const T*, int, int, int, bool);
 FCA_INSTANTIATE(float)
 FCA_INSTANTIATE(double)

@@ -29,6 +29,12 @@ void gemm(bool trans_a, bool trans_b, int M, int N, int K, T alpha, const T* A, 
 template <typename T>
 void linear_forward(T* y, const T* x, const T* weight, const T* bias, int N, int in, int out);
 
+// The fc layer's forward: pre[N, out] = x W^T + b, act = GELU_tanh(pre) (ops/elementwise.h). In
+// float the bias and the GELU are the GEMM's epilogue, applied to each tile while it is in cache;
+// the values are bitwise those of linear_forward then gelu_tanh_forward.
+template <typename T>
+void linear_gelu_forward(T* pre, T* act, const T* x, const T* weight, const T* bias, int N, int in, int out);
+
 // Linear backward. dx[N,in] = dy W (overwritten when accumulate_dx is false, else added);
 // dW[out,in] += dy^T x; db[out] += sum over rows of dy (db may be null). dx may be null.
 template <typename T>

@@ -43,8 +43,10 @@ HWY_INLINE V ExpApprox(D d, V x) {
   return hn::Mul(y, hn::BitCast(d, exponent));
 }
 
-// tanh_approx: 1 - 2 / (e^{2x} + 1).
+// tanh_approx: x clamped to [-kTanhSaturation, kTanhSaturation] (no subnormals: ops/fast_math.h),
+// then 1 - 2 / (e^{2x} + 1).
 HWY_INLINE V TanhApprox(D d, V x) {
+  x = hn::Min(hn::Max(x, hn::Set(d, -kTanhSaturation)), hn::Set(d, kTanhSaturation));
   const V e = ExpApprox(d, hn::Mul(hn::Set(d, 2.0f), x));
   return hn::Sub(hn::Set(d, 1.0f), hn::Div(hn::Set(d, 2.0f), hn::Add(e, hn::Set(d, 1.0f))));
 }

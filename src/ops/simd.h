@@ -66,14 +66,15 @@ void residual_row(float* y, const float* h, float a, const float* f, int64_t n);
 
 // Small matrix products for attention's per-head tiles (ops/attention.cpp), where OpenBLAS's
 // packing costs more than the product: for i < m, j < n,
-//   C[i * ldc + j] = alpha * sum_{p < k} A(i, p) B(p, j)  (+ C[i * ldc + j] when accumulate),
-// with A(i, p) = a[i * a_row + p * a_col] (either layout, so A or its transpose) and B(p, j) =
-// b[p * ldb + j]. The one exception to the no-FMA rule above: each output is a chain of fused
+//   C[i * ldc + j] = Z(i, j) + alpha * sum_{p < k} A(i, p) B(p, j)  (Z(i, j) = 0 when addend is null),
+// with A(i, p) = a[i * a_row + p * a_col] (either layout, so A or its transpose), B(p, j) =
+// b[p * ldb + j] and Z(i, j) = addend[i * ld_addend + j]: C itself (addend c, ld_addend ldc) to
+// accumulate, or a bias row broadcast to every row (ld_addend 0). The one exception to the no-FMA rule above: each output is a chain of fused
 // multiply-adds over p = 0 .. k-1 in order, from zero, then times alpha. On targets with FMA (AVX2,
 // AVX-512) that is bitwise tile_matmul_reference<float> of ops/fast_math.h whatever m, n, the tiling
 // or the target; targets without it (SSE4, SSSE3) round the multiply and the add separately.
 void tile_matmul(float* c, int64_t ldc, const float* a, int64_t a_row, int64_t a_col, const float* b, int64_t ldb,
-                 int m, int n, int k, float alpha, bool accumulate);
+                 int m, int n, int k, float alpha, const float* addend, int64_t ld_addend);
 // Columns of tile_matmul's register tile on the dispatched target (two vectors: 32 on AVX-512,
 // 16 on AVX2): the panel width GEMM packs B into. Layout only; results do not depend on it.
 int tile_panel_width();

@@ -4,7 +4,7 @@
 // Register tiling: kRows rows of C by two vectors of columns are held in accumulators while the
 // inner dimension p runs; each step loads two vectors of B's row p, broadcasts A(i, p) for each row
 // and does one multiply-add per accumulator. Every output is one multiply-add chain over p = 0..k-1
-// in order, started from zero, then scaled by alpha (and added to C), whatever the tile, the vector
+// in order, started from zero, then scaled by alpha (and added to the addend: C itself, or a bias row), whatever the tile, the vector
 // width or the position, so a row of C depends only on its own row of A and on B: results do not
 // depend on m, on how the caller splits rows, or on the target among those with fused multiply-add.
 #undef HWY_TARGET_INCLUDE
@@ -38,7 +38,8 @@ struct Operands {
   int64_t ldb;  // B(p, j) = b[p * ldb + j]
   int k;
   float alpha;
-  bool accumulate;
+  const float* addend;  // null, or Z(i, j) = addend[i * ld_addend + j] added to alpha times the chain
+  int64_t ld_addend;
 };
 
 // Rows i0 .. i0 + R - 1, columns j .. j + V * Lanes(d) - 1 of C.
@@ -64,7 +65,7 @@ HWY_INLINE void Tile(DT d, const Operands& o, int i0, int j) {
     float* c = o.c + (i0 + r) * o.ldc + j;
     for (int v = 0; v < V; ++v) {
       Vec out = hn::Mul(alpha, acc[r][v]);
-      if (o.accumulate) out = hn::Add(hn::LoadU(d, c + v * N), out);
+      if (o.addend != nullptr) out = hn::Add(hn::LoadU(d, o.addend + (i0 + r) * o.ld_addend + j + v * N), out);
       hn::StoreU(out, d, c + v * N);
     }
   }
@@ -84,8 +85,8 @@ HWY_INLINE void RowBlock(const Operands& o, int i0, int n) {
 }
 
 void TileMatmul(float* c, int64_t ldc, const float* a, int64_t a_row, int64_t a_col, const float* b, int64_t ldb, int m,
-                int n, int k, float alpha, bool accumulate) {
-  const Operands o{c, ldc, a, a_row, a_col, b, ldb, k, alpha, accumulate};
+                int n, int k, float alpha, const float* addend, int64_t ld_addend) {
+  const Operands o{c, ldc, a, a_row, a_col, b, ldb, k, alpha, addend, ld_addend};
   int i = 0;
   for (; i + kRows <= m; i += kRows) RowBlock<kRows>(o, i, n);
   for (; i + 4 <= m; i += 4) RowBlock<4>(o, i, n);
@@ -107,8 +108,8 @@ HWY_EXPORT(TilePanelWidth);
 int tile_panel_width() { return HWY_DYNAMIC_DISPATCH(TilePanelWidth)(); }
 
 void tile_matmul(float* c, int64_t ldc, const float* a, int64_t a_row, int64_t a_col, const float* b, int64_t ldb,
-                 int m, int n, int k, float alpha, bool accumulate) {
-  HWY_DYNAMIC_DISPATCH(TileMatmul)(c, ldc, a, a_row, a_col, b, ldb, m, n, k, alpha, accumulate);
+                 int m, int n, int k, float alpha, const float* addend, int64_t ld_addend) {
+  HWY_DYNAMIC_DISPATCH(TileMatmul)(c, ldc, a, a_row, a_col, b, ldb, m, n, k, alpha, addend, ld_addend);
 }
 
 }  // namespace fca::simd

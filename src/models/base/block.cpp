@@ -25,9 +25,7 @@ void attention_half_forward(BlockActivations<T>& a, T* attn_scratch, const Block
 
 template <typename T>
 void dense_mlp_forward(BlockActivations<T>& a, const BlockWeights<T>& p, int N, int D) {
-  // The fc GEMM writes its product alone (beta 0); the bias and GELU follow in one pass over its rows.
-  gemm<T>(false, true, N, 4 * D, D, T(1), a.ln2_out, D, p.fc_weight, D, T(0), a.fc_pre, 4 * D);
-  bias_gelu_tanh_forward(a.fc_pre, a.fc_act, p.fc_bias, N, 4 * D);
+  linear_gelu_forward(a.fc_pre, a.fc_act, a.ln2_out, p.fc_weight, p.fc_bias, N, D, 4 * D);
   // F_l = u_l + w_l: the MLP's GEMM accumulates onto a copy of u_l (beta = 1).
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; ++n) {  // by row: no index division per element, and the loop vectorises
