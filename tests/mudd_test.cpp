@@ -123,6 +123,25 @@ TEST(MuddParity, F32FolderInPlaceIsTheCopiedModel) {
   EXPECT_THROW(in_place.save(dir.file("copy")), Error);
 }
 
+// The parameter store itself: slots in place point into the mapped file; a copy owns every value
+// (laid out by the layout, writable) and equals the mapped values.
+TEST(MuddParity, ACopyOfAStoreInPlaceOwnsItsValues) {
+  const std::vector<TensorSlot> layout = mudd_tensor_layout(MuddConfig::load(kTiny));
+  std::vector<std::unique_ptr<SafetensorsReader>> files;
+  files.push_back(std::make_unique<SafetensorsReader>(kTiny + "/model.safetensors"));
+  const ParameterBuffer<float> mapped =
+      ParameterBuffer<float>::from_files(layout, std::move(files), std::vector<size_t>(layout.size(), 0), true);
+  ASSERT_TRUE(mapped.mapped());
+  const ParameterBuffer<float> copy = mapped;
+  EXPECT_FALSE(copy.mapped());
+  ASSERT_EQ(copy.size(), layout.back().offset + (layout.back().numel + 15) / 16 * 16);
+  for (size_t i = 0; i < layout.size(); ++i) {
+    EXPECT_NE(copy.slot(i), mapped.slot(i));
+    EXPECT_EQ(copy.slot(i), copy.data() + layout[i].offset);
+    EXPECT_EQ(0, std::memcmp(copy.slot(i), mapped.slot(i), sizeof(float) * layout[i].numel)) << layout[i].name;
+  }
+}
+
 TEST(MuddParity, Bf16Folder) {
   testing::TempDir dir;
   std::filesystem::copy_file(kTiny + "/config.json", dir.file("config.json"));
@@ -227,6 +246,19 @@ TEST(MuddConfigShapes, WidthsFollowTheFormulas) {
   int sum = 0;
   for (int i = 0; i < 24; ++i) sum += big.ffn_width(i);
   EXPECT_EQ(sum, 24 * 8192);
+}
+
+TEST(MuddConfigShapes, WeightDecayOnRankTwoTensorsOnly) {
+  // The gated family's AdamW rule (docs/model.md): decay on the rank-2 tensors, which for MUDD are
+  // every weight matrix and dense_bs; never on biases and norm scales. (Before the layout was built
+  // by LayoutBuilder, a moved-from shape made every flag false: MUDD trained without decay.)
+  const std::vector<TensorSlot> layout = mudd_tensor_layout(MuddConfig::load(kTiny));
+  int decayed = 0;
+  for (const TensorSlot& s : layout) {
+    EXPECT_EQ(s.weight_decay, s.shape.size() == 2) << s.name;
+    decayed += s.weight_decay ? 1 : 0;
+  }
+  EXPECT_GT(decayed, 0);
 }
 
 class MuddBadFolder : public ::testing::Test {

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include "core/json.h"
 
 #include "core/error.h"
@@ -35,12 +36,39 @@ template <typename T>
 ParameterBuffer<T>::ParameterBuffer(std::vector<TensorSlot> layout) : layout_(std::move(layout)) {
   const auto& last = layout_.back();
   storage_.assign(last.offset + (last.numel + 15) / 16 * 16, T(0));
+  point_slots_at_storage();
+}
+
+template <typename T>
+void ParameterBuffer<T>::point_slots_at_storage() {
+  slots_.resize(layout_.size());
+  for (size_t i = 0; i < layout_.size(); ++i) slots_[i] = storage_.data() + layout_[i].offset;
+}
+
+template <typename T>
+ParameterBuffer<T>::ParameterBuffer(const ParameterBuffer& other) : layout_(other.layout_) {
+  if (layout_.empty()) return;
+  if (!other.mapped()) {
+    storage_ = other.storage_;
+    point_slots_at_storage();
+    return;
+  }
+  const auto& last = layout_.back();
+  storage_.assign(last.offset + (last.numel + 15) / 16 * 16, T(0));
+  point_slots_at_storage();
+  for (size_t i = 0; i < layout_.size(); ++i) std::copy(other.slots_[i], other.slots_[i] + layout_[i].numel, slots_[i]);
+}
+
+template <typename T>
+ParameterBuffer<T>& ParameterBuffer<T>::operator=(const ParameterBuffer& other) {
+  if (this != &other) *this = ParameterBuffer(other);
+  return *this;
 }
 
 template <typename T>
 T* ParameterBuffer<T>::find(const std::string& name) {
-  for (const auto& s : layout_)
-    if (s.name == name) return storage_.data() + s.offset;
+  for (size_t i = 0; i < layout_.size(); ++i)
+    if (layout_[i].name == name) return slots_[i];
   return nullptr;
 }
 
@@ -62,8 +90,9 @@ template <typename T>
 void ParameterBuffer<T>::initialize(int n_layer, uint64_t seed) {
   Rng rng(seed);
   const double residual_std = 0.02 / std::sqrt(2.0 * n_layer);
-  for (const auto& s : layout_) {
-    T* p = storage_.data() + s.offset;
+  for (size_t slot_index = 0; slot_index < layout_.size(); ++slot_index) {
+    const TensorSlot& s = layout_[slot_index];
+    T* p = slots_[slot_index];
     const bool is_residual_proj = s.name.ends_with("attn.proj.weight") || s.name.ends_with("mlp.proj.weight") ||
                                   s.name.ends_with("experts.proj.weight");
     const bool is_normal = s.name == "wte" || s.name == "wpe" || s.name.ends_with("qkv.weight") ||
@@ -78,11 +107,12 @@ void ParameterBuffer<T>::initialize(int n_layer, uint64_t seed) {
 
 template <typename T>
 void ParameterBuffer<T>::load(const SafetensorsReader& reader, const std::string& what) {
-  for (const auto& s : layout_) {
+  for (size_t i = 0; i < layout_.size(); ++i) {
+    const TensorSlot& s = layout_[i];
     if (!reader.has(s.name))
       throw Error(reader.path() + ": tensor '" + s.name + "' is missing (expected shape " + shape_string(s.shape) + " for a " +
                   what + ")");
-    reader.read_into<T>(s.name, s.shape, storage_.data() + s.offset);
+    reader.read_into<T>(s.name, s.shape, slots_[i]);
   }
   for (const auto& [name, info] : reader.tensors()) {
     bool known = false;
@@ -92,10 +122,67 @@ void ParameterBuffer<T>::load(const SafetensorsReader& reader, const std::string
 }
 
 template <typename T>
+ParameterBuffer<T> ParameterBuffer<T>::from_files(std::vector<TensorSlot> layout,
+                                                  std::vector<std::unique_ptr<SafetensorsReader>> files,
+                                                  const std::vector<size_t>& file_of, bool in_place) {
+  ParameterBuffer b;
+  b.layout_ = std::move(layout);
+  b.slots_.resize(b.layout_.size());
+  b.fill_from(std::move(files), file_of, in_place);
+  return b;
+}
+
+template <typename T>
+void ParameterBuffer<T>::fill_from(std::vector<std::unique_ptr<SafetensorsReader>> files,
+                                   const std::vector<size_t>& file_of, bool in_place) {
+  // In place: slot i at its F32 bytes in the mapped file, where they are aligned (never written).
+  std::vector<T*> in_file(layout_.size(), nullptr);
+  if constexpr (std::is_same_v<T, float>) {
+    if (in_place)
+      for (size_t i = 0; i < layout_.size(); ++i) {
+        const TensorInfo& t = files[file_of[i]]->tensors().at(layout_[i].name);
+        if (t.dtype == DType::F32 && reinterpret_cast<uintptr_t>(t.data) % alignof(float) == 0)
+          in_file[i] = const_cast<float*>(reinterpret_cast<const float*>(t.data));
+      }
+  }
+  // The own storage holds the slots that are not mapped, each on a 16-element boundary: all of
+  // them, at their layout offsets, when none is.
+  size_t size = 0;
+  std::vector<size_t> offsets(layout_.size());
+  for (size_t i = 0; i < layout_.size(); ++i)
+    if (in_file[i] == nullptr) offsets[i] = size, size += (layout_[i].numel + 15) / 16 * 16;
+  storage_.assign(size, T(0));
+  bool any_mapped = false;
+  for (size_t i = 0; i < layout_.size(); ++i) {
+    any_mapped = any_mapped || in_file[i] != nullptr;
+    slots_[i] = in_file[i] != nullptr ? in_file[i] : storage_.data() + offsets[i];
+    if (in_file[i] == nullptr) files[file_of[i]]->template read_into<T>(layout_[i].name, layout_[i].shape, slots_[i]);
+  }
+  mappings_.clear();
+  if (any_mapped) mappings_ = std::move(files);
+}
+
+template <typename T>
 void ParameterBuffer<T>::save(const std::string& path, const std::map<std::string, std::string>& metadata) const {
-  std::vector<float> as_float(storage_.begin(), storage_.end());
+  // Float slots are written from where they lie (a 1.4B model is 5.7 GB); double ones converted.
+  std::vector<float> converted;
+  if constexpr (!std::is_same_v<T, float>) {
+    size_t total = 0;
+    for (const auto& s : layout_) total += s.numel;
+    converted.resize(total);
+  }
   std::vector<TensorToWrite> tensors;
-  for (const auto& s : layout_) tensors.push_back({s.name, s.shape, as_float.data() + s.offset});
+  size_t at = 0;
+  for (size_t i = 0; i < layout_.size(); ++i) {
+    const TensorSlot& s = layout_[i];
+    if constexpr (std::is_same_v<T, float>) {
+      tensors.push_back({s.name, s.shape, slots_[i]});
+    } else {
+      std::copy(slots_[i], slots_[i] + s.numel, converted.begin() + int64_t(at));
+      tensors.push_back({s.name, s.shape, converted.data() + at});
+      at += s.numel;
+    }
+  }
   write_safetensors(path, tensors, metadata);
 }
 

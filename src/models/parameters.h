@@ -1,21 +1,22 @@
 // A model's parameters as one flat buffer laid out by a list of named slots (TensorSlot), with the
-// operations every single-file checkpoint family shares: zero construction, the gated-transformer
-// spec's initialisation by tensor name, checked loading and atomic saving. Used by the routed
-// families (moe, mod); slots start on 16-element boundaries so that matrix rows stay aligned.
+// operations every family shares: zero construction, the gated-transformer spec's initialisation by
+// tensor name, checked loading (one file, or shards with tensors used in place) and atomic saving.
+// The one parameter store of every family (FlatModel's gated, moe and mod; MuddModel); slots start
+// on 16-element boundaries so that matrix rows stay aligned.
 #pragma once
 #include "core/json_fields.h"
 #include <cstdint>
 #include <map>
+#include <memory>
 #include "core/json.h"
 #include <string>
 #include <vector>
 
+#include "core/safetensors.h"
 #include "models/base/block.h"  // BlockWeights
 #include "models/base/tensor_slot.h"
 
 namespace fca {
-
-class SafetensorsReader;
 
 // Builds a layout: slots in the order added, AdamW decay on rank-2 tensors (the spec's rule).
 class LayoutBuilder {
@@ -30,16 +31,34 @@ class LayoutBuilder {
   size_t offset_ = 0;
 };
 
+// The values of every slot, each at its own pointer: in the buffer's own storage (slot i at its
+// layout offset), or, for a buffer loaded in place, some of them in the pages of memory-mapped
+// checkpoint files (read-only: for inference; processes on one node share the pages).
 template <typename T>
 class ParameterBuffer {
  public:
   ParameterBuffer() = default;
   explicit ParameterBuffer(std::vector<TensorSlot> layout);  // every parameter zero
+  // A copy owns all its values: copying a buffer loaded in place reads the mapped values into the
+  // copy's own storage, laid out by the layout.
+  ParameterBuffer(const ParameterBuffer& other);
+  ParameterBuffer& operator=(const ParameterBuffer& other);
+  // Moves hand over the storage (a moved std::vector keeps its address) and the mapped files, so
+  // the slot pointers stay valid.
+  ParameterBuffer(ParameterBuffer&&) noexcept = default;
+  ParameterBuffer& operator=(ParameterBuffer&&) noexcept = default;
 
   const std::vector<TensorSlot>& layout() const { return layout_; }
+  // The buffer's own storage: every slot at its layout offset, except in a buffer loaded in place (from_files),
+  // when it holds only the slots that are not mapped (then data() is not laid out by the layout).
   T* data() { return storage_.data(); }
   const T* data() const { return storage_.data(); }
   size_t size() const { return storage_.size(); }
+  // Slot i's values, wherever they lie.
+  T* slot(size_t i) { return slots_[i]; }
+  const T* slot(size_t i) const { return slots_[i]; }
+  // True when some slots are the pages of mapped files.
+  bool mapped() const { return !mappings_.empty(); }
   // The tensor named `name`, or null.
   T* find(const std::string& name);
   // Throws Error when absent.
@@ -54,12 +73,23 @@ class ParameterBuffer {
   // Reads every slot from `reader` (names, shapes, dtypes checked; extra tensors are an error);
   // `what` names the model in messages ("moe model with 4 layers").
   void load(const SafetensorsReader& reader, const std::string& what);
-  // Writes F32 tensors and `metadata` atomically.
+  // A buffer whose slot i is read from files[file_of[i]], whose caller has checked that every slot's tensor is there
+  // with its shape (sharded checkpoints). With in_place (float only), an F32 tensor lying 4-byte
+  // aligned in its mapped file is used there, not copied; the own storage then holds only the
+  // others (upcast), and the buffer keeps the files open as long as it uses their pages.
+  // Nothing is allocated before the files are read.
+  static ParameterBuffer from_files(std::vector<TensorSlot> layout, std::vector<std::unique_ptr<SafetensorsReader>> files,
+                                    const std::vector<size_t>& file_of, bool in_place);
+  // Writes F32 tensors and `metadata` atomically (float values from where they lie, no copy).
   void save(const std::string& path, const std::map<std::string, std::string>& metadata) const;
 
  private:
+  void point_slots_at_storage();  // slot i at storage_ + layout_[i].offset
+  void fill_from(std::vector<std::unique_ptr<SafetensorsReader>> files, const std::vector<size_t>& file_of, bool in_place);
   std::vector<TensorSlot> layout_;
   std::vector<T> storage_;
+  std::vector<T*> slots_;
+  std::vector<std::unique_ptr<SafetensorsReader>> mappings_;  // the files whose pages slots use
 };
 
 // A checkpoint's config object, read strictly: not JSON, not an object, an unknown key, a missing

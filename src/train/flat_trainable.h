@@ -1,8 +1,8 @@
-// A Trainable for models in a flat parameter store (models/flat_model.h) with single-file
-// checkpoints (<out>.safetensors, <out-stem>.train-state.safetensors, <out>.log.jsonl): one template
-// for every such family, which supplies its passes for TrainStep plus `nll` (validation NLL without
-// any auxiliary term) and a live coefficient source constructed from the model, and optionally
-// `add_gates` (validation then reports the gate mass).
+// A Trainable for models in the parameter store (models/parameters.h): one template for every
+// family, which supplies its passes for TrainStep plus `nll` (validation NLL without any auxiliary
+// term), `seq_len(config)` (the window length), a live coefficient source constructed from the model
+// and a Model with initialized / load / save (a single file or a folder: the TrainFamily's `files`
+// say which), and optionally `add_gates` (validation then reports the gate mass).
 #pragma once
 #include "core/json.h"
 #include <vector>
@@ -19,9 +19,9 @@ class FlatTrainable : public Trainable {
  public:
   using Model = typename Family::Model;
   FlatTrainable(const typename Family::Config& config, uint64_t seed, int batch, AdamWOptions adamw, double clip)
-      : model_(Model::initialized(config, seed)), step_(model_, batch, config.seq_len, adamw, clip) {}
+      : model_(Model::initialized(config, seed)), step_(model_, batch, Family::seq_len(config), adamw, clip) {}
   nlohmann::ordered_json config_json() const override { return nlohmann::ordered_json::parse(model_.config().to_json()); }
-  int seq_len() const override { return model_.config().seq_len; }
+  int seq_len() const override { return Family::seq_len(model_.config()); }
   size_t parameter_count() const override { return layout_parameter_count(model_.layout()); }
   const std::vector<TensorSlot>& layout() const override { return model_.layout(); }
   AdamW& optimizer() override { return step_.optimizer(); }
@@ -31,7 +31,7 @@ class FlatTrainable : public Trainable {
   }
   // Mean NLL over `windows` evenly spaced windows, live routing.
   ValidStats validate(const TextSplit& valid, int64_t windows, int batch) override {
-    const int T = model_.config().seq_len;
+    const int T = Family::seq_len(model_.config());
     const auto idx = evenly_spaced_windows(valid.window_count(T), windows, valid.name());
     typename Family::RunState rs(model_.config(), batch, T, false);
     std::vector<int32_t> inputs(size_t(batch) * T), targets(size_t(batch) * T);
@@ -58,7 +58,7 @@ class FlatTrainable : public Trainable {
     model_.save(out, metadata);
   }
   void load(const std::string& out) override {
-    const Model loaded = Model::load(out);
+    const Model loaded = Model::load(out);  // copies: training writes the weights
     if (!(loaded.config() == model_.config()))
       throw Error(out + ": --resume with a different model config (checkpoint " + loaded.config().to_json() + ", flags " +
                   model_.config().to_json() + ")");

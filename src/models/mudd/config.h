@@ -35,6 +35,7 @@ struct MuddConfig {
   static MuddConfig load(const std::string& dir);
   // The config.json written for models trained here (same keys as the public checkpoints).
   std::string to_json() const;
+  bool operator==(const MuddConfig&) const = default;
 };
 
 }  // namespace fca

@@ -19,14 +19,8 @@
 namespace fca {
 
 std::vector<TensorSlot> mudd_tensor_layout(const MuddConfig& c) {
-  std::vector<TensorSlot> slots;
-  size_t offset = 0;
-  auto add = [&](std::string name, std::vector<int64_t> shape) {
-    size_t n = 1;
-    for (int64_t d : shape) n *= size_t(d);
-    slots.push_back({std::move(name), std::move(shape), offset, n, shape.size() == 2});
-    offset += (n + 15) / 16 * 16;
-  };
+  LayoutBuilder layout;  // AdamW decay on the rank-2 tensors
+  auto add = [&](std::string name, std::vector<int64_t> shape) { layout.add(std::move(name), std::move(shape)); };
   const int64_t D = c.dim, V = c.vocab_size;
   add("tok_embeddings.weight", {V, D});
   for (int i = 0; i < c.n_layer; ++i) {
@@ -62,57 +56,32 @@ std::vector<TensorSlot> mudd_tensor_layout(const MuddConfig& c) {
     add("dynamic_dense." + std::to_string(i) + ".w1.weight", {c.da_hidden(i), D});
     add("dynamic_dense." + std::to_string(i) + ".w2.weight", {int64_t(c.streams(i)) * c.sources(i), c.da_hidden(i)});
   }
-  return slots;
+  return layout.slots;
 }
 
 template <typename T>
-MuddModel<T>::MuddModel(const MuddConfig& config) : MuddModel(config, true) {}
+MuddModel<T>::MuddModel(const MuddConfig& config) : MuddModel(config, ParameterBuffer<T>(mudd_tensor_layout(config))) {}
 
 template <typename T>
-MuddModel<T>::MuddModel(const MuddConfig& config, bool allocate) : config_(config), layout_(mudd_tensor_layout(config)) {
-  if (!allocate) return;  // load() in place binds the weights itself
-  const auto& last = layout_.back();
-  storage_.assign(last.offset + (last.numel + 15) / 16 * 16, T(0));
-  bind(storage_pointers());
-}
-
-template <typename T>
-MuddModel<T>::MuddModel(MuddModel&& other) noexcept
-    : config_(std::move(other.config_)), layout_(std::move(other.layout_)), storage_(std::move(other.storage_)),
-      mappings_(std::move(other.mappings_)), weights_(std::move(other.weights_)), hash_(std::move(other.hash_)) {
-  // A moved std::vector hands over its buffer, so the bound pointers stay valid; rebinding here
-  // would allocate (bind() builds a name map) in a noexcept constructor.
+MuddModel<T>::MuddModel(const MuddConfig& config, ParameterBuffer<T> params) : config_(config), params_(std::move(params)) {
+  bind();
 }
 
 template <typename T>
 template <typename U>
 MuddModel<T> MuddModel<T>::converted_from(const MuddModel<U>& other) {
   MuddModel<T> m(other.config());
-  for (size_t i = 0; i < m.storage_.size(); ++i) m.storage_[i] = static_cast<T>(other.data()[i]);
+  for (size_t i = 0; i < m.layout().size(); ++i) {
+    const U* from = other.params_.slot(i);
+    std::transform(from, from + m.layout()[i].numel, m.params_.slot(i), [](U v) { return static_cast<T>(v); });
+  }
   m.hash_ = other.content_hash();
   return m;
 }
 
 template <typename T>
-size_t MuddModel<T>::parameter_count() const {
-  size_t n = 0;
-  for (const auto& s : layout_) n += s.numel;
-  return n;
-}
-
-template <typename T>
-std::map<std::string, T*> MuddModel<T>::storage_pointers() {
-  std::map<std::string, T*> at;
-  for (const auto& s : layout_) at[s.name] = storage_.data() + s.offset;
-  return at;
-}
-
-template <typename T>
-void MuddModel<T>::bind(const std::map<std::string, T*>& by_name) {
-  auto at = [&](const std::string& name) -> T* {  // null for a name this configuration does not have
-    const auto it = by_name.find(name);
-    return it == by_name.end() ? nullptr : it->second;
-  };
+void MuddModel<T>::bind() {
+  auto at = [&](const std::string& name) -> T* { return params_.find(name); };  // null for a name this configuration does not have
   MuddWeights<T>& w = weights_;
   w.embedding = at("tok_embeddings.weight");
   w.output = at("output.weight");
@@ -213,73 +182,41 @@ MuddModel<T> MuddModel<T>::load(const std::string& dir, bool in_place) {
   // Every shard's header is checked against its file, and every tensor of the layout is found with
   // its shape, before the buffer the config describes is allocated: a config cannot make fca
   // allocate more than the files' tensors fill.
-  std::map<std::string, std::unique_ptr<SafetensorsReader>> readers;
-  for (const auto& f : files) readers[f] = std::make_unique<SafetensorsReader>(f);
+  std::vector<std::unique_ptr<SafetensorsReader>> readers;  // readers[k] reads files[k]
+  for (const auto& f : files) readers.push_back(std::make_unique<SafetensorsReader>(f));
   const std::vector<TensorSlot> layout = mudd_tensor_layout(config);
-  std::vector<const SafetensorsReader*> reader_of;
+  std::vector<size_t> reader_of;
   for (const auto& s : layout) {
-    const SafetensorsReader* reader = readers.begin()->second.get();
+    size_t k = 0;
     if (!file_of.empty()) {
       auto it = file_of.find(s.name);
       if (it == file_of.end())
         throw Error(index_path + ": tensor '" + s.name + "' (shape " + shape_string(s.shape) + ") is not in the weight_map");
-      reader = readers[it->second].get();
+      k = size_t(std::find(files.begin(), files.end(), it->second) - files.begin());
     }
-    if (!reader->has(s.name))
-      throw Error(reader->path() + ": tensor '" + s.name + "' is missing (expected shape " + shape_string(s.shape) + ")");
-    const auto& found = reader->tensors().at(s.name).shape;
+    const SafetensorsReader& reader = *readers[k];
+    if (!reader.has(s.name))
+      throw Error(reader.path() + ": tensor '" + s.name + "' is missing (expected shape " + shape_string(s.shape) + ")");
+    const auto& found = reader.tensors().at(s.name).shape;
     if (found != s.shape)
-      throw Error(reader->path() + ": tensor '" + s.name + "' has shape " + shape_string(found) + ", expected " +
+      throw Error(reader.path() + ": tensor '" + s.name + "' has shape " + shape_string(found) + ", expected " +
                   shape_string(s.shape));
-    reader_of.push_back(reader);
+    reader_of.push_back(k);
   }
-  // In place: an F32 tensor whose bytes lie 4-byte aligned in its mapped file is used there.
-  std::map<std::string, T*> in_file;
-  if constexpr (std::is_same_v<T, float>) {
-    if (in_place)
-      for (size_t i = 0; i < layout.size(); ++i) {
-        const TensorInfo& t = reader_of[i]->tensors().at(layout[i].name);
-        if (t.dtype == DType::F32 && reinterpret_cast<uintptr_t>(t.data) % alignof(float) == 0)
-          in_file[layout[i].name] = const_cast<float*>(reinterpret_cast<const float*>(t.data));  // never written
-      }
-  }
-  MuddModel<T> m(config, in_file.empty());
+  std::map<std::string, bool> known;
+  for (const auto& s : layout) known[s.name] = true;
+  for (const auto& reader : readers)
+    for (const auto& [name, info] : reader->tensors())
+      if (!known.count(name) && !ignorable(name))
+        throw Error(reader->path() + ": unexpected tensor '" + name + "' for a MUDD model with " +
+                    std::to_string(config.n_layer) + " layers");
   Sha256 hash;
   for (const auto& f : files) {
     const MappedFile mapped(f);
     hash.update(mapped.data(), mapped.size());
   }
+  MuddModel<T> m(config, ParameterBuffer<T>::from_files(layout, std::move(readers), reader_of, in_place));
   m.hash_ = hash.hex_digest();
-  if (in_file.empty()) {
-    for (size_t i = 0; i < m.layout_.size(); ++i) {
-      const TensorSlot& s = m.layout_[i];
-      reader_of[i]->template read_into<T>(s.name, s.shape, m.storage_.data() + s.offset);
-    }
-  } else {
-    // The model's own buffer holds only the tensors that are not in place (other dtypes).
-    std::map<std::string, T*> at = in_file;
-    std::vector<size_t> offsets(m.layout_.size());
-    size_t size = 0;
-    for (size_t i = 0; i < m.layout_.size(); ++i)
-      if (!in_file.count(m.layout_[i].name)) offsets[i] = size, size += (m.layout_[i].numel + 15) / 16 * 16;
-    m.storage_.assign(size, T(0));
-    for (size_t i = 0; i < m.layout_.size(); ++i) {
-      const TensorSlot& s = m.layout_[i];
-      if (in_file.count(s.name)) continue;
-      at[s.name] = m.storage_.data() + offsets[i];
-      reader_of[i]->template read_into<T>(s.name, s.shape, at[s.name]);
-    }
-    m.bind(at);
-  }
-  std::map<std::string, bool> known;
-  for (const auto& s : m.layout_) known[s.name] = true;
-  for (const auto& [path, reader] : readers)
-    for (const auto& [name, info] : reader->tensors())
-      if (!known.count(name) && !ignorable(name))
-        throw Error(path + ": unexpected tensor '" + name + "' for a MUDD model with " +
-                    std::to_string(m.config_.n_layer) + " layers");
-  if (!in_file.empty())  // the mapped files stay open as long as the model uses their pages
-    for (auto& [path, reader] : readers) m.mappings_.push_back(std::move(reader));
   return m;
 }
 
@@ -288,8 +225,9 @@ MuddModel<T> MuddModel<T>::initialized(const MuddConfig& config, uint64_t seed) 
   MuddModel<T> m(config);
   Rng rng(seed);
   const double residual_std = 0.02 / std::sqrt(2.0 * config.n_layer);
-  for (const auto& s : m.layout_) {
-    T* p = m.storage_.data() + s.offset;
+  for (size_t slot = 0; slot < m.layout().size(); ++slot) {
+    const TensorSlot& s = m.layout()[slot];
+    T* p = m.params_.slot(slot);
     const std::string& n = s.name;
     if (n.rfind("dense_bs.", 0) == 0) {  // one-hot on the newest source j = i + 1
       const int64_t streams = s.shape[0], sources = s.shape[1];
@@ -314,20 +252,9 @@ template <typename T>
 void MuddModel<T>::save(const std::string& dir, const std::map<std::string, std::string>& extra) const {
   if (mapped()) throw Error(dir + ": cannot save a model loaded in place (read-only pages of its files); load it with copies");
   ensure_folder(dir, "");
-  // Float weights are written from the buffer itself (no copy: a 1.4B model is 5.7 GB).
-  std::vector<float> converted;
-  const float* base = nullptr;
-  if constexpr (std::is_same_v<T, float>) {
-    base = storage_.data();
-  } else {
-    converted.assign(storage_.begin(), storage_.end());
-    base = converted.data();
-  }
-  std::vector<TensorToWrite> tensors;
-  for (const auto& s : layout_) tensors.push_back({s.name, s.shape, base + s.offset});
   std::map<std::string, std::string> metadata = extra;
   metadata["format"] = "pt";
-  write_safetensors(dir + "/model.safetensors", tensors, metadata);
+  params_.save(dir + "/model.safetensors", metadata);
   const std::string text = config_.to_json();
   write_file_atomically(dir + "/config.json", [&](std::ostream& out) { out << text << "\n"; });
 }

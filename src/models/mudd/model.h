@@ -1,6 +1,7 @@
-// MUDD model weights: one flat F32 buffer laid out by mudd_tensor_layout() (the public checkpoint's
-// state_dict names and shapes), with named views per block and DA module. Loaded from a Hugging Face
-// folder: model.safetensors, or shards named by model.safetensors.index.json; BF16/F16 upcast once.
+// MUDD model weights: the parameter store of every family (models/parameters.h ParameterBuffer) laid
+// out by mudd_tensor_layout() (the public checkpoint's state_dict names and shapes), with named views
+// per block and DA module. Loaded from a Hugging Face folder: model.safetensors, or shards named by
+// model.safetensors.index.json; BF16/F16 upcast once, F32 optionally used in place.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -10,6 +11,7 @@
 
 #include "core/safetensors.h"
 #include "models/base/tensor_slot.h"
+#include "models/parameters.h"
 #include "models/mudd/config.h"
 
 namespace fca {
@@ -63,7 +65,8 @@ class MuddModel {
   explicit MuddModel(const MuddConfig& config);  // zero weights
   MuddModel(const MuddModel&) = delete;
   MuddModel& operator=(const MuddModel&) = delete;
-  MuddModel(MuddModel&& other) noexcept;
+  // Moves hand over the parameter store (its slot pointers stay valid), so the views stay bound.
+  MuddModel(MuddModel&& other) noexcept = default;
 
   // Loads a folder; checks every name and shape (errors name the file and tensor). Ignores the
   // tensors a checkpoint may carry beyond the architecture (attention_norm of blocks >= 1, caches).
@@ -73,7 +76,7 @@ class MuddModel {
   static MuddModel load(const std::string& dir, bool in_place = false);
   // True when the weights are (partly) the mapped files' pages: data() and buffer_size() then cover
   // only the copied tensors, and save() refuses.
-  bool mapped() const { return !mappings_.empty(); }
+  bool mapped() const { return params_.mapped(); }
   // Writes config.json and model.safetensors (F32, metadata "format": "pt" plus `extra`) into `dir`
   // (created if missing), each atomically.
   void save(const std::string& dir, const std::map<std::string, std::string>& extra = {}) const;
@@ -86,23 +89,22 @@ class MuddModel {
   const MuddConfig& config() const { return config_; }
   const MuddWeights<T>& weights() const { return weights_; }
   MuddWeights<T>& weights() { return weights_; }
-  const std::vector<TensorSlot>& layout() const { return layout_; }
-  T* data() { return storage_.data(); }
-  const T* data() const { return storage_.data(); }
-  size_t buffer_size() const { return storage_.size(); }
+  const std::vector<TensorSlot>& layout() const { return params_.layout(); }
+  T* data() { return params_.data(); }
+  const T* data() const { return params_.data(); }
+  size_t buffer_size() const { return params_.size(); }
   template <typename U>
   static MuddModel converted_from(const MuddModel<U>& other);
-  size_t parameter_count() const;
+  size_t parameter_count() const { return layout_parameter_count(params_.layout()); }
   std::string content_hash() const { return hash_; }
 
  private:
-  MuddModel(const MuddConfig& config, bool allocate);
-  void bind(const std::map<std::string, T*>& at);
-  std::map<std::string, T*> storage_pointers();
+  template <typename U>
+  friend class MuddModel;  // converted_from reads the other precision's slots
+  MuddModel(const MuddConfig& config, ParameterBuffer<T> params);
+  void bind();
   MuddConfig config_;
-  std::vector<TensorSlot> layout_;
-  std::vector<T> storage_;
-  std::vector<std::unique_ptr<SafetensorsReader>> mappings_;  // the files an in-place model reads
+  ParameterBuffer<T> params_;
   MuddWeights<T> weights_;
   std::string hash_;  // SHA-256 over the weight files' bytes, in load order
 };

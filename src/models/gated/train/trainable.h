@@ -22,6 +22,7 @@ struct GatedFamily {
   }
   static double loss(RunState& rs, const int32_t* targets) { return gated_loss(rs, targets, nullptr); }
   static double nll(RunState& rs, const int32_t* targets, double* window_nll) { return gated_loss(rs, targets, window_nll); }
+  static int seq_len(const Config& c) { return c.seq_len; }
   static void backward(const Model& m, RunState& rs, Model& grads, float scale) { gated_backward(m, rs, grads, scale); }
   // Adds the gates of the last pass into `sum` (layer, then rows) and returns how many.
   static int64_t add_gates(const RunState& rs, int B, int T, double& sum) {

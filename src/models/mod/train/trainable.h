@@ -18,6 +18,7 @@ struct ModFamily {
   }
   static double loss(RunState& rs, const int32_t* targets) { return mod_loss(rs, targets, nullptr); }
   static double nll(RunState& rs, const int32_t* targets, double* window_nll) { return mod_loss(rs, targets, window_nll); }
+  static int seq_len(const Config& c) { return c.seq_len; }
   static void backward(const Model& m, RunState& rs, Model& grads, float scale) { mod_backward(m, rs, grads, scale); }
 };
 

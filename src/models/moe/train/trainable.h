@@ -20,6 +20,7 @@ struct MoeFamily {
   }
   static double loss(RunState& rs, const int32_t* targets) { return moe_objective(rs, moe_loss(rs, targets, nullptr)); }
   static double nll(RunState& rs, const int32_t* targets, double* window_nll) { return moe_loss(rs, targets, window_nll); }
+  static int seq_len(const Config& c) { return c.seq_len; }
   static void backward(const Model& m, RunState& rs, Model& grads, float scale) { moe_backward(m, rs, grads, scale); }
 };
 
