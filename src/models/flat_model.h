@@ -2,7 +2,8 @@
 // parameter buffer laid out by the family, and the named weight pointers bound to it. A family supplies a Spec:
 //   Config (validate / to_json / from_json, n_layer), kFormat, layout(config) -> slots,
 //   template <T> Weights<T>, template <T> bind(ParameterBuffer<T>&, config) -> Weights<T>,
-//   describe(config) (how messages name a model: "moe model with 4 layers, ...").
+//   describe(config) (how messages name a model: "moe model with 4 layers, ..."), and optionally
+//   template <T> finish_initialization(Weights<T>&, config) after the generic initialisation.
 // Read-only during inference; one model serves many run states.
 #pragma once
 #include <cstdint>
@@ -40,6 +41,10 @@ class FlatModel {
     config.validate("initialisation");
     FlatModel m(config);
     m.params_.initialize(config.n_layer, seed);
+    // A family whose tensors the generic rule does not cover sets them here (no random draws, so
+    // the block weights stay those of any family drawn from the same seed).
+    if constexpr (requires { Spec::finish_initialization(m.weights_, config); })
+      Spec::finish_initialization(m.weights_, config);
     return m;
   }
   // Loads a file of the family's format: format, config and every tensor checked; extra tensors

@@ -215,6 +215,11 @@ std::string StrictConfig::text(const std::string& field) const {
   return fields_.text(field, "");
 }
 
+bool StrictConfig::flag(const std::string& field) const {
+  require(field);
+  return fields_.flag(field, false);
+}
+
 double StrictConfig::number(const std::string& field) const {
   require(field);
   return fields_.number(field, 0, -std::numeric_limits<double>::max(), std::numeric_limits<double>::max());

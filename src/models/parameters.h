@@ -103,6 +103,7 @@ class StrictConfig {
   int integer(const std::string& field) const;
   double number(const std::string& field) const;
   std::string text(const std::string& field) const;
+  bool flag(const std::string& field) const;  // a required true or false
   bool has(const std::string& field) const { return fields_.has(field); }
 
  private:

@@ -13,14 +13,28 @@
 namespace fca {
 
 template <typename T>
-void attention_half_forward(BlockActivations<T>& a, T* attn_scratch, const BlockWeights<T>& p, const T* h,
-                            int B, int Tn, int D, int H, const AttentionStats<T>* stats) {
+void attention_branch_forward(BlockActivations<T>& a, T* attn_scratch, const BlockWeights<T>& p, const T* x,
+                              int B, int Tn, int D, int H, const AttentionStats<T>* stats) {
   const int N = B * Tn;
-  layernorm_forward(a.ln1_out, a.ln1_mean, a.ln1_rstd, h, p.ln1_weight, p.ln1_bias, N, D);
+  layernorm_forward(a.ln1_out, a.ln1_mean, a.ln1_rstd, x, p.ln1_weight, p.ln1_bias, N, D);
   linear_forward(a.qkv, a.ln1_out, p.qkv_weight, p.qkv_bias, N, D, 3 * D);
   attention_forward(a.attn_out, a.probs, attn_scratch, stats, a.qkv, B, Tn, D, H);
   linear_forward(a.u, a.attn_out, p.proj_weight, p.proj_bias, N, D, D);
+}
+
+template <typename T>
+void attention_half_forward(BlockActivations<T>& a, T* attn_scratch, const BlockWeights<T>& p, const T* h,
+                            int B, int Tn, int D, int H, const AttentionStats<T>* stats) {
+  const int N = B * Tn;
+  attention_branch_forward(a, attn_scratch, p, h, B, Tn, D, H, stats);
   residual_layernorm_forward(a.ln2_in, a.ln2_out, a.ln2_mean, a.ln2_rstd, h, a.u, p.ln2_weight, p.ln2_bias, N, D);
+}
+
+template <typename T>
+void mlp_branch_forward(BlockActivations<T>& a, const BlockWeights<T>& p, int N, int D) {
+  layernorm_forward(a.ln2_out, a.ln2_mean, a.ln2_rstd, a.ln2_in, p.ln2_weight, p.ln2_bias, N, D);
+  linear_gelu_forward(a.fc_pre, a.fc_act, a.ln2_out, p.fc_weight, p.fc_bias, N, D, 4 * D);
+  linear_forward(a.update, a.fc_act, p.mlp_proj_weight, p.mlp_proj_bias, N, 4 * D, D);
 }
 
 template <typename T>
@@ -104,6 +118,9 @@ void stream_head_backward(StreamState<T>& s, T* dwte, T* dln_f_weight, T* dln_f_
 #define FCA_INSTANTIATE(T)                                                                                           \
   template void attention_half_forward<T>(BlockActivations<T>&, T*, const BlockWeights<T>&, const T*, int,  \
                                           int, int, int, const AttentionStats<T>*);                                  \
+  template void attention_branch_forward<T>(BlockActivations<T>&, T*, const BlockWeights<T>&, const T*, int,  \
+                                            int, int, int, const AttentionStats<T>*);                                \
+  template void mlp_branch_forward<T>(BlockActivations<T>&, const BlockWeights<T>&, int, int);                 \
   template void dense_mlp_forward<T>(BlockActivations<T>&, const BlockWeights<T>&, int, int);               \
   template void dense_mlp_backward<T>(BlockWeights<T>&, const BlockGradScratch<T>&,                              \
                                       const BlockActivations<T>&, const BlockWeights<T>&, const T*, int, int); \

@@ -32,6 +32,15 @@ struct BlockGradScratch {
   T *d_u, *d_ln2_in, *d_small, *d_wide, *d_qkv, *attn_scratch;
 };
 
+// The attention branch alone: x [N, D] -> a.ln1_out = LN1(x), a.qkv, a.probs, a.attn_out, a.u (no
+// residual: the hyper-connection family mixes it into its streams itself).
+template <typename T>
+void attention_branch_forward(BlockActivations<T>& a, T* attn_scratch, const BlockWeights<T>& p, const T* x,
+                              int B, int Tn, int D, int H, const AttentionStats<T>* stats);
+// The MLP branch alone, from its input in a.ln2_in: a.ln2_out = LN2(a.ln2_in), a.fc_pre, a.fc_act and
+// a.update = w = GELU(ln2_out Wfc^T + bfc) Wproj^T + bproj (no residual).
+template <typename T>
+void mlp_branch_forward(BlockActivations<T>& a, const BlockWeights<T>& p, int N, int D);
 // h [N, D] -> a.ln1_out, a.qkv, a.probs, a.attn_out, a.u, a.ln2_in = h + u, a.ln2_out = LN2(h + u).
 // stats: the featuregate controller's attention statistics, or null; attn_scratch as
 // attention_forward's.

@@ -1,0 +1,191 @@
+#include "models/hyper/coefficients.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "core/error.h"
+#include "ops/fast_math.h"
+#include "ops/gemm.h"
+#include "ops/layernorm.h"
+
+namespace fca {
+
+template <typename T>
+void hyper_sinkhorn(T* Z, int n, int iters, T eps) {
+  // Column softmax (exp, then the first column normalisation), plus eps.
+  for (int k = 0; k < n; ++k) {
+    T mx = Z[k];
+    for (int s = 1; s < n; ++s) mx = std::max(mx, Z[s * n + k]);
+    T sum = 0;
+    for (int s = 0; s < n; ++s) sum += (Z[s * n + k] = fast_exp(Z[s * n + k] - mx));
+    for (int s = 0; s < n; ++s) Z[s * n + k] = Z[s * n + k] / sum + eps;
+  }
+  auto normalise_rows = [&] {
+    for (int s = 0; s < n; ++s) {
+      T sum = 0;
+      for (int k = 0; k < n; ++k) sum += Z[s * n + k];
+      const T denominator = sum + eps;
+      for (int k = 0; k < n; ++k) Z[s * n + k] /= denominator;
+    }
+  };
+  normalise_rows();
+  for (int it = 1; it < iters; ++it) {
+    for (int k = 0; k < n; ++k) {
+      T sum = 0;
+      for (int s = 0; s < n; ++s) sum += Z[s * n + k];
+      const T denominator = sum + eps;
+      for (int s = 0; s < n; ++s) Z[s * n + k] /= denominator;
+    }
+    normalise_rows();
+  }
+}
+
+namespace {
+
+template <typename T>
+T sigmoid(T x) {
+  return T(1) / (T(1) + fast_exp(-x));
+}
+
+}  // namespace
+
+template <typename T>
+void HyperController<T>::evaluate(int site, const BatchPosition& batch, const T* streams,
+                                  const HyperControllerScratch<T>& scratch, T* C) const {
+  count_controller_evaluation(batch);
+  const HyperConfig& c = config_;
+  const HyperSiteWeights<T>& w = weights_.sites[size_t(site)];
+  const int n = c.streams, S = c.square(), D = c.d_model;
+  const int64_t N = int64_t(batch.batch) * batch.tokens;
+  const T* st = w.static_part;
+  if (c.variant == HyperVariant::shc) {
+#pragma omp parallel for schedule(static)
+    for (int64_t t = 0; t < N; ++t) {
+      std::copy(st, st + S * S, C + t * S * S);
+      C[t * S * S] = T(0);
+    }
+    return;
+  }
+  if (c.variant == HyperVariant::dhc) {
+    // z_i = W LN0(X[i]) for every token and stream: one GEMM over N n rows.
+    const int W = n + 2;
+    layernorm_forward(scratch.normed, scratch.ln_mean, scratch.ln_rstd, streams, scratch.ones, scratch.zeros, N * n, D);
+    gemm<T>(false, true, int(N * n), W, D, T(1), scratch.normed, D, w.dyn_weight, D, T(0), scratch.z, W);
+    const T s_alpha = w.dyn_scale[0], s_beta = w.dyn_scale[1];
+    const bool with_tanh = c.tanh;
+#pragma omp parallel for schedule(static)
+    for (int64_t t = 0; t < N; ++t) {
+      T* Ct = C + t * S * S;
+      Ct[0] = T(0);
+      for (int i = 0; i < n; ++i) {
+        const T* z = scratch.z + (t * n + i) * W;
+        auto tau = [&](int k) { return with_tanh ? fast_tanh(z[k]) : z[k]; };
+        Ct[1 + i] = st[1 + i] + s_alpha * tau(0);                                     // read weight of stream i
+        for (int j = 0; j < n; ++j) Ct[(1 + j) * S + 1 + i] = st[(1 + j) * S + 1 + i] + s_alpha * tau(1 + j);  // i -> j
+        Ct[(1 + i) * S] = st[(1 + i) * S] + s_beta * tau(n + 1);                      // write weight into stream i
+      }
+    }
+    return;
+  }
+  // mhc: u = (Phi v) / r with v the token's n D stream values, one GEMM over N rows.
+  const int E = c.valid_entries();
+  const int64_t nD = int64_t(n) * D;
+  gemm<T>(false, true, int(N), E, int(nD), T(1), streams, int(nD), w.dyn_weight, int(nD), T(0), scratch.z, E);
+  const T alpha_read = w.dyn_scale[0], alpha_write = w.dyn_scale[1], alpha_mix = w.dyn_scale[2];
+  const T eps = T(c.eps), norm_eps = T(c.norm_eps);
+  const int iters = c.sinkhorn_iters;
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < N; ++t) {
+    const T* v = streams + t * nD;
+    T squares = 0;
+    for (int64_t i = 0; i < nD; ++i) squares += v[i] * v[i];
+    const T r = std::sqrt(squares / T(nD) + norm_eps);
+    scratch.rms[t] = r;
+    const T* g = scratch.z + t * E;
+    T* Ct = C + t * S * S;
+    Ct[0] = T(0);
+    for (int k = 1; k <= n; ++k) Ct[k] = sigmoid(alpha_read * (g[hyper_entry(n, 0, k)] / r) + st[k]) + eps;
+    for (int s = 1; s <= n; ++s) Ct[s * S] = T(2) * sigmoid(alpha_write * (g[hyper_entry(n, s, 0)] / r) + st[s * S]);
+    // The mixing block: logits in place in C's rows 1..n, columns 1..n, gathered into an n x n matrix.
+    T Z[64 * 64];
+    for (int s = 1; s <= n; ++s)
+      for (int k = 1; k <= n; ++k) Z[(s - 1) * n + k - 1] = alpha_mix * (g[hyper_entry(n, s, k)] / r) + st[s * S + k];
+    hyper_sinkhorn(Z, n, iters, eps);
+    for (int s = 1; s <= n; ++s)
+      for (int k = 1; k <= n; ++k) Ct[s * S + k] = Z[(s - 1) * n + k - 1];
+  }
+}
+
+namespace {
+
+void check_window_range(const CoefficientShape& s, int windows, int site, const BatchPosition& batch, const char* what) {
+  if (batch.first_window + batch.batch > windows || batch.tokens != s.tokens || site >= s.layers)
+    throw Error(std::string(what) + " coefficients have shape " + s.to_string() + " for " + std::to_string(windows) +
+                " windows; the forward pass asks for site " + std::to_string(site) + " of windows " +
+                std::to_string(batch.first_window) + ".." + std::to_string(batch.first_window + batch.batch - 1) +
+                " with " + std::to_string(batch.tokens) + " tokens");
+}
+
+}  // namespace
+
+template <typename T>
+HyperRecordingCoefficients<T>::HyperRecordingCoefficients(const HyperModel<T>& model, CoefficientTensor& sink)
+    : HyperLiveCoefficients<T>(model), sink_(sink) {
+  const auto& s = sink.shape();
+  const int S = model.config().square();
+  if (s.layers != model.config().sites() || s.streams != S || s.sources != S)
+    throw Error("recording sink has shape " + s.to_string() + ", expected [layer " + std::to_string(model.config().sites()) +
+                ", token T, stream " + std::to_string(S) + ", source " + std::to_string(S) + "]");
+}
+
+template <typename T>
+void HyperRecordingCoefficients<T>::coefficients(int site, const BatchPosition& batch, const T* streams,
+                                                 const HyperControllerScratch<T>& scratch, T* C) {
+  HyperLiveCoefficients<T>::coefficients(site, batch, streams, scratch, C);
+  check_window_range(sink_.shape(), sink_.windows(), site, batch, "recording");
+  const int S = sink_.shape().streams;
+  for (int b = 0; b < batch.batch; ++b)
+    for (int t = 0; t < batch.tokens; ++t) {
+      const T* Ct = C + (int64_t(b) * batch.tokens + t) * S * S;
+      float* out = &sink_.at(batch.first_window + b, site, t, 0, 0);
+      for (int e = 0; e < S * S; ++e) out[e] = static_cast<float>(Ct[e]);
+    }
+}
+
+template <typename T>
+void HyperReplayedCoefficients<T>::coefficients(int site, const BatchPosition& batch, const T*,
+                                                const HyperControllerScratch<T>&, T* C) {
+  const auto& s = coefficients_.shape();
+  check_window_range(s, coefficients_.windows(), site, batch, "replayed");
+  if (s.streams != s.sources) throw Error("replayed coefficients have shape " + s.to_string() + ", expected a square per site");
+  const int S = s.streams;
+  for (int b = 0; b < batch.batch; ++b)
+    for (int t = 0; t < batch.tokens; ++t) {
+      T* Ct = C + (int64_t(b) * batch.tokens + t) * S * S;
+      const float* in = coefficients_.window_data(batch.first_window + b) + (int64_t(site) * s.tokens + t) * S * S;
+      for (int e = 0; e < S * S; ++e) Ct[e] = static_cast<T>(in[e]);
+      Ct[0] = T(0);  // the masked entry is never read; kept 0 as the live square has it
+    }
+}
+
+CoefficientShape hyper_coefficient_shape(const HyperConfig& config, int tokens) {
+  return CoefficientShape{config.sites(), tokens, config.square(), config.square()};
+}
+
+CoefficientTensor hyper_coefficient_tensor(const HyperConfig& config, int windows, int tokens) {
+  CoefficientTensor t(windows, hyper_coefficient_shape(config, tokens));
+  for (int p = 0; p < config.sites(); ++p) t.set_valid(p, 0, 0, false);
+  return t;
+}
+
+template void hyper_sinkhorn<float>(float*, int, int, float);
+template void hyper_sinkhorn<double>(double*, int, int, double);
+template class HyperController<float>;
+template class HyperController<double>;
+template class HyperRecordingCoefficients<float>;
+template class HyperRecordingCoefficients<double>;
+template class HyperReplayedCoefficients<float>;
+template class HyperReplayedCoefficients<double>;
+
+}  // namespace fca

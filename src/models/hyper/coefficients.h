@@ -1,0 +1,104 @@
+// Where the hyper model's coefficient squares come from during a forward pass (spec sections 2.3,
+// 2.5, 3.1): one C_p [n+1, n+1] per site p and token, rows s = targets (0: the branch input, j + 1:
+// new stream j), columns k = sources (0: the branch output, i + 1: old stream i), C[0, 0] = 0.
+//
+// - HyperLiveCoefficients: the controller computes C from the site's parameters (and, for dhc and
+//   mhc, from the token's streams), counting one evaluation per site and pass; SHC's copy of its
+//   constant counts too, so that "replay evaluates no controller" can fail for SHC as well.
+// - HyperRecordingCoefficients: live, and every C is also written into a CoefficientTensor
+//   [site 2L, token T', stream n+1, source n+1].
+// - HyperReplayedCoefficients: C is read from a CoefficientTensor; it holds no controller.
+#pragma once
+#include <cstdint>
+
+#include "models/base/batch_position.h"
+#include "models/base/controller_source.h"
+#include "models/coefficient_tensor.h"
+#include "models/hyper/model.h"
+
+namespace fca {
+
+// The controller's working buffers for one site, N = B*T' rows (carved by the run state).
+template <typename T>
+struct HyperControllerScratch {
+  T* normed = nullptr;   // dhc: [N, n, D] LN0(X[i]) (no affine)
+  T* ln_mean = nullptr;  // dhc: [N * n]
+  T* ln_rstd = nullptr;  // dhc: [N * n]
+  T* z = nullptr;        // dhc: [N, n, n+2] W LN0(X[i]); mhc: [N, n^2+2n] Phi v (before 1/r)
+  T* rms = nullptr;      // mhc: [N] r = sqrt(mean(v^2) + hc_norm_eps)
+  const T* ones = nullptr;   // [D] the non-affine LayerNorm's weight
+  const T* zeros = nullptr;  // [D] and bias
+};
+
+// The coefficient function of spec section 2.5, reading a model's hc parameters.
+template <typename T>
+class HyperController {
+ public:
+  HyperController(const HyperConfig& config, const HyperWeights<T>& weights) : config_(config), weights_(weights) {}
+  // C [N, (n+1)^2] for `site` from the streams X [N, n, D], N = batch.batch * batch.tokens.
+  void evaluate(int site, const BatchPosition& batch, const T* streams, const HyperControllerScratch<T>& scratch,
+                T* C) const;
+
+ private:
+  HyperConfig config_;
+  HyperWeights<T> weights_;
+};
+
+// The Sinkhorn projection of spec section 2.5 on one n x n matrix of logits Z (target rows, source
+// columns), in place: a column softmax plus eps, a row normalisation, then iters - 1 more column and
+// row normalisations (rows last, so rows sum to 1 to rounding), each sum + eps.
+template <typename T>
+void hyper_sinkhorn(T* Z, int n, int iters, T eps);
+
+template <typename T>
+class HyperCoefficientSource : public ControllerSource {
+ public:
+  // Writes C [N, (n+1)^2] for `site`; streams X [N, n, D] are read by a live controller only.
+  virtual void coefficients(int site, const BatchPosition& batch, const T* streams,
+                            const HyperControllerScratch<T>& scratch, T* C) = 0;
+};
+
+template <typename T>
+class HyperLiveCoefficients : public HyperCoefficientSource<T> {
+ public:
+  explicit HyperLiveCoefficients(const HyperModel<T>& model) : controller_(model.config(), model.weights()) {}
+  bool evaluates_controller() const override { return true; }
+  void coefficients(int site, const BatchPosition& batch, const T* streams, const HyperControllerScratch<T>& scratch,
+                    T* C) override {
+    controller_.evaluate(site, batch, streams, scratch, C);
+  }
+
+ private:
+  HyperController<T> controller_;
+};
+
+template <typename T>
+class HyperRecordingCoefficients : public HyperLiveCoefficients<T> {
+ public:
+  // `sink` must have shape hyper_coefficient_shape(config, T') and enough windows for every batch.
+  HyperRecordingCoefficients(const HyperModel<T>& model, CoefficientTensor& sink);
+  void coefficients(int site, const BatchPosition& batch, const T* streams, const HyperControllerScratch<T>& scratch,
+                    T* C) override;
+
+ private:
+  CoefficientTensor& sink_;
+};
+
+template <typename T>
+class HyperReplayedCoefficients : public HyperCoefficientSource<T> {
+ public:
+  explicit HyperReplayedCoefficients(const CoefficientTensor& coefficients) : coefficients_(coefficients) {}
+  bool evaluates_controller() const override { return false; }
+  void coefficients(int site, const BatchPosition& batch, const T* streams, const HyperControllerScratch<T>& scratch,
+                    T* C) override;
+
+ private:
+  const CoefficientTensor& coefficients_;
+};
+
+// [site 2L, token `tokens`, stream n+1, source n+1].
+CoefficientShape hyper_coefficient_shape(const HyperConfig& config, int tokens);
+// A tensor of that shape for `windows` windows with (0, 0) masked at every site.
+CoefficientTensor hyper_coefficient_tensor(const HyperConfig& config, int windows, int tokens);
+
+}  // namespace fca

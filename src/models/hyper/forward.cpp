@@ -1,0 +1,139 @@
+#include "models/hyper/forward.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "core/phase_timer.h"
+#include "models/base/batch_position.h"
+#include "models/base/block.h"
+#include "ops/embedding.h"
+
+namespace fca {
+
+template <typename T>
+void hyper_read(T* a, const T* X, const T* C, int64_t N, int n, int D) {
+  const PhaseScope phase_scope(Phase::elementwise);
+  const int S = n + 1;
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < N; ++t) {
+    const T* Ct = C + t * S * S;
+    const T* x = X + t * n * D;
+    T* out = a + t * D;
+    const T c0 = Ct[1];
+    for (int d = 0; d < D; ++d) out[d] = c0 * x[d];
+    for (int i = 1; i < n; ++i) {
+      const T ci = Ct[1 + i];
+      const T* xi = x + int64_t(i) * D;
+      for (int d = 0; d < D; ++d) out[d] = out[d] + ci * xi[d];
+    }
+  }
+}
+
+template <typename T>
+void hyper_write(T* X_next, const T* X, const T* C, const T* F, int64_t N, int n, int D) {
+  const PhaseScope phase_scope(Phase::elementwise);
+  const int S = n + 1;
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < N; ++t) {
+    const T* Ct = C + t * S * S;
+    const T* x = X + t * n * D;
+    const T* f = F + t * D;
+    for (int j = 0; j < n; ++j) {
+      const T* row = Ct + (1 + j) * S;
+      T* out = X_next + (t * n + j) * D;
+      const T write = row[0];
+      for (int d = 0; d < D; ++d) out[d] = write * f[d];
+      for (int i = 0; i < n; ++i) {
+        const T cji = row[1 + i];
+        const T* xi = x + int64_t(i) * D;
+        for (int d = 0; d < D; ++d) out[d] = out[d] + cji * xi[d];
+      }
+    }
+  }
+}
+
+template <typename T>
+void hyper_collapse(T* h, const T* X, int64_t N, int n, int D) {
+  const PhaseScope phase_scope(Phase::elementwise);
+#pragma omp parallel
+  {
+    std::vector<T> level(size_t(n) * D);
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < N; ++t) {
+      std::copy(X + t * n * D, X + (t + 1) * n * D, level.begin());
+      int count = n;
+      while (count > 1) {
+        const int pairs = count / 2;
+        for (int q = 0; q < pairs; ++q) {
+          T* out = level.data() + int64_t(q) * D;
+          const T* left = level.data() + int64_t(2 * q) * D;
+          const T* right = left + D;
+          for (int d = 0; d < D; ++d) out[d] = left[d] + right[d];
+        }
+        if (count % 2 == 1)  // the odd one carried up
+          std::copy(level.begin() + int64_t(count - 1) * D, level.begin() + int64_t(count) * D,
+                    level.begin() + int64_t(pairs) * D);
+        count = pairs + count % 2;
+      }
+      std::copy(level.begin(), level.begin() + D, h + t * D);
+    }
+  }
+}
+
+template <typename T>
+void hyper_forward(const HyperModel<T>& model, HyperRunState<T>& rs, const int32_t* tokens, int B, int Tn,
+                   HyperCoefficientSource<T>& source, int first_window) {
+  const HyperConfig& c = model.config();
+  const BatchPosition pos = begin_pass(rs, B, Tn, c.seq_len, first_window);
+  const HyperWeights<T>& w = model.weights();
+  const int D = c.d_model, n = c.streams;
+  const int64_t N = int64_t(B) * Tn;
+  stream_embed(rs, tokens, w.wte, w.wpe, B, Tn, D);
+  {
+    const PhaseScope phase_scope(Phase::elementwise);
+    T* X0 = rs.streams(0);
+    const T* x0 = rs.hidden[0];
+#pragma omp parallel for schedule(static)
+    for (int64_t t = 0; t < N; ++t)
+      for (int i = 0; i < n; ++i) std::copy(x0 + t * D, x0 + (t + 1) * D, X0 + (t * n + i) * D);
+  }
+  for (int p = 0; p < c.sites(); ++p) {
+    const int l = p / 2;
+    T* X = rs.streams(p);
+    T* C = rs.site_coefficients(p);
+    source.coefficients(p, pos, X, rs.controller, C);
+    T* a = rs.read(p);
+    hyper_read(a, X, C, N, n, D);
+    BlockActivations<T>& act = rs.blocks[size_t(l)];
+    const T* F;
+    if (p % 2 == 0) {
+      attention_branch_forward(act, rs.attn_scratch, w.blocks[size_t(l)], a, B, Tn, D, c.n_head,
+                               static_cast<const AttentionStats<T>*>(nullptr));
+      F = act.u;
+    } else {
+      mlp_branch_forward(act, w.blocks[size_t(l)], int(N), D);
+      F = act.update;
+    }
+    hyper_write(rs.streams(p + 1), X, C, F, N, n, D);
+  }
+  hyper_collapse(rs.hidden[1], rs.streams(c.sites()), N, n, D);
+  stream_head_forward(rs, w.ln_f_weight, w.ln_f_bias, w.wte, 1, N, D);
+}
+
+template <typename T>
+double hyper_loss(HyperRunState<T>& rs, const int32_t* targets, double* window_nll) {
+  return language_model_loss(rs.losses, rs.targets, rs.logits, targets, rs.batch, rs.tokens, kByteVocab, window_nll);
+}
+
+#define FCA_INSTANTIATE(T)                                                                                         \
+  template void hyper_read<T>(T*, const T*, const T*, int64_t, int, int);                                          \
+  template void hyper_write<T>(T*, const T*, const T*, const T*, int64_t, int, int);                               \
+  template void hyper_collapse<T>(T*, const T*, int64_t, int, int);                                                \
+  template void hyper_forward<T>(const HyperModel<T>&, HyperRunState<T>&, const int32_t*, int, int,               \
+                                 HyperCoefficientSource<T>&, int);                                                 \
+  template double hyper_loss<T>(HyperRunState<T>&, const int32_t*, double*);
+FCA_INSTANTIATE(float)
+FCA_INSTANTIATE(double)
+#undef FCA_INSTANTIATE
+
+}  // namespace fca

@@ -1,0 +1,228 @@
+// The hyper-connection family (shared/spec/hyper-connections.md): the forward pass of SHC, DHC and
+// mHC against the golden fixture of an independent PyTorch implementation
+// (tests/fixtures/make_hyper_fixture.py); recording and exact replay (bitwise, no controller
+// evaluation, SHC included); the Pre-Norm equivalence of the initialisation; Sinkhorn; checkpoints.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "core/safetensors.h"
+#include "core/threads.h"
+#include "models/gated/model.h"
+#include "models/hyper/forward.h"
+#include "ops/gemm.h"
+#include "ops/layernorm.h"
+#include "test_util.h"
+
+namespace fca {
+namespace {
+
+using testing::expect_close;
+
+const std::string kFixture = std::string(FCA_SOURCE_DIR) + "/tests/fixtures/hyper_tiny.safetensors";
+
+struct Fixture {
+  explicit Fixture(const std::string& V) : reader(kFixture) {
+    config = HyperConfig::from_json(reader.metadata().at(V + ".config"), kFixture);
+    model = HyperModel<float>(config);
+    for (const auto& s : model.layout()) reader.read_into<float>(V + ".param." + s.name, s.shape, model.tensor(s.name));
+    const auto tokens = reader.read_as_double(V + ".tokens");
+    B = int(reader.get(V + ".tokens").shape[0]);
+    T = config.seq_len;
+    for (int b = 0; b < B; ++b)
+      for (int t = 0; t < T; ++t) {
+        inputs.push_back(int32_t(tokens[size_t(b * (T + 1) + t)]));
+        targets.push_back(int32_t(tokens[size_t(b * (T + 1) + t + 1)]));
+      }
+  }
+  SafetensorsReader reader;
+  HyperConfig config;
+  HyperModel<float> model;
+  int B = 0, T = 0;
+  std::vector<int32_t> inputs, targets;
+};
+
+// Tolerances: the float32 rerun of the reference differs from its float64 values by at most 6.2e-7
+// (logits, |values| up to 1.5) and 3.1e-7 (coefficients, up to 2): the rounding level of float32.
+// fca's float pass adds its approximate exp and tanh (2-3 ulp, ops/fast_math.h) and its own
+// summation orders; 2e-5 relative plus 2e-6 absolute is ten times that level, far below any
+// wrong index or missing term (those move values by O(0.1)).
+void check_variant(const std::string& V) {
+  set_threads(2);
+  Fixture f(V);
+  HyperRunState<float> rs(f.config, f.B, f.T, true);
+  HyperLiveCoefficients<float> live(f.model);
+  hyper_forward(f.model, rs, f.inputs.data(), f.B, f.T, live);
+  std::vector<double> window_nll(size_t(f.B));
+  const double loss = hyper_loss(rs, f.targets.data(), window_nll.data());
+  expect_close(V + ".coefficients", rs.coefficients, f.reader.read_as_double(V + ".coefficients"), 2e-5, 2e-6);
+  expect_close(V + ".logits", rs.logits, f.reader.read_as_double(V + ".logits"), 2e-5, 2e-6);
+  const std::vector<float> ours_loss{float(loss)}, ours_nll{float(window_nll[0]), float(window_nll[1])};
+  expect_close(V + ".loss", ours_loss.data(), f.reader.read_as_double(V + ".loss"), 2e-5, 2e-6);
+  expect_close(V + ".window_nll", ours_nll.data(), f.reader.read_as_double(V + ".window_nll"), 2e-5, 2e-6);
+  EXPECT_EQ(rs.controller_evaluations, f.config.sites());
+}
+
+TEST(HyperFixture, Shc) { check_variant("shc"); }
+TEST(HyperFixture, Dhc) { check_variant("dhc"); }
+TEST(HyperFixture, Mhc) { check_variant("mhc"); }
+
+// Recording then replaying gives the live logits bit for bit, and the replay evaluates no
+// controller: SHC's constant copy counts as an evaluation, so the check can fail for SHC too.
+TEST(HyperReplay, ExactReplayIsBitwiseWithNoControllerEvaluation) {
+  set_threads(2);
+  for (const char* V : {"shc", "dhc", "mhc"}) {
+    SCOPED_TRACE(V);
+    Fixture f(V);
+    CoefficientTensor cache = hyper_coefficient_tensor(f.config, f.B, f.T);
+    EXPECT_FALSE(cache.valid(0, 0, 0));
+    EXPECT_TRUE(cache.valid(0, 0, 1));
+    HyperRunState<float> live_rs(f.config, f.B, f.T, false), replay_rs(f.config, f.B, f.T, false);
+    HyperRecordingCoefficients<float> recording(f.model, cache);
+    hyper_forward(f.model, live_rs, f.inputs.data(), f.B, f.T, recording);
+    HyperReplayedCoefficients<float> replayed(cache);
+    EXPECT_FALSE(replayed.evaluates_controller());
+    std::fill(replay_rs.logits, replay_rs.logits + size_t(f.B) * f.T * kByteVocab, std::nanf(""));
+    hyper_forward(f.model, replay_rs, f.inputs.data(), f.B, f.T, replayed);
+    EXPECT_EQ(0, std::memcmp(live_rs.logits, replay_rs.logits, sizeof(float) * size_t(f.B) * f.T * kByteVocab));
+    EXPECT_EQ(live_rs.controller_evaluations, f.config.sites());
+    EXPECT_EQ(replay_rs.controller_evaluations, 0);
+    // A changed coefficient changes the replay: the check can fail.
+    cache.at(1, 2, 3, 1, 2) += 0.25f;
+    hyper_forward(f.model, replay_rs, f.inputs.data(), f.B, f.T, replayed);
+    EXPECT_NE(0, std::memcmp(live_rs.logits, replay_rs.logits, sizeof(float) * size_t(f.B) * f.T * kByteVocab));
+  }
+}
+
+// Spec sections 1.3 and 2.9: the initialisation is Pre-Norm. SHC and DHC (dynamic weights 0) start
+// with the read one-hot, writes 1 and mixing I, so every stream is the dense residual stream with
+// the two updates added at two sites, (h + u) + w, and the collapse is n h: bitwise the dense
+// blocks of the same weights run that way. mHC reads 1.54 x and mixes by a doubly stochastic matrix
+// within 1e-6 of its rows: the block LayerNorms see a scaled input, about 1e-3 relative (spec 2.6).
+TEST(HyperInit, StepZeroIsThePreNormDenseModel) {
+  set_threads(2);
+  const int B = 2, T = 16, D = 32;
+  std::vector<int32_t> tokens(size_t(B) * T);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = int32_t((i * 37 + 11) % 256);
+  for (HyperVariant v : {HyperVariant::shc, HyperVariant::dhc, HyperVariant::mhc}) {
+    SCOPED_TRACE(hyper_variant_name(v));
+    HyperConfig c;
+    c.n_layer = 3, c.d_model = D, c.n_head = 2, c.seq_len = T, c.variant = v, c.streams = 4;
+    const HyperModel<float> model = HyperModel<float>::initialized(c, 5);
+    // The block weights are the dense gated model's of the same seed (the hc tensors draw nothing).
+    GatedConfig g;
+    g.n_layer = c.n_layer, g.d_model = D, g.n_head = c.n_head, g.seq_len = T, g.gate = GateKind::dense;
+    const GatedModel<float> dense = GatedModel<float>::initialized(g, 5);
+    for (const auto& s : dense.layout())
+      ASSERT_EQ(0, std::memcmp(dense.tensor(s.name), model.tensor(s.name), sizeof(float) * s.numel)) << s.name;
+
+    HyperRunState<float> rs(c, B, T, false);
+    HyperLiveCoefficients<float> live(model);
+    hyper_forward(model, rs, tokens.data(), B, T, live);
+
+    // The dense two-site pass by hand, on another run state's buffers.
+    HyperRunState<float> by_hand(c, B, T, false);
+    const int64_t N = int64_t(B) * T;
+    stream_embed(by_hand, tokens.data(), model.weights().wte, model.weights().wpe, B, T, D);
+    std::vector<float> h(by_hand.hidden[0], by_hand.hidden[0] + N * D);
+    for (int l = 0; l < c.n_layer; ++l) {
+      BlockActivations<float>& a = by_hand.blocks[0];
+      attention_branch_forward(a, by_hand.attn_scratch, model.weights().blocks[size_t(l)], h.data(), B, T, D, c.n_head,
+                               static_cast<const AttentionStats<float>*>(nullptr));
+      for (int64_t i = 0; i < N * D; ++i) h[size_t(i)] = a.u[i] + h[size_t(i)];
+      std::copy(h.begin(), h.end(), a.ln2_in);
+      mlp_branch_forward(a, model.weights().blocks[size_t(l)], int(N), D);
+      for (int64_t i = 0; i < N * D; ++i) h[size_t(i)] = a.update[i] + h[size_t(i)];
+    }
+    for (float& x : h) x = (x + x) + (x + x);
+    std::vector<float> normed(size_t(N) * D), logits(size_t(N) * kByteVocab);
+    std::vector<float> mean(static_cast<size_t>(N)), rstd(static_cast<size_t>(N));
+    layernorm_forward(normed.data(), mean.data(), rstd.data(), h.data(), model.weights().ln_f_weight,
+                      model.weights().ln_f_bias, N, D);
+    gemm<float>(false, true, int(N), kByteVocab, D, 1.0f, normed.data(), D, model.weights().wte, D, 0.0f, logits.data(),
+                kByteVocab);
+    if (v != HyperVariant::mhc) {
+      EXPECT_EQ(0, std::memcmp(logits.data(), rs.logits, sizeof(float) * logits.size()));
+    } else {
+      double worst = 0, scale = 0;
+      for (size_t i = 0; i < logits.size(); ++i) {
+        worst = std::max(worst, double(std::abs(logits[i] - rs.logits[i])));
+        scale = std::max(scale, double(std::abs(logits[i])));
+      }
+      EXPECT_LT(worst / scale, 5e-3);
+      EXPECT_GT(worst, 0.0);  // not Pre-Norm to the bit: the reads are 1.54 x, not x
+    }
+  }
+}
+
+TEST(HyperSinkhorn, RowsSumToOneAndTheProjectionIsDoublyStochasticNearTheIdentity) {
+  // A non-symmetric matrix of logits (spec P7: test orientation with one).
+  const int n = 4;
+  float Z[n * n];
+  for (int i = 0; i < n * n; ++i) Z[i] = float(std::sin(1.7 * i) * 3.0);
+  hyper_sinkhorn(Z, n, 20, 1e-6f);
+  for (int s = 0; s < n; ++s) {
+    float row = 0;
+    for (int k = 0; k < n; ++k) row += Z[s * n + k];
+    EXPECT_NEAR(row, 1.0f, 1e-5f) << "row " << s;
+  }
+  // The spec's initial mixing logits (diagonal 0, off-diagonal -8): diagonal 0.9989907 and
+  // off-diagonal 3.3612e-4, doubly stochastic already.
+  float I[n * n];
+  for (int s = 0; s < n; ++s)
+    for (int k = 0; k < n; ++k) I[s * n + k] = s == k ? 0.0f : -8.0f;
+  hyper_sinkhorn(I, n, 20, 1e-6f);
+  EXPECT_NEAR(I[0], 0.9989907f, 2e-6f);
+  EXPECT_NEAR(I[1], 3.3612e-4f, 2e-8f);
+}
+
+TEST(HyperCheckpoint, SavedAndLoadedWithEveryCheck) {
+  Fixture f("mhc");
+  testing::TempDir dir;
+  const std::string path = dir.file("mhc.safetensors");
+  f.model.save(path);
+  const HyperModel<float> loaded = load_hyper_model(path);
+  EXPECT_TRUE(loaded.config() == f.config);
+  EXPECT_EQ(0, std::memcmp(loaded.data(), f.model.data(), sizeof(float) * f.model.buffer_size()));
+  // The masked entry [0, 0] must be 0.
+  HyperModel<float> bad = f.model;
+  bad.tensor("hc.3.static")[0] = 0.5f;
+  bad.save(dir.file("bad.safetensors"));
+  try {
+    load_hyper_model(dir.file("bad.safetensors"));
+    ADD_FAILURE() << "loaded a static square with [0, 0] != 0";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("hc.3.static"), std::string::npos) << e.what();
+  }
+  // Unknown variants and out-of-range settings are refused, naming the field.
+  std::string config = f.config.to_json();
+  config.replace(config.find("\"mhc\""), 5, "\"xhc\"");
+  EXPECT_THROW(HyperConfig::from_json(config, "x"), Error);
+  HyperConfig c = f.config;
+  c.streams = 0;
+  EXPECT_THROW(c.validate("flags"), Error);
+  c = f.config;
+  c.eps = 0;
+  EXPECT_THROW(c.validate("flags"), Error);
+}
+
+TEST(HyperLayout, StaticAndScaleTensorsAreNotDecayed) {
+  for (HyperVariant v : {HyperVariant::shc, HyperVariant::dhc, HyperVariant::mhc}) {
+    HyperConfig c;
+    c.variant = v;
+    for (const TensorSlot& s : hyper_tensor_layout(c)) {
+      if (s.name.starts_with("hc.") && !s.name.ends_with("dyn.weight")) {
+        EXPECT_FALSE(s.weight_decay) << s.name;
+      } else {
+        EXPECT_EQ(s.weight_decay, s.shape.size() == 2) << s.name;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace fca
