@@ -72,11 +72,25 @@ void attention_half_backward(T* d_h, BlockWeights<T>& dp, const BlockGradScratch
     s.d_u[i] = du_direct[i] + s.d_ln2_in[i];
     d_h[i] += s.d_ln2_in[i];
   }
-  // u = attn_out Wproj^T + bproj; attention; qkv = ln1_out Wqkv^T + bqkv; ln1_out = LN(h).
+  attention_branch_backward(d_h, dp, s, a, p, h, B, Tn, D, H);
+}
+
+template <typename T>
+void attention_branch_backward(T* d_x, BlockWeights<T>& dp, const BlockGradScratch<T>& s, const BlockActivations<T>& a,
+                               const BlockWeights<T>& p, const T* x, int B, int Tn, int D, int H) {
+  const int N = B * Tn;
+  // u = attn_out Wproj^T + bproj; attention; qkv = ln1_out Wqkv^T + bqkv; ln1_out = LN(x).
   linear_backward(s.d_small, dp.proj_weight, dp.proj_bias, s.d_u, a.attn_out, p.proj_weight, N, D, D);
   attention_backward(s.d_qkv, s.attn_scratch, s.d_small, a.probs, a.qkv, B, Tn, D, H);
   linear_backward(s.d_small, dp.qkv_weight, dp.qkv_bias, s.d_qkv, a.ln1_out, p.qkv_weight, N, D, 3 * D);
-  layernorm_backward(d_h, dp.ln1_weight, dp.ln1_bias, s.d_small, h, a.ln1_mean, a.ln1_rstd, p.ln1_weight, N, D);
+  layernorm_backward(d_x, dp.ln1_weight, dp.ln1_bias, s.d_small, x, a.ln1_mean, a.ln1_rstd, p.ln1_weight, N, D);
+}
+
+template <typename T>
+void mlp_branch_backward(T* d_x, BlockWeights<T>& dp, const BlockGradScratch<T>& s, const BlockActivations<T>& a,
+                         const BlockWeights<T>& p, const T* dw, int N, int D) {
+  dense_mlp_backward(dp, s, a, p, dw, N, D);  // d(ln2_out) into s.d_small
+  layernorm_backward(d_x, dp.ln2_weight, dp.ln2_bias, s.d_small, a.ln2_in, a.ln2_mean, a.ln2_rstd, p.ln2_weight, N, D);
 }
 
 void check_batch_fits(int B, int Tn, int model_positions, int max_batch, int max_tokens) {
@@ -121,6 +135,11 @@ void stream_head_backward(StreamState<T>& s, T* dwte, T* dln_f_weight, T* dln_f_
   template void attention_branch_forward<T>(BlockActivations<T>&, T*, const BlockWeights<T>&, const T*, int,  \
                                             int, int, int, const AttentionStats<T>*);                                \
   template void mlp_branch_forward<T>(BlockActivations<T>&, const BlockWeights<T>&, int, int);                 \
+  template void attention_branch_backward<T>(T*, BlockWeights<T>&, const BlockGradScratch<T>&,                   \
+                                             const BlockActivations<T>&, const BlockWeights<T>&, const T*, int,  \
+                                             int, int, int);                                                     \
+  template void mlp_branch_backward<T>(T*, BlockWeights<T>&, const BlockGradScratch<T>&,                         \
+                                       const BlockActivations<T>&, const BlockWeights<T>&, const T*, int, int); \
   template void dense_mlp_forward<T>(BlockActivations<T>&, const BlockWeights<T>&, int, int);               \
   template void dense_mlp_backward<T>(BlockWeights<T>&, const BlockGradScratch<T>&,                              \
                                       const BlockActivations<T>&, const BlockWeights<T>&, const T*, int, int); \

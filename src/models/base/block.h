@@ -65,6 +65,15 @@ void attention_half_backward(T* d_h, BlockWeights<T>& dp, const BlockGradScratch
                              const BlockActivations<T>& a, const BlockWeights<T>& p, const T* h,
                              const T* du_direct, int B, int Tn, int D, int H);
 
+// The branches' backward passes alone (the hyper-connection family): from d u in s.d_u, the
+// attention's and LN1's parameter gradients, and d x accumulated into d_x (x: the branch's input);
+// from dw [N, D], the MLP's and LN2's, and d(a.ln2_in) accumulated into d_x.
+template <typename T>
+void attention_branch_backward(T* d_x, BlockWeights<T>& dp, const BlockGradScratch<T>& s, const BlockActivations<T>& a,
+                               const BlockWeights<T>& p, const T* x, int B, int Tn, int D, int H);
+template <typename T>
+void mlp_branch_backward(T* d_x, BlockWeights<T>& dp, const BlockGradScratch<T>& s, const BlockActivations<T>& a,
+                         const BlockWeights<T>& p, const T* dw, int N, int D);
 // The stream's ends, shared by every family built from the block (N = B*T' rows, width D).
 // Checks that every token is a byte, saves them, and writes h_0 = wte[token] + wpe[position].
 template <typename T>

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include "core/error.h"
 #include "ops/fast_math.h"
@@ -38,6 +39,63 @@ void hyper_sinkhorn(T* Z, int n, int iters, T eps) {
       for (int s = 0; s < n; ++s) Z[s * n + k] /= denominator;
     }
     normalise_rows();
+  }
+}
+
+template <typename T>
+void hyper_sinkhorn_backward(const T* Z, int n, int iters, T eps, const T* dM, T* dZ, T* work) {
+  const int nn = n * n, steps = 2 * iters;  // step 0: softmax + eps; then rows, (columns, rows) x (iters - 1)
+  T* P = work;                               // the column softmax
+  auto state = [&](int k) { return work + nn + int64_t(k) * nn; };  // the matrix after step k
+  for (int k = 0; k < n; ++k) {
+    T mx = Z[k];
+    for (int s = 1; s < n; ++s) mx = std::max(mx, Z[s * n + k]);
+    T sum = 0;
+    for (int s = 0; s < n; ++s) sum += (P[s * n + k] = fast_exp(Z[s * n + k] - mx));
+    for (int s = 0; s < n; ++s) {
+      P[s * n + k] = P[s * n + k] / sum;
+      state(0)[s * n + k] = P[s * n + k] + eps;
+    }
+  }
+  auto rows_step = [&](int k) { return k % 2 == 1; };  // odd steps normalise rows, even ones (> 0) columns
+  for (int k = 1; k < steps; ++k) {
+    const T* in = state(k - 1);
+    T* out = state(k);
+    for (int a = 0; a < n; ++a) {
+      T sum = 0;
+      for (int b = 0; b < n; ++b) sum += rows_step(k) ? in[a * n + b] : in[b * n + a];
+      const T denominator = sum + eps;
+      for (int b = 0; b < n; ++b) {
+        const int at = rows_step(k) ? a * n + b : b * n + a;
+        out[at] = in[at] / denominator;
+      }
+    }
+  }
+  std::vector<T> grad(dM, dM + nn);
+  std::vector<T> previous(static_cast<size_t>(nn));
+  for (int k = steps - 1; k >= 1; --k) {
+    const T* in = state(k - 1);
+    const T* out = state(k);
+    for (int a = 0; a < n; ++a) {
+      T sum = 0, dot = 0;
+      for (int b = 0; b < n; ++b) {
+        const int at = rows_step(k) ? a * n + b : b * n + a;
+        sum += in[at];
+        dot += grad[size_t(at)] * out[at];
+      }
+      const T denominator = sum + eps;
+      for (int b = 0; b < n; ++b) {
+        const int at = rows_step(k) ? a * n + b : b * n + a;
+        previous[size_t(at)] = (grad[size_t(at)] - dot) / denominator;
+      }
+    }
+    grad.swap(previous);
+  }
+  // state(0) = P + eps: the gradient reaches P unchanged; then the column softmax.
+  for (int k = 0; k < n; ++k) {
+    T dot = 0;
+    for (int s = 0; s < n; ++s) dot += grad[size_t(s * n + k)] * P[s * n + k];
+    for (int s = 0; s < n; ++s) dZ[s * n + k] = P[s * n + k] * (grad[size_t(s * n + k)] - dot);
   }
 }
 
@@ -181,6 +239,8 @@ CoefficientTensor hyper_coefficient_tensor(const HyperConfig& config, int window
 
 template void hyper_sinkhorn<float>(float*, int, int, float);
 template void hyper_sinkhorn<double>(double*, int, int, double);
+template void hyper_sinkhorn_backward<float>(const float*, int, int, float, const float*, float*, float*);
+template void hyper_sinkhorn_backward<double>(const double*, int, int, double, const double*, double*, double*);
 template class HyperController<float>;
 template class HyperController<double>;
 template class HyperRecordingCoefficients<float>;

@@ -101,7 +101,7 @@ void hyper_forward(const HyperModel<T>& model, HyperRunState<T>& rs, const int32
     const int l = p / 2;
     T* X = rs.streams(p);
     T* C = rs.site_coefficients(p);
-    source.coefficients(p, pos, X, rs.controller, C);
+    source.coefficients(p, pos, X, rs.controller_scratch(p), C);
     T* a = rs.read(p);
     hyper_read(a, X, C, N, n, D);
     BlockActivations<T>& act = rs.blocks[size_t(l)];

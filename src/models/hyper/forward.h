@@ -23,6 +23,13 @@ void hyper_forward(const HyperModel<T>& model, HyperRunState<T>& rs, const int32
 template <typename T>
 double hyper_loss(HyperRunState<T>& rs, const int32_t* targets, double* window_nll);
 
+// Backward of loss_scale * the sum of per-position losses of the last forward pass, which must have
+// run a live source on a run state that keeps all layers. Parameter gradients are added into
+// `grads` (same layout as the model): the blocks, the embeddings, ln_f, and every site's static
+// square (never its masked [0, 0]), dynamic weights and scales, through the unrolled Sinkhorn for mhc.
+template <typename T>
+void hyper_backward(const HyperModel<T>& model, HyperRunState<T>& rs, HyperModel<T>& grads, T loss_scale);
+
 // The mixing of one site over N tokens (spec section 2.4's bitwise rules: sums over i ascending,
 // the C[j+1, 0] F term first). read: a [N, D] from X [N, n, D]; write: X' [N, n, D] from F [N, D].
 template <typename T>

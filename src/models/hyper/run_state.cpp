@@ -25,19 +25,32 @@ void HyperRunState<T>::layout(A& a) {
   // hidden[0] = the embedding x_0, hidden[1] = the collapsed streams h (the head's input).
   this->take_stream(a, 1, N, D, int(D / config.n_head), max_tokens, keep_all_layers);
   const bool dhc = config.variant == HyperVariant::dhc, mhc = config.variant == HyperVariant::mhc;
-  controller.normed = a.template take<T>(dhc ? N * n * D : 0);
-  controller.ln_mean = a.template take<T>(dhc ? N * n : 0);
-  controller.ln_rstd = a.template take<T>(dhc ? N * n : 0);
-  controller.z = a.template take<T>(dhc ? N * n * (n + 2) : mhc ? N * config.valid_entries() : 0);
-  controller.rms = a.template take<T>(mhc ? N : 0);
+  const int64_t E = config.valid_entries();
   T* ones = a.template take<T>(D);
   T* zeros = a.template take<T>(D);
-  controller.ones = ones;
-  controller.zeros = zeros;
   if constexpr (std::is_same_v<A, Arena>) {
     std::fill(ones, ones + D, T(1));
     std::fill(zeros, zeros + D, T(0));
   }
+  controller.assign(keep_all_layers ? size_t(2 * L) : 1, {});
+  for (auto& k : controller) {
+    k.normed = a.template take<T>(dhc ? N * n * D : 0);
+    k.ln_mean = a.template take<T>(dhc ? N * n : 0);
+    k.ln_rstd = a.template take<T>(dhc ? N * n : 0);
+    k.z = a.template take<T>(dhc ? N * n * (n + 2) : mhc ? N * E : 0);
+    k.rms = a.template take<T>(mhc ? N : 0);
+    k.ones = ones;
+    k.zeros = zeros;
+  }
+  const int64_t nb = keep_all_layers ? N : 0;
+  d_streams[0] = a.template take<T>(nb * n * D);
+  d_streams[1] = a.template take<T>(nb * n * D);
+  d_coefficients = a.template take<T>(nb * S * S);
+  d_read = a.template take<T>(nb * D);
+  d_wide = a.template take<T>(nb * 4 * D);
+  d_z = a.template take<T>(dhc ? nb * n * (n + 2) : mhc ? nb * E : 0);
+  d_normed = a.template take<T>(dhc ? nb * n * D : 0);
+  d_discard = a.template take<T>(2 * D);
 }
 
 template <typename T>
