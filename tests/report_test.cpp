@@ -256,7 +256,8 @@ TEST(ReportLabels, EveryFamilyNamesItsModelsAndTheReportDoesNotGuess) {
   EXPECT_EQ(family_named("moe").label(nlohmann::json::parse(R"({"n_expert":8,"top_k":2,"n_layer":2})")), "moe E8 k2");
   EXPECT_EQ(family_named("mod").label(nlohmann::json::parse(R"({"capacity":0.125,"routed_every":2})")), "mod c0.125");
   EXPECT_EQ(family_named("mudd").label(nlohmann::json::parse(R"({"dim":64,"n_layer":2})")), "mudd");
-  EXPECT_THROW(family_named("hyper"), Error);
+  EXPECT_EQ(family_named("hyper").label(nlohmann::json::parse(R"({"hc_variant":"mhc","hc_streams":4})")), "mhc n4");
+  EXPECT_THROW(family_named("nosuch"), Error);
   // A training log whose start record carries no label is refused, not labelled "mudd".
   testing::TempDir dir;
   const std::string log = dir.file("old.log.jsonl");

@@ -142,11 +142,19 @@ VarianceDecomposition functional_anova(const CoefficientView& A) {
       const double e = m_it[size_t(i * T + t)] - m_i[size_t(i)] - m_t[size_t(t)] + grand;
       ss_it += double(C) * e * e;
     }
+  // The three-way residual from its own terms, not as 1 minus the other shares: a coefficient that
+  // is one constant per coordinate (SHC, the audit's negative control) then has a residual of exactly
+  // 0 (v - m_ci - m_ct + m_c and the input x token interaction term are both exactly 0), where the
+  // difference would leave rounding (5e-14 measured). The shares then sum to 1 up to rounding.
+  double ss_res = 0;
   for (int64_t c = 0; c < C; ++c)
     for (int64_t i = 0; i < I; ++i)
       for (int64_t t = 0; t < T; ++t) {
         const double e = value(c, i, t) - grand;
         ss_total += e * e;
+        const double within = value(c, i, t) - m_ci[size_t(c * I + i)] - m_ct[size_t(c * T + t)] + m_c[size_t(c)];
+        const double r = within - (m_it[size_t(i * T + t)] - m_i[size_t(i)] - m_t[size_t(t)] + grand);
+        ss_res += r * r;
       }
   d.total_variance = ss_total / double(C * I * T);
   if (ss_total > 0) {
@@ -156,7 +164,7 @@ VarianceDecomposition functional_anova(const CoefficientView& A) {
     d.coordinate_input = ss_ci / ss_total;
     d.coordinate_token = ss_ct / ss_total;
     d.input_token = ss_it / ss_total;
-    d.residual = std::max(0.0, 1.0 - (ss_c + ss_i + ss_t + ss_ci + ss_ct + ss_it) / ss_total);
+    d.residual = ss_res / ss_total;
   }
   return d;
 }

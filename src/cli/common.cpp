@@ -76,7 +76,10 @@ void FamilyFlags::add_to(CLI::App& app, const std::string& arch_help) {
     for (const auto& s : family.settings) {
       if (families_[s.key].empty()) {
         const std::string text = s.default_value.is_string() ? s.default_value.get<std::string>() : s.default_value.dump();
-        const std::string type = s.default_value.is_string() ? "TEXT" : s.default_value.is_number_integer() ? "INT" : "FLOAT";
+        const std::string type = s.default_value.is_string()           ? "TEXT"
+                                 : s.default_value.is_boolean()        ? "BOOL"
+                                 : s.default_value.is_number_integer() ? "INT"
+                                                                       : "FLOAT";
         app.add_option(setting_flag(s.key), given_[s.key], family.name + ": " + s.help)->default_str(text)->type_name(type);
       }
       families_[s.key].push_back(family.name);

@@ -3,6 +3,8 @@
 #include "models/gated/auditable.h"
 #include "models/gated/exec/measure.h"
 #include "models/gated/train/trainable.h"
+#include "models/hyper/auditable.h"
+#include "models/hyper/train/trainable.h"
 #include "models/mod/auditable.h"
 #include "models/mod/exec/measure.h"
 #include "models/mod/train/trainable.h"
@@ -33,6 +35,8 @@ void install_families() {
   add_model_family(mod_model_family());
   add_train_family(mod_train_family());
   add_exec_family(mod_exec_family());
+  add_model_family(hyper_model_family());
+  add_train_family(hyper_train_family());
 }
 
 }  // namespace fca

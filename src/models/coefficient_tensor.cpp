@@ -1,6 +1,7 @@
 #include "models/coefficient_tensor.h"
 
 #include <cstring>
+#include <vector>
 
 
 namespace fca {
@@ -47,6 +48,30 @@ void source_uniform_mean(const CoefficientTensor& S, CoefficientTensor& out) {
       const float u = valid > 0 ? float(sum / valid) : 0.0f;
       for (int t = 0; t < s.tokens; ++t)
         for (int k = 0; k < s.sources; ++k) out.at(0, l, t, st, k) = S.valid(l, st, k) ? u : 0.0f;
+    }
+}
+
+void source_group_uniform_mean(const CoefficientTensor& S, const std::function<int(int, int, int)>& group_of,
+                               CoefficientTensor& out) {
+  const CoefficientShape& s = S.shape();
+  std::vector<double> sum;
+  std::vector<int> count;
+  for (int l = 0; l < s.layers; ++l)
+    for (int st = 0; st < s.streams; ++st) {
+      sum.assign(size_t(s.sources), 0.0);
+      count.assign(size_t(s.sources), 0);
+      for (int k = 0; k < s.sources; ++k) {
+        const int g = S.valid(l, st, k) ? group_of(l, st, k) : -1;
+        if (g >= 0) sum[size_t(g)] += S.at(0, l, 0, st, k), ++count[size_t(g)];
+      }
+      for (int k = 0; k < s.sources; ++k) {
+        float v = 0.0f;
+        if (S.valid(l, st, k)) {
+          const int g = group_of(l, st, k);
+          v = g >= 0 ? float(sum[size_t(g)] / count[size_t(g)]) : S.at(0, l, 0, st, k);
+        }
+        for (int t = 0; t < s.tokens; ++t) out.at(0, l, t, st, k) = v;
+      }
     }
 }
 

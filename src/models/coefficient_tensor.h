@@ -8,6 +8,7 @@
 // [slot]), so that one window's block is contiguous (caches are written window by window).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -103,5 +104,13 @@ class CoefficientTensor {
 // SourceUniformMean (MUDD's structure_removed): U[l,s,k] = sum_k' S[l,s,k'] / (valid sources of
 // (l, s)) on valid coordinates, 0 elsewhere; keeps every signed sum over sources. Window 0 of both.
 void source_uniform_mean(const CoefficientTensor& static_profile, CoefficientTensor& out);
+
+// The grouped form of it (audit-protocol generalisation for families whose rows mix kinds of
+// source, hyper-connections' read, write and mix): group_of(layer, stream, source) gives each valid
+// entry a group (-1, or 0 .. sources - 1); within each row (layer, stream) every valid entry of a group g >= 0 becomes the
+// mean of the row's entries of g (the double sum over the valid ones, rounded once), and entries of
+// group -1 keep their value. Window 0 of both.
+void source_group_uniform_mean(const CoefficientTensor& static_profile, const std::function<int(int, int, int)>& group_of,
+                               CoefficientTensor& out);
 
 }  // namespace fca

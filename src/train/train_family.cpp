@@ -26,6 +26,15 @@ std::string known_names() {
 // One setting's value: of the default's type, or (from flags) text parsed as it.
 nlohmann::json setting_value(const FamilySetting& s, const nlohmann::json& v, const std::string& what, bool text_given) {
   const nlohmann::json& d = s.default_value;
+  if (d.is_boolean()) {
+    if (text_given) {
+      const std::string text = v.get<std::string>();
+      if (text == "true" || text == "false") return text == "true";
+      throw Error(what + " must be true or false, found \"" + text + "\"");
+    }
+    if (!v.is_boolean()) throw Error(what + " must be true or false, found " + v.dump());
+    return v;
+  }
   if (text_given && !d.is_string()) {
     const std::string text = v.get<std::string>();
     try {

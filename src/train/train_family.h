@@ -28,7 +28,7 @@ struct ModelShape {
 struct FamilySetting {
   std::string key;                   // "gate", "top_k", "capacity"
   std::string help;                  // one line for --help
-  nlohmann::json default_value;      // "featuregate", 2, 0.125
+  nlohmann::json default_value;      // "featuregate", 2, 0.125, true (its type is the setting's)
   std::vector<std::string> choices;  // strings only: the allowed values (empty: any)
 };
 

@@ -1,0 +1,60 @@
+// Hyper-connection models behind the audit's interface (models/auditable.h): coefficients
+// [site 2L, token, n+1, n+1] with (0, 0) masked; identity = the initialisation's squares (read
+// one-hot at r(p), writes 1, mixing I: plain Pre-Norm, spec 3.2); structure_removed = the grouped
+// source-uniform mean (spec 3.3: reads averaged over the streams, writes kept, each row's mixing
+// entries averaged).
+#pragma once
+#include <memory>
+
+#include "models/family_auditable.h"
+#include "models/hyper/forward.h"
+#include "models/registry.h"
+
+namespace fca {
+
+struct HyperAuditTraits {
+  using Model = HyperModel<float>;
+  using RunState = HyperRunState<float>;
+  using Live = HyperLiveCoefficients<float>;
+  using Recording = HyperRecordingCoefficients<float>;
+  using Replayed = HyperReplayedCoefficients<float>;
+  static RunState run_state(const Model& m, int B, int T) { return RunState(m.config(), B, std::min(T, m.config().seq_len), false); }
+  static Replayed replayed(const Model&, const CoefficientTensor& c) { return Replayed(c); }
+  static void forward(const Model& m, RunState& rs, const int32_t* x, int B, int T, HyperCoefficientSource<float>& s, int first) {
+    hyper_forward(m, rs, x, B, T, s, first);
+  }
+  static void loss(RunState& rs, const int32_t* y, double* nll) { hyper_loss(rs, y, nll); }
+};
+
+class HyperAuditable : public FamilyAuditable<HyperAuditTraits> {
+ public:
+  HyperAuditable(const std::string& path, int max_batch, int max_tokens);
+
+  std::string family() const override { return "hyper"; }
+  std::string description() const override;
+  std::string content_hash() const override { return hash_; }
+  std::string config_json() const override { return model_.config().to_json(); }
+  size_t parameter_count() const override { return layout_parameter_count(model_.layout()); }
+  int max_tokens() const override { return model_.config().seq_len; }
+  int vocab() const override { return kByteVocab; }
+  std::vector<int32_t> tokenize(const std::string&, std::span<const unsigned char> text) const override {
+    return std::vector<int32_t>(text.begin(), text.end());
+  }
+  CoefficientTensor make_coefficients(int windows, int tokens) const override {
+    return hyper_coefficient_tensor(model_.config(), windows, tokens);
+  }
+  void identity_profile(CoefficientTensor& out) const override;
+  void structure_removed_profile(const CoefficientTensor& static_profile, CoefficientTensor& out) const override;
+  const float* last_position_losses() const override { return rs_->losses; }
+  std::string static_profile_name() const override { return "StaticSquareMean"; }
+  std::string structure_removed_name() const override { return "GroupUniformMean"; }
+
+ private:
+  std::string hash_;
+};
+
+// The family's entry in the model registry (models/registry.h): "hyper", format fca-hyper-v1,
+// labelled by variant and streams ("dhc n4").
+ModelFamily hyper_model_family();
+
+}  // namespace fca

@@ -1,0 +1,51 @@
+#include "models/hyper/train/trainable.h"
+
+namespace fca {
+
+namespace {
+
+// The config of a fresh model of this shape and these (resolved) settings; errors prefixed by `where`.
+HyperConfig config_of(const ModelShape& shape, const nlohmann::json& settings, const std::string& where) {
+  HyperConfig c = config_with_shape<HyperConfig>(shape);
+  try {
+    c.variant = parse_hyper_variant(settings.at("hc_variant").get<std::string>());
+  } catch (const Error& e) {
+    throw Error(where + ": " + e.what());
+  }
+  c.streams = settings.at("hc_streams").get<int>();
+  c.tanh = settings.at("hc_tanh").get<bool>();
+  c.scale_init = settings.at("hc_scale_init").get<double>();
+  c.sinkhorn_iters = settings.at("hc_sinkhorn_iters").get<int>();
+  c.eps = settings.at("hc_eps").get<double>();
+  c.norm_eps = settings.at("hc_norm_eps").get<double>();
+  c.pre_logit = settings.at("hc_pre_logit").get<double>();
+  c.res_offdiag_init = settings.at("hc_res_offdiag_init").get<double>();
+  c.validate(where);
+  return c;
+}
+
+}  // namespace
+
+TrainFamily hyper_train_family() {
+  const HyperConfig d;  // the spec's defaults
+  TrainFamily f;
+  f.name = "hyper";
+  f.description = "hyper: hyper-connections (shc, dhc, mhc; n residual streams mixed at two sites per block)";
+  f.settings = {
+      {"hc_variant", "shc (static), dhc (dynamic, tanh) or mhc (manifold-constrained, Sinkhorn)", "dhc", {"shc", "dhc", "mhc"}},
+      {"hc_streams", "residual streams n (1 .. 64)", d.streams, {}},
+      {"hc_tanh", "dhc: tanh on the dynamic part (true or false)", d.tanh, {}},
+      {"hc_scale_init", "initial s_alpha, s_beta (dhc) or alpha read, write, mix (mhc)", d.scale_init, {}},
+      {"hc_sinkhorn_iters", "mhc: Sinkhorn column and row normalisations", d.sinkhorn_iters, {}},
+      {"hc_eps", "mhc: Sinkhorn and read eps", d.eps, {}},
+      {"hc_norm_eps", "mhc: the RMS eps", d.norm_eps, {}},
+      {"hc_pre_logit", "mhc: initial read logits (+ on the read stream, - elsewhere)", d.pre_logit, {}},
+      {"hc_res_offdiag_init", "mhc: initial off-diagonal mixing logits", d.res_offdiag_init, {}}};
+  f.files = single_file_checkpoint;
+  set_constructors<HyperConfig>(f, config_of, [](const HyperConfig& c, const TrainableArgs& args) {
+    return std::unique_ptr<Trainable>(std::make_unique<FlatTrainable<HyperFamily>>(c, args.seed, args.batch, args.adamw, args.clip));
+  });
+  return f;
+}
+
+}  // namespace fca
