@@ -18,7 +18,8 @@ namespace fca {
 // softmax, GELU, residual adds, RoPE, loss) is not counted: it is the same in every mode.
 struct ExecCounters {
   std::atomic<int64_t> gemm_flops{0};              // 2 * M * N * K per matrix product issued
-  std::atomic<int64_t> controller_flops{0};        // non-GEMM controller arithmetic, by the convention above
+  std::atomic<int64_t> controller_flops{0};        // controller arithmetic by the convention above, and the
+                                                   // GEMMs issued under a ControllerGemms guard
   std::atomic<int64_t> mixing_flops{0};            // non-GEMM arithmetic applying coefficients
   std::atomic<int64_t> gemm_calls{0};
   std::atomic<int64_t> blocks_executed{0};         // transformer blocks run
@@ -45,9 +46,25 @@ inline ExecCounters* exec_counters() { return detail::installed_counters.load(st
 // Called once per kernel call by the code doing the work, with that call's count in closed form.
 // Matrix products: the BLAS calls of ops/gemm.cpp (one product each) and attention's tiled
 // products (ops/attention.cpp: two per window and head, whatever the tiling).
+namespace detail {
+inline thread_local bool controller_gemms = false;
+}
+// Matrix products issued on this thread while a ControllerGemms guard lives are the controller's:
+// their FLOPs go to controller_flops (still one GEMM call each), so that a controller built on GEMMs
+// (the hyper family's DHC and mHC projections) is its own row, as the spec's FLOP tables have it.
+class ControllerGemms {
+ public:
+  ControllerGemms() : previous_(detail::controller_gemms) { detail::controller_gemms = true; }
+  ~ControllerGemms() { detail::controller_gemms = previous_; }
+  ControllerGemms(const ControllerGemms&) = delete;
+  ControllerGemms& operator=(const ControllerGemms&) = delete;
+
+ private:
+  bool previous_;
+};
 inline void count_gemm_flops(int64_t flops, int64_t products) {
   if (ExecCounters* c = exec_counters()) {
-    c->gemm_flops.fetch_add(flops, std::memory_order_relaxed);
+    (detail::controller_gemms ? c->controller_flops : c->gemm_flops).fetch_add(flops, std::memory_order_relaxed);
     c->gemm_calls.fetch_add(products, std::memory_order_relaxed);
   }
 }

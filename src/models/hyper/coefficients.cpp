@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/exec_counters.h"
 #include "ops/fast_math.h"
 #include "ops/gemm.h"
 #include "ops/layernorm.h"
@@ -108,6 +109,23 @@ T sigmoid(T x) {
 
 }  // namespace
 
+int64_t hyper_dhc_controller_flops_per_token(const HyperConfig& c) {
+  const int64_t n = c.streams, D = c.d_model;
+  // Per stream: LN0 (mean D, deviations and squares 2D, their sum D, the two divisions, eps and
+  // sqrt 3 + 1, normalisation 2D: 5D + 3 counted as written in ops/layernorm.cpp's convention), then
+  // per entry of z: tanh (if on), times the scale, plus the static part.
+  return n * (5 * D + 3) + n * (n + 2) * (c.tanh ? 3 : 2);
+}
+
+int64_t hyper_mhc_controller_flops_per_token(const HyperConfig& c) {
+  const int64_t n = c.streams, nD = n * c.d_model, E = c.valid_entries();
+  // RMS: nD squares and nD adds, the division, eps and sqrt (3); per entry g / r, times alpha, plus
+  // b (3 E); reads sigma (negation, exp, add, division) + eps: 5 n; writes sigma and 2x: 5 n;
+  // Sinkhorn: the column softmax (subtraction, exp, sum, division, eps: 5 per entry), then iters
+  // row and iters - 1 column normalisations (n sums + eps + n divisions per line: n (2n + 1) each).
+  return 2 * nD + 3 + 3 * E + 10 * n + 5 * n * n + int64_t(2 * c.sinkhorn_iters - 1) * n * (2 * n + 1);
+}
+
 template <typename T>
 void HyperController<T>::evaluate(int site, const BatchPosition& batch, const T* streams,
                                   const HyperControllerScratch<T>& scratch, T* C) const {
@@ -129,7 +147,11 @@ void HyperController<T>::evaluate(int site, const BatchPosition& batch, const T*
     // z_i = W LN0(X[i]) for every token and stream: one GEMM over N n rows.
     const int W = n + 2;
     layernorm_forward(scratch.normed, scratch.ln_mean, scratch.ln_rstd, streams, scratch.ones, scratch.zeros, N * n, D);
-    gemm<T>(false, true, int(N * n), W, D, T(1), scratch.normed, D, w.dyn_weight, D, T(0), scratch.z, W);
+    {
+      const ControllerGemms controller_gemms;
+      gemm<T>(false, true, int(N * n), W, D, T(1), scratch.normed, D, w.dyn_weight, D, T(0), scratch.z, W);
+    }
+    count_controller_flops(N * hyper_dhc_controller_flops_per_token(c));
     const T s_alpha = w.dyn_scale[0], s_beta = w.dyn_scale[1];
     const bool with_tanh = c.tanh;
 #pragma omp parallel for schedule(static)
@@ -149,7 +171,11 @@ void HyperController<T>::evaluate(int site, const BatchPosition& batch, const T*
   // mhc: u = (Phi v) / r with v the token's n D stream values, one GEMM over N rows.
   const int E = c.valid_entries();
   const int64_t nD = int64_t(n) * D;
-  gemm<T>(false, true, int(N), E, int(nD), T(1), streams, int(nD), w.dyn_weight, int(nD), T(0), scratch.z, E);
+  {
+    const ControllerGemms controller_gemms;
+    gemm<T>(false, true, int(N), E, int(nD), T(1), streams, int(nD), w.dyn_weight, int(nD), T(0), scratch.z, E);
+  }
+  count_controller_flops(N * hyper_mhc_controller_flops_per_token(c));
   const T alpha_read = w.dyn_scale[0], alpha_write = w.dyn_scale[1], alpha_mix = w.dyn_scale[2];
   const T eps = T(c.eps), norm_eps = T(c.norm_eps);
   const int iters = c.sinkhorn_iters;

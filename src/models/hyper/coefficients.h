@@ -44,6 +44,12 @@ class HyperController {
   HyperWeights<T> weights_;
 };
 
+// The controller's arithmetic per token and site beside its GEMMs (counted as controller FLOPs by
+// the convention of core/exec_counters.h; the GEMMs, 2 n D (n+2) for dhc and 2 n D (n^2 + 2n) for
+// mhc per token, are counted where they are issued, also as controller FLOPs).
+int64_t hyper_dhc_controller_flops_per_token(const HyperConfig& config);
+int64_t hyper_mhc_controller_flops_per_token(const HyperConfig& config);
+
 // The Sinkhorn projection of spec section 2.5 on one n x n matrix of logits Z (target rows, source
 // columns), in place: a column softmax plus eps, a row normalisation, then iters - 1 more column and
 // row normalisations (rows last, so rows sum to 1 to rounding), each sum + eps.

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "core/exec_counters.h"
 #include "core/phase_timer.h"
 #include "models/base/batch_position.h"
 #include "models/base/block.h"
@@ -13,6 +14,7 @@ namespace fca {
 template <typename T>
 void hyper_read(T* a, const T* X, const T* C, int64_t N, int n, int D) {
   const PhaseScope phase_scope(Phase::elementwise);
+  count_mixing_flops(N * D * (2 * int64_t(n) - 1));  // per value: n products, n - 1 additions
   const int S = n + 1;
 #pragma omp parallel for schedule(static)
   for (int64_t t = 0; t < N; ++t) {
@@ -32,6 +34,7 @@ void hyper_read(T* a, const T* X, const T* C, int64_t N, int n, int D) {
 template <typename T>
 void hyper_write(T* X_next, const T* X, const T* C, const T* F, int64_t N, int n, int D) {
   const PhaseScope phase_scope(Phase::elementwise);
+  count_mixing_flops(N * n * D * (2 * int64_t(n) + 1));  // per new stream and value: 1 + 2n
   const int S = n + 1;
 #pragma omp parallel for schedule(static)
   for (int64_t t = 0; t < N; ++t) {
@@ -55,6 +58,7 @@ void hyper_write(T* X_next, const T* X, const T* C, const T* F, int64_t N, int n
 template <typename T>
 void hyper_collapse(T* h, const T* X, int64_t N, int n, int D) {
   const PhaseScope phase_scope(Phase::elementwise);
+  count_mixing_flops(N * D * (int64_t(n) - 1));  // the streams' cost at the end: n - 1 additions
 #pragma omp parallel
   {
     std::vector<T> level(size_t(n) * D);
@@ -107,6 +111,7 @@ void hyper_forward(const HyperModel<T>& model, HyperRunState<T>& rs, const int32
     BlockActivations<T>& act = rs.blocks[size_t(l)];
     const T* F;
     if (p % 2 == 0) {
+      if (ExecCounters* counters = exec_counters()) counters->blocks_executed.fetch_add(1, std::memory_order_relaxed);
       attention_branch_forward(act, rs.attn_scratch, w.blocks[size_t(l)], a, B, Tn, D, c.n_head,
                                static_cast<const AttentionStats<T>*>(nullptr));
       F = act.u;
