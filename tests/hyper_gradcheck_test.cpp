@@ -46,26 +46,10 @@ void check_against_finite_differences(HyperVariant variant) {
     hyper_forward(model, probe, tokens.data(), B, Tn, source);
     return hyper_loss(probe, targets.data(), nullptr);
   };
-  // h = 1e-5: truncation ~h^2 |f'''| ~ 1e-10, rounding ~1e-16 / h ~ 1e-11; tolerance 1e-7 + 1e-5 |g|.
-  const double h = 1e-5;
-  Rng pick(5);
-  for (const auto& slot : model.layout()) {
-    const size_t samples = std::min<size_t>(slot.numel, 12);
-    for (size_t k = 0; k < samples; ++k) {
-      const size_t i = slot.numel <= 12 ? k : size_t(pick.below(slot.numel));
-      if (slot.name.ends_with(".static") && i == 0) continue;  // the masked entry: never read
-      double& p = model.tensor(slot.name)[i];
-      const double saved = p;
-      p = saved + h;
-      const double up = loss_at();
-      p = saved - h;
-      const double down = loss_at();
-      p = saved;
-      const double numeric = (up - down) / (2 * h), analytic = grads.tensor(slot.name)[i];
-      ASSERT_LE(std::abs(numeric - analytic), 1e-7 + 1e-5 * std::abs(numeric))
-          << slot.name << "[" << i << "]: analytic " << analytic << " numeric " << numeric;
-    }
-  }
+  testing::expect_gradients_match_finite_differences(
+      model.layout(), [&](const TensorSlot& slot) { return model.tensor(slot.name); },
+      [&](const TensorSlot& slot) -> const double* { return grads.tensor(slot.name); }, loss_at, 5,
+      [](const TensorSlot& slot, size_t i) { return slot.name.ends_with(".static") && i == 0; });  // masked: never read
 }
 
 TEST(HyperGradCheck, Shc) { check_against_finite_differences(HyperVariant::shc); }

@@ -8,6 +8,7 @@
 #include "core/rng.h"
 #include "core/threads.h"
 #include "models/mudd/forward.h"
+#include "test_util.h"
 
 namespace fca {
 namespace {
@@ -51,26 +52,9 @@ TEST(MuddGradCheck, WholeModelAgainstFiniteDifferences) {
     mudd_forward(model, probe, tokens.data(), B, Tn, source);
     return mudd_loss(probe, targets.data(), nullptr);
   };
-  // h = 1e-5: truncation ~h^2 |f'''| ~ 1e-10, rounding ~1e-16 / h ~ 1e-11; tolerance 1e-7 + 1e-5 |g|.
-  const double h = 1e-5;
-  Rng pick(5);
-  for (const auto& slot : model.layout()) {
-    // Up to 12 elements per tensor (all of small ones), chosen at random: every tensor is checked.
-    const size_t samples = std::min<size_t>(slot.numel, 12);
-    for (size_t k = 0; k < samples; ++k) {
-      const size_t i = slot.numel <= 12 ? k : size_t(pick.below(slot.numel));
-      double& p = model.data()[slot.offset + i];
-      const double saved = p;
-      p = saved + h;
-      const double up = loss_at();
-      p = saved - h;
-      const double down = loss_at();
-      p = saved;
-      const double numeric = (up - down) / (2 * h), analytic = grads.data()[slot.offset + i];
-      ASSERT_LE(std::abs(numeric - analytic), 1e-7 + 1e-5 * std::abs(numeric))
-          << slot.name << "[" << i << "]: analytic " << analytic << " numeric " << numeric;
-    }
-  }
+  testing::expect_gradients_match_finite_differences(
+      model.layout(), [&](const TensorSlot& slot) { return model.data() + slot.offset; },
+      [&](const TensorSlot& slot) -> const double* { return grads.data() + slot.offset; }, loss_at, 5);
 }
 
 }  // namespace

@@ -5,7 +5,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -136,6 +138,32 @@ CommandResult run_fca(const std::vector<std::string>& args, int ranks) {
   const int status = pclose(pipe);
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return r;
+}
+
+void expect_gradients_match_finite_differences(const std::vector<TensorSlot>& layout,
+                                               const std::function<double*(const TensorSlot&)>& param,
+                                               const std::function<const double*(const TensorSlot&)>& grad,
+                                               const std::function<double()>& loss_at, uint64_t pick_seed,
+                                               const std::function<bool(const TensorSlot&, size_t)>& skip) {
+  const double h = 1e-5;
+  Rng pick(pick_seed);
+  for (const auto& slot : layout) {
+    const size_t samples = std::min<size_t>(slot.numel, 12);
+    for (size_t k = 0; k < samples; ++k) {
+      const size_t i = slot.numel <= 12 ? k : size_t(pick.below(slot.numel));
+      if (skip && skip(slot, i)) continue;
+      double& p = param(slot)[i];
+      const double saved = p;
+      p = saved + h;
+      const double up = loss_at();
+      p = saved - h;
+      const double down = loss_at();
+      p = saved;
+      const double numeric = (up - down) / (2 * h), analytic = grad(slot)[i];
+      ASSERT_LE(std::abs(numeric - analytic), 1e-7 + 1e-5 * std::abs(numeric))
+          << slot.name << "[" << i << "]: analytic " << analytic << " numeric " << numeric;
+    }
+  }
 }
 
 }  // namespace fca::testing

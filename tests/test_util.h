@@ -1,9 +1,11 @@
 // Helpers shared by the tests: temporary folders, small corpora, tiny models, running the CLI.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
+#include "models/base/tensor_slot.h"
 #include "models/gated/config.h"
 #include "train/trainer.h"
 
@@ -37,6 +39,17 @@ TrainOptions tiny_mudd_training(const std::string& out, int n_layer = 2);
 // The default tolerances are derived in test_util.cpp.
 void expect_close(const std::string& what, const float* ours, const std::vector<double>& ref, double rtol = 2e-5,
                   double atol = 1e-6);
+
+// Backward against central differences in double for every tensor of `layout`: up to 12 elements
+// per tensor (all of a smaller one; otherwise chosen by Rng(pick_seed)), each nudged by +-1e-5 through
+// param(slot) and the loss re-evaluated by loss_at(); grad(slot) holds the analytic gradient. Step
+// 1e-5: truncation ~h^2 |f'''| ~ 1e-10, rounding ~1e-16 / h ~ 1e-11; tolerance 1e-7 + 1e-5 |g|.
+// `skip(slot, i)` (optional) leaves out elements the model never reads.
+void expect_gradients_match_finite_differences(const std::vector<TensorSlot>& layout,
+                                               const std::function<double*(const TensorSlot&)>& param,
+                                               const std::function<const double*(const TensorSlot&)>& grad,
+                                               const std::function<double()>& loss_at, uint64_t pick_seed,
+                                               const std::function<bool(const TensorSlot&, size_t)>& skip = {});
 
 struct CommandResult {
   int exit_code;
