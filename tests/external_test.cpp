@@ -47,7 +47,7 @@ nlohmann::json read_json(const std::string& path) {
 
 // Every number of the native audit.json against the external one. Paths that name the run, not the
 // model's figures, are left out (provenance, the model's path, family and description, the cache
-// path, how the logits were compared, and how the windows were grouped into batches: the native
+// path, the index labels, how the logits were compared, and how the windows were grouped into batches: the native
 // model's batch is chosen by a probe, since its results do not depend on it). Tolerance: 1e-5 absolute, or relative for figures above 1
 // (byte perplexity ~ 10^2..10^3). The two engines round float32 differently (GEMM blocking,
 // summation order): per-window NLLs differ by ~1e-7, and the figures inherit that.
@@ -55,7 +55,7 @@ void expect_same_figures(const nlohmann::json& native, const nlohmann::json& ext
                          double& worst, std::string& worst_path) {
   static const std::vector<std::string> skipped{"/provenance", "/model/path", "/model/family", "/model/description",
                                                 "/settings/cache", "/exact_replay/logits_compared", "/settings/batch",
-                                                "/exact_replay/batches", "/model/controller_evaluations_counted_by",
+                                                "/exact_replay/batches", "/model/controller_evaluations_counted_by", "/model/stream_labels", "/model/source_labels",
                                                 // the probe's logits: compared by value natively, by digest here
                                                 "/replay_sensitivity/logits_compared", "/replay_sensitivity/differing_logits",
                                                 "/replay_sensitivity/max_abs_delta_logit", "/replay_sensitivity/calibration_windows"};

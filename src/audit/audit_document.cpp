@@ -53,7 +53,9 @@ nlohmann::ordered_json model_json(const AuditableModel& model, const AuditSetup&
           {"record_kind", record_kind_name(sh.kind)},
           {"static_profile", model.static_profile_name()},
           {"controller_evaluations_counted_by", model.controller_evaluations_counted_by()},
-          {"structure_removed", model.structure_removed_name()}};
+          {"structure_removed", model.structure_removed_name()},
+          {"stream_labels", model.stream_labels()},
+          {"source_labels", model.source_labels()}};
 }
 
 nlohmann::ordered_json settings_json(const AuditSetup& s, const AuditInputs& in) {
@@ -278,9 +280,27 @@ nlohmann::ordered_json audit_document(const AuditableModel& model, const AuditSe
   j["factor_effects"] = factor_effects_json(table, o.reps, o.bootstrap_resamples);
   j["retention"] = retention_json(table, o.bootstrap_resamples);
   j["criteria"] = criteria_json(j["conditions"], j["retention"], o);
+  const std::string constraint = model.coefficient_constraint();
+  if (!constraint.empty()) {
+    // The largest violation of the family's constraint in what each condition replayed, over its
+    // windows and randomisations (the coefficients are regenerated: they are cheap to copy).
+    j["model"]["coefficient_constraint"] = constraint;
+    CoefficientTensor one = model.make_coefficients(1, s.tokens);
+    for (const auto& c : in.conditions) {
+      double worst = 0;
+      for (int r = 0; r < (c->randomized() ? o.reps : 1); ++r)
+        for (int w = 0; w < s.windows(); ++w) {
+          c->coefficients(w, r, one, 0);
+          worst = std::max(worst, model.constraint_violation(one.view(), 0));
+        }
+      for (auto& entry : j["conditions"])
+        if (entry["name"] == c->name()) entry["constraint_violation"] = worst;
+    }
+  }
   j["variance"] = variance_json(in.evaluation, s.routing);
   j["profiles"] = profiles_json(in.profiles, s.manifest.shape, s.routing);
   if (s.routing) j["routing"] = routing_json(in.evaluation, s.manifest.shape);
+  if (auto diagnostics = model.cache_diagnostics(in.evaluation); !diagnostics.is_null()) j["diagnostics"] = std::move(diagnostics);
   j["provenance"] = provenance;
   return j;
 }

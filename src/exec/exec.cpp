@@ -207,21 +207,21 @@ std::string exec_markdown(const nlohmann::ordered_json& e) {
      << " GFLOP/s. Latency ratios: the median of the per-round ratios with its 95% paired bootstrap interval; \"faster\" or "
         "\"slower\" only where the whole interval lies beyond the "
      << margin << " margin. FLOPs: " << e["flop_convention"].get<std::string>() << ".\n\n";
-  md << "| model | mode | executed blocks | GFLOP/token | of which controller, MFLOP/token | latency median [p10, p90] ms | "
-        "tokens/s | ratio to Dense | NLL |\n"
-        "|---|---|---:|---:|---:|---|---:|---:|---:|\n";
+  md << "| model | mode | executed blocks | GFLOP/token | of which controller, MFLOP/token | of which mixing, MFLOP/token | "
+        "latency median [p10, p90] ms | tokens/s | ratio to Dense | NLL |\n"
+        "|---|---|---:|---:|---:|---:|---|---:|---:|---:|\n";
   auto row = [&](const nlohmann::ordered_json& m, const nlohmann::ordered_json& r, const std::string& mode) {
     const auto& c = m["config"];
     std::string name = m["gate"].get<std::string>() + " L" + std::to_string(c["n_layer"].get<int>()) + " D" +
                        std::to_string(c["d_model"].get<int>());
     const std::string ratio = r["latency_ratio_to_dense"].is_null() ? "–" : latency_ratio_text(r["latency_ratio_to_dense"]);
     std::string nll = r.contains("nll") ? std::to_string(r["nll"].get<double>()).substr(0, 6) : "–";
-    char controller[32];
-    std::snprintf(controller, sizeof controller, "%.4g",
-                  1e3 * r["gflop_per_pass_by_kind"]["controller"].get<double>() / m["tokens_per_pass"].get<double>());
-    std::snprintf(buf, sizeof buf, "| %s | %s | %d / %d | %.4g | %s | %.2f [%.2f, %.2f] | %.0f | %s | %s |\n", name.c_str(),
+    auto mflop_per_token = [&](const char* kind) {
+      return 1e3 * r["gflop_per_pass_by_kind"][kind].get<double>() / m["tokens_per_pass"].get<double>();
+    };
+    std::snprintf(buf, sizeof buf, "| %s | %s | %d / %d | %.4g | %.4g | %.4g | %.2f [%.2f, %.2f] | %.0f | %s | %s |\n", name.c_str(),
                   mode.c_str(), r["executed_blocks"].get<int>(), r["total_blocks"].get<int>(), r["gflop_per_token"].get<double>(),
-                  controller,
+                  mflop_per_token("controller"), mflop_per_token("mixing"),
                   1e3 * r["latency"]["median_s"].get<double>(), 1e3 * r["latency"]["p10_s"].get<double>(),
                   1e3 * r["latency"]["p90_s"].get<double>(), r["tokens_per_s"].get<double>(), ratio.c_str(), nll.c_str());
     md << buf;
@@ -247,7 +247,7 @@ std::string exec_markdown(const nlohmann::ordered_json& e) {
   }
   for (const auto& m : e["models"]) {
     if (!m.contains("savings")) continue;
-    md << "\n" << m["gate"].get<std::string>() << " (" << m["path"].get<std::string>() << "), live routing against:\n";
+    md << "\n" << m["gate"].get<std::string>() << " (" << m["path"].get<std::string>() << "), live against:\n";
     for (const auto& s : m["savings"]) {
       if (s["flop_ratio"].is_null() || s["latency_ratio"]["estimate"].is_null()) {
         md << "- " << s["against"].get<std::string>() << ": " << s["note"].get<std::string>() << "; no saving claimed\n";
@@ -267,8 +267,8 @@ std::string exec_markdown(const nlohmann::ordered_json& e) {
   }
   md << "\nlive: the controller computes the gates; replay: recorded gates supplied, controller off; gates_forced_to_1: "
         "every g = 1; skip tau: calibrated static gates, blocks whose static gate is below tau removed from the graph "
-        "(tau = 0 removes nothing); MUDD identity_mixing: every stream takes only the newest source (the mixing still "
-        "runs). Routed models (moe, mod): replay and cross_input supply recorded routing (cross_input: the routing of "
+        "(tau = 0 removes nothing); identity_mixing: MUDD streams take only the newest source, hyper-connection squares are the "
+        "identity of their initialisation (plain Pre-Norm; the mixing still runs in both). Routed models (moe, mod): replay and cross_input supply recorded routing (cross_input: the routing of "
         "another window), dense_experts runs every expert on every token and zeroes the unselected, dense_same_shape is "
         "the Dense model of the same L, D, H and dense_total_params the Dense model whose MLP has the MoE's expert "
         "parameters (both with initialised weights: latency and FLOPs only). NLL in nats/byte on the evaluation windows.\n";

@@ -4,6 +4,7 @@
 #include "models/gated/exec/measure.h"
 #include "models/gated/train/trainable.h"
 #include "models/hyper/auditable.h"
+#include "models/hyper/exec/measure.h"
 #include "models/hyper/train/trainable.h"
 #include "models/mod/auditable.h"
 #include "models/mod/exec/measure.h"
@@ -37,6 +38,7 @@ void install_families() {
   add_exec_family(mod_exec_family());
   add_model_family(hyper_model_family());
   add_train_family(hyper_train_family());
+  add_exec_family(hyper_exec_family());
 }
 
 }  // namespace fca

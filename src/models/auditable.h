@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "core/json.h"
 #include "models/coefficient_tensor.h"
 
 namespace fca {
@@ -97,6 +98,20 @@ class AuditableModel {
   // tokens): gated GlobalMean, MUDD SourceUniformMean. Written into window 0 of `out`.
   // Continuous coefficients only (routing records use the randomised structure_removed).
   virtual void structure_removed_profile(const CoefficientTensor& static_profile, CoefficientTensor& out) const;
+  // Names of the coefficient tensor's stream and source indices for tables and figures (MUDD: Q, K,
+  // V, R and the sources' blocks; hyper: the read row and the streams, the branch output and the
+  // streams); empty: numbered.
+  // A constraint the live coefficients satisfy by construction (mHC: doubly stochastic mixing) that
+  // an intervention may break: what it is, and one window's largest violation. Empty: none. The
+  // audit reports, per condition, the largest violation of what it replayed.
+  virtual std::string coefficient_constraint() const { return {}; }
+  virtual double constraint_violation(const CoefficientView& /*coefficients*/, int /*window*/) const { return 0; }
+  // Diagnostics computable from the cached evaluation coefficients alone (hyper: composite gain,
+  // unfolded connection matrix, distance of the mixing from the identity), written into audit.json
+  // as "diagnostics"; null: none.
+  virtual nlohmann::ordered_json cache_diagnostics(const CoefficientView& /*evaluation*/) const { return nullptr; }
+  virtual std::vector<std::string> stream_labels() const { return {}; }
+  virtual std::vector<std::string> source_labels() const { return {}; }
   virtual std::string static_profile_name() const = 0;      // "LayerMean", "StaticMixMean"
   virtual std::string structure_removed_name() const = 0;   // "GlobalMean", "SourceUniformMean"
 };

@@ -242,10 +242,10 @@ std::string figure_profiles(const ReportData& d) {
         cv.text(left + cell_w * T + 38, top + 12.0 * k + 10, fmt("%.2f", 1.0 - k / 4.0), "start", 9);
       }
       out += cv.str();
-    } else {  // MUDD: layer x source per stream, signed
+    } else {  // mixing squares (MUDD, hyper-connections): layer x source per stream, signed
       const auto& S = prof["static_profile"];
-      // [layer][stream][source] of numbers or nulls, rectangular, at most 4 streams (Q, K, V, R).
-      const bool shaped = S.is_array() && !S.empty() && S[0].is_array() && !S[0].empty() && S[0].size() <= 4 &&
+      // [layer][stream][source] of numbers or nulls, rectangular, at most 64 streams.
+      const bool shaped = S.is_array() && !S.empty() && S[0].is_array() && !S[0].empty() && S[0].size() <= 64 &&
                           S[0][0].is_array() && !S[0][0].empty();
       bool rectangular = shaped;
       for (size_t l = 0; rectangular && l < S.size(); ++l) {
@@ -256,8 +256,19 @@ std::string figure_profiles(const ReportData& d) {
         }
       }
       if (!rectangular)
-        throw Error(a.path + ": profiles.static_profile is not a rectangular [layer][stream <= 4][source] array of numbers");
+        throw Error(a.path + ": profiles.static_profile is not a rectangular [layer][stream <= 64][source] array of numbers");
       const int L = int(S.size()), streams = int(S[0].size()), K = int(S[0][0].size());
+      // The family's names for the indices (audit.json model.stream_labels / source_labels), else numbers.
+      auto labels = [&](const char* key, int count) {
+        std::vector<std::string> out;
+        const auto& model = a.doc["model"];
+        if (model.contains(key) && model[key].is_array() && int(model[key].size()) >= count)
+          for (int i = 0; i < count; ++i) out.push_back(model[key][size_t(i)].is_string() ? model[key][size_t(i)].get<std::string>() : std::to_string(i));
+        else
+          for (int i = 0; i < count; ++i) out.push_back(std::to_string(i));
+        return out;
+      };
+      const std::vector<std::string> names = labels("stream_labels", streams), sources = labels("source_labels", K);
       double mx = 1e-9;
       for (const auto& l : S)
         for (const auto& s : l)
@@ -265,23 +276,22 @@ std::string figure_profiles(const ReportData& d) {
             if (!v.is_null()) mx = std::max(mx, std::abs(v.get<double>()));
       const int cell = 18, panel = cell * K + 40, left = 60, top = 34;
       svg::Canvas cv(std::max(left + panel * streams + 80, 760), top + cell * L + 40, "Static mixing profile: " + report_util::audit_heading(d, a.doc));
-      cv.text(left, 16, report_util::audit_heading(d, a.doc) + ": StaticMixMean, layer x source per stream (signed; colour scale +-" +
-                            fmt("%.2f", mx) + ")", "start", 11, "#333", true);
-      const char* names[4] = {"Q", "K", "V", "R"};
+      cv.text(left, 16, report_util::audit_heading(d, a.doc) + ": " + a.doc["model"].value("static_profile", std::string("static profile")) +
+                            ", layer x source per stream (signed; colour scale +-" + fmt("%.2f", mx) + ")", "start", 11, "#333", true);
       for (int s = 0; s < streams; ++s) {
         const double x0 = left + panel * s;
-        cv.text(x0 + cell * K / 2.0, top - 4, std::string("stream ") + names[s], "middle", 10);
+        cv.text(x0 + cell * K / 2.0, top - 4, names[size_t(s)], "middle", 10);
         for (int l = 0; l < L; ++l)
           for (int k = 0; k < K; ++k) {
             const auto& v = S[size_t(l)][size_t(s)][size_t(k)];
             if (v.is_null()) continue;
             cv.rect(x0 + cell * k, top + cell * l, cell - 1, cell - 1, svg::diverging(v.get<double>() / mx),
-                    "layer " + std::to_string(l) + ", stream " + names[s] + ", source " + std::to_string(k) + ": " +
+                    "layer " + std::to_string(l) + ", " + names[size_t(s)] + ", source " + sources[size_t(k)] + ": " +
                         fmt("%+.4f", v.get<double>()));
           }
       }
       for (int l = 0; l < L; ++l) cv.text(left - 6, top + cell * (l + 0.7), "layer " + std::to_string(l), "end", 9);
-      cv.text(left, top + cell * L + 14, "source 0 (embedding) ... L (newest)", "start", 9);
+      cv.text(left, top + cell * L + 14, "sources left to right: " + sources.front() + " ... " + sources.back(), "start", 9);
       out += cv.str();
     }
   }

@@ -125,9 +125,17 @@ std::string execution_text(const nlohmann::json& e, bool& saves_compute) {
       (has_ratio ? ", " + latency_ratio_words(live["latency_ratio_to_dense"], "Dense latency") : std::string(""));
   saves_compute = live["executed_blocks"].get<int>() < live["total_blocks"].get<int>();
   if (e.contains("savings")) {
-    // Routed models: a saving is claimed only where counted FLOPs are lower and the latency is
-    // measurably lower (the whole paired interval below 1 - margin).
-    t = "Routing executes " + fmt("%.3g", live["gflop_per_token"].get<double>() * 1e3) + " MFLOP/token in " +
+    // Models measured against baselines (routed, multi-stream): a saving is claimed only where
+    // counted FLOPs are lower and the latency is measurably lower (the whole paired interval below
+    // 1 - margin). The controller's and the mixing's shares of the live FLOPs say what they cost.
+    const auto& kinds = live["gflop_per_pass_by_kind"];
+    const double total = kinds["gemm"].get<double>() + kinds["controller"].get<double>() + kinds["mixing"].get<double>();
+    std::string shares;
+    for (const char* kind : {"controller", "mixing"})
+      if (kinds[kind].get<double>() > 0)
+        shares += std::string(shares.empty() ? " (" : ", ") + kind + " " + fmt("%.1f%%", 100 * kinds[kind].get<double>() / total);
+    if (!shares.empty()) shares += ")";
+    t = "Live execution runs " + fmt("%.3g", live["gflop_per_token"].get<double>() * 1e3) + " MFLOP/token" + shares + " in " +
         fmt("%.2f", 1e3 * live["latency"]["median_s"].get<double>()) + " ms per batch";
     saves_compute = false;
     for (const auto& s : e["savings"]) {

@@ -47,6 +47,19 @@ void ensure_audit_markdown(const std::string& audit_dir) {
   write_audit_markdown(audit_dir, nlohmann::ordered_json::parse(in));
 }
 
+// Whether exec.json in `exec_dir` measured exactly `models`, in this order: a study resumed after
+// its variants changed measures again instead of reporting the old set. An unreadable or
+// malformed exec.json counts as not measured.
+bool exec_measured(const std::string& exec_dir, const std::vector<std::string>& models) {
+  std::ifstream in(exec_dir + "/exec.json");
+  if (!in) return false;
+  const nlohmann::json e = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (!e.is_object() || !e.contains("models") || !e["models"].is_array() || e["models"].size() != models.size()) return false;
+  for (size_t i = 0; i < models.size(); ++i)
+    if (!e["models"][i].is_object() || e["models"][i].value("path", std::string()) != models[i]) return false;
+  return true;
+}
+
 }  // namespace
 
 StudyConfig parse_study_config(const nlohmann::json& cfg, const std::string& config_path) {
@@ -275,8 +288,9 @@ std::string run_study(const std::string& config_path, const std::string& out_arg
     }
   }
   const std::string exec_dir = out + "/exec";
-  if (!file_exists(exec_dir + "/exec.json")) {
-    stage("measure execution of " + std::to_string(exec_models.size()) + " models");
+  if (!exec_measured(exec_dir, exec_models)) {
+    stage("measure execution of " + std::to_string(exec_models.size()) + " models" +
+          (file_exists(exec_dir + "/exec.json") ? " (exec.json measured another set of models)" : ""));
     ExecOptions e;
     e.models = exec_models;
     e.runs = c.exec_runs;

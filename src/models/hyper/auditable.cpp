@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/sha256.h"
+#include "models/hyper/diagnostics.h"
 
 namespace fca {
 
@@ -15,23 +16,35 @@ std::string HyperAuditable::description() const {
          ", D " + std::to_string(c.d_model) + ", H " + std::to_string(c.n_head) + ", T " + std::to_string(c.seq_len);
 }
 
-void HyperAuditable::identity_profile(CoefficientTensor& out) const {
-  const HyperConfig& c = model_.config();
-  const auto& s = out.shape();
-  std::fill(out.values().begin(), out.values().begin() + s.per_window(), 0.0f);
-  for (int p = 0; p < s.layers; ++p)
-    for (int t = 0; t < s.tokens; ++t) {
-      out.at(0, p, t, 0, 1 + c.read_stream(p)) = 1.0f;
-      for (int j = 1; j <= c.streams; ++j) {
-        out.at(0, p, t, j, 0) = 1.0f;
-        out.at(0, p, t, j, j) = 1.0f;
-      }
-    }
-}
+void HyperAuditable::identity_profile(CoefficientTensor& out) const { fill_hyper_identity(model_.config(), out, 0); }
 
 void HyperAuditable::structure_removed_profile(const CoefficientTensor& static_profile, CoefficientTensor& out) const {
   // Groups: read (row 0) 0, mixing (rows >= 1, columns >= 1) 1, writes (column 0) kept.
   source_group_uniform_mean(static_profile, [](int, int s, int k) { return s == 0 ? 0 : k == 0 ? -1 : 1; }, out);
+}
+
+std::vector<std::string> HyperAuditable::stream_labels() const {
+  std::vector<std::string> labels{"read"};
+  for (int i = 1; i <= model_.config().streams; ++i) labels.push_back("stream " + std::to_string(i));
+  return labels;
+}
+
+std::vector<std::string> HyperAuditable::source_labels() const {
+  std::vector<std::string> labels{"branch output"};
+  for (int i = 1; i <= model_.config().streams; ++i) labels.push_back("stream " + std::to_string(i));
+  return labels;
+}
+
+std::string HyperAuditable::coefficient_constraint() const {
+  return model_.config().variant == HyperVariant::mhc ? "doubly stochastic mixing: max |column sum - 1| of the n x n mixing block" : "";
+}
+
+double HyperAuditable::constraint_violation(const CoefficientView& coefficients, int window) const {
+  return hyper_column_sum_deviation(model_.config(), coefficients, window);
+}
+
+nlohmann::ordered_json HyperAuditable::cache_diagnostics(const CoefficientView& evaluation) const {
+  return hyper_cache_diagnostics(model_.config(), evaluation);
 }
 
 ModelFamily hyper_model_family() {

@@ -47,6 +47,15 @@ class HyperAuditable : public FamilyAuditable<HyperAuditTraits> {
   void structure_removed_profile(const CoefficientTensor& static_profile, CoefficientTensor& out) const override;
   const float* last_position_losses() const override { return rs_->losses; }
   std::string static_profile_name() const override { return "StaticSquareMean"; }
+  // Rows: the read (the branch input), then the n new streams; columns: the branch output, then the
+  // n old streams (spec section 2.3).
+  std::vector<std::string> stream_labels() const override;
+  // mHC only: its mixing is doubly stochastic live; the audit reports max |column sum - 1| of what
+  // each condition replayed (spec 3.3).
+  std::string coefficient_constraint() const override;
+  double constraint_violation(const CoefficientView& coefficients, int window) const override;
+  nlohmann::ordered_json cache_diagnostics(const CoefficientView& evaluation) const override;
+  std::vector<std::string> source_labels() const override;
   std::string structure_removed_name() const override { return "GroupUniformMean"; }
 
  private:

@@ -263,6 +263,19 @@ CoefficientTensor hyper_coefficient_tensor(const HyperConfig& config, int window
   return t;
 }
 
+void fill_hyper_identity(const HyperConfig& config, CoefficientTensor& out, int window) {
+  const CoefficientShape& s = out.shape();
+  std::fill_n(out.window_data(window), s.per_window(), 0.0f);
+  for (int p = 0; p < s.layers; ++p)
+    for (int t = 0; t < s.tokens; ++t) {
+      out.at(window, p, t, 0, 1 + config.read_stream(p)) = 1.0f;
+      for (int j = 1; j <= config.streams; ++j) {
+        out.at(window, p, t, j, 0) = 1.0f;
+        out.at(window, p, t, j, j) = 1.0f;
+      }
+    }
+}
+
 template void hyper_sinkhorn<float>(float*, int, int, float);
 template void hyper_sinkhorn<double>(double*, int, int, double);
 template void hyper_sinkhorn_backward<float>(const float*, int, int, float, const float*, float*, float*);

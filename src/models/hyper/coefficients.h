@@ -113,5 +113,8 @@ class HyperReplayedCoefficients : public HyperCoefficientSource<T> {
 CoefficientShape hyper_coefficient_shape(const HyperConfig& config, int tokens);
 // A tensor of that shape for `windows` windows with (0, 0) masked at every site.
 CoefficientTensor hyper_coefficient_tensor(const HyperConfig& config, int windows, int tokens);
+// Window w of `out` set to the identity squares of spec section 3.2 (the initialisation's): read
+// 1 at source r(p) + 1, writes 1, mixing I; replaying them runs the block weights as plain Pre-Norm.
+void fill_hyper_identity(const HyperConfig& config, CoefficientTensor& out, int window);
 
 }  // namespace fca

@@ -111,4 +111,10 @@ ModelFamily mudd_model_family() {
           mudd_info, mudd_convert};
 }
 
+std::vector<std::string> MuddAuditable::source_labels() const {
+  std::vector<std::string> labels{"embedding"};
+  for (int l = 1; l <= model_.config().n_layer; ++l) labels.push_back("block " + std::to_string(l));
+  return labels;
+}
+
 }  // namespace fca

@@ -47,6 +47,8 @@ class MuddAuditable : public FamilyAuditable<MuddAuditTraits> {
   const float* last_position_losses() const override { return rs_->losses; }
   std::vector<TraceTensor> trace_tensors(int B, int T, bool live) const override;
   std::string static_profile_name() const override { return "StaticMixMean"; }
+  std::vector<std::string> stream_labels() const override { return {"Q", "K", "V", "R"}; }
+  std::vector<std::string> source_labels() const override;
   std::string structure_removed_name() const override { return "SourceUniformMean"; }
 
  private:
