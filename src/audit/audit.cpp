@@ -181,7 +181,7 @@ AuditInputs::AuditInputs(AuditableModel& model, const AuditSetup& s, const Commu
       evaluation(cache.evaluation()),
       profiles{model.make_coefficients(1, s.tokens), model.make_coefficients(1, s.tokens),
                model.make_coefficients(1, s.tokens), model.make_coefficients(1, s.tokens)},
-      randomness(s.options.seed, s.windows(), s.tokens, s.options.reps) {
+      randomness(s.options.seed, s.windows(), s.tokens, s.options.reps, s.options.joint_token_shuffle) {
   if (s.routing) {
     routing_profile = routing_profiles(cache.calibration());
     profiles.static_profile = routing_profile.static_profile;

@@ -36,6 +36,10 @@ struct AuditOptions {
   // first coefficient, computed once per batch (models/prefix_reuse.h). Results are bitwise the
   // same either way; off recomputes everything (for checking that claim).
   bool prefix_reuse = true;
+  // token_shuffle and cross_shuffle: one token permutation per (window, layer) shared by every
+  // stream (site-joint) instead of one per stream. Moving whole squares keeps structure within a
+  // token, such as mHC's doubly stochastic mixing (hyper-connections spec 3.3).
+  bool joint_token_shuffle = false;
   bool progress = true;
   // Stop after the plan (windows, tokens, FLOPs, memory and the time estimated from a probe on this
   // machine) and return it as {"plan", "batch_choice", "conditions", "cache_reused"}; nothing written.

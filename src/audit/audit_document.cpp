@@ -67,6 +67,8 @@ nlohmann::ordered_json settings_json(const AuditSetup& s, const AuditInputs& in)
           {"batch", o.batch},
           {"bootstrap_resamples", o.bootstrap_resamples},
           {"seed", o.seed},
+          {"token_shuffle", o.joint_token_shuffle ? "site-joint: one permutation per window and layer, shared by every stream"
+                                                  : "per stream: one permutation per window, layer and stream"},
           {"conditions", s.conditions},
           {"skipped_conditions", s.skipped},
           {"skipped_reasons", s.skipped_reasons},
@@ -285,6 +287,11 @@ nlohmann::ordered_json audit_document(const AuditableModel& model, const AuditSe
     // The largest violation of the family's constraint in what each condition replayed, over its
     // windows and randomisations (the coefficients are regenerated: they are cheap to copy).
     j["model"]["coefficient_constraint"] = constraint;
+    // correct replays the cache unchanged.
+    double live = 0;
+    for (int w = 0; w < in.evaluation.windows; ++w) live = std::max(live, model.constraint_violation(in.evaluation, w));
+    for (auto& entry : j["conditions"])
+      if (entry["name"] == "correct") entry["constraint_violation"] = live;
     CoefficientTensor one = model.make_coefficients(1, s.tokens);
     for (const auto& c : in.conditions) {
       double worst = 0;

@@ -122,8 +122,8 @@ void compute_means(const CoefficientView& C, CoefficientTensor& layer_position_m
       }
 }
 
-AuditRandomness::AuditRandomness(uint64_t seed, int windows, int tokens, int reps)
-    : seed_(seed), windows_(windows), tokens_(tokens) {
+AuditRandomness::AuditRandomness(uint64_t seed, int windows, int tokens, int reps, bool joint_streams)
+    : seed_(seed), windows_(windows), tokens_(tokens), joint_streams_(joint_streams) {
   if (windows < 2) throw Error("cross-input conditions need at least 2 evaluation windows, found " + std::to_string(windows));
   // Every derangement is drawn here, once: derangement() hands out references into a vector that
   // never changes afterwards, so they stay valid and concurrent readers need no lock.
@@ -148,7 +148,7 @@ const std::vector<int>& AuditRandomness::derangement(int r) const {
 
 std::vector<int> AuditRandomness::token_permutation(int r, int window, int layer, int stream) const {
   Rng rng(derive_seed(derive_seed(seed_, kTokenStream, uint64_t(r)), uint64_t(window),
-                      (uint64_t(layer) << 32) | uint64_t(stream)));
+                      (uint64_t(layer) << 32) | uint64_t(joint_streams_ ? 0 : stream)));
   return uniform_permutation(rng, tokens_);
 }
 

@@ -30,10 +30,12 @@ void compute_means(const CoefficientView& calibration, CoefficientTensor& layer_
 class AuditRandomness {
  public:
   // Draws the derangements of randomisations 0 .. reps-1.
-  AuditRandomness(uint64_t seed, int windows, int tokens, int reps);
+  // joint_streams: every stream of a (window, layer) shares one token permutation.
+  AuditRandomness(uint64_t seed, int windows, int tokens, int reps, bool joint_streams = false);
   // pi_r: uniform over derangements (rejection sampling of uniform permutations).
   const std::vector<int>& derangement(int r) const;
-  // sigma_{r,i,l,s}: uniform permutation of 0..tokens-1 (Fisher-Yates).
+  // sigma_{r,i,l,s}: uniform permutation of 0..tokens-1 (Fisher-Yates); sigma_{r,i,l,0} for every
+  // stream s when the streams are joint.
   std::vector<int> token_permutation(int r, int window, int layer, int stream) const;
   // A uniform permutation of 0..n-1 for randomisation r of the layer_permutation condition.
   std::vector<int> layer_permutation(int r, int layers) const;
@@ -43,6 +45,7 @@ class AuditRandomness {
  private:
   uint64_t seed_;
   int windows_, tokens_;
+  bool joint_streams_;
   std::vector<std::vector<int>> derangements_;  // [reps][windows], fixed at construction
 };
 

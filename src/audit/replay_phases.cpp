@@ -25,6 +25,7 @@ nlohmann::ordered_json journal_identity(const AuditSetup& s) {
   identity.erase("batch");
   identity["conditions"] = s.conditions;
   identity["reps"] = s.options.reps;
+  identity["joint_token_shuffle"] = s.options.joint_token_shuffle;
   identity["replay_tolerance"] = s.options.replay_tolerance;
   identity["fca"] = fca_version_string();
   return identity;

@@ -63,6 +63,9 @@ void add_audit_command(CLI::App& app) {
   cmd->add_flag("--allow-insensitive-replay", a.allow_insensitive_replay,
                 "Audit even when replaying changed coefficients leaves the logits unchanged (the replay ignores them: "
                 "every penalty is then 0 by construction; audit.json and the report say so)");
+  cmd->add_flag("--joint-token-shuffle", a.joint_token_shuffle,
+                "token_shuffle and cross_shuffle move every stream of a layer with one permutation (site-joint: a token's "
+                "whole coefficient square moves as a unit) instead of one permutation per stream");
   cmd->add_flag("--no-prefix-reuse", f->no_prefix_reuse,
                 "Recompute the embedding and block 0 in every condition replay (bitwise the same results, slower)");
   add_threads_flag(*cmd, f->threads);

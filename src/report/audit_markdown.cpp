@@ -5,6 +5,7 @@
 
 #include "core/file_io.h"
 #include "core/undefined_statistic.h"
+#include "report/report_util.h"
 
 namespace fca {
 namespace {
@@ -67,6 +68,29 @@ std::string audit_markdown(const nlohmann::ordered_json& a) {
      << m["static_profile"].get<std::string>() << ", structure_removed is " << m["structure_removed"].get<std::string>()
      << ".\n\n";
 
+  if (m.contains("coefficient_constraint")) {
+    md << "Largest violation of the live coefficients' constraint (" << m["coefficient_constraint"].get<std::string>()
+       << ") in what each condition replayed:";
+    for (const auto& c : a["conditions"])
+      if (c.contains("constraint_violation")) md << " " << c["name"].get<std::string>() << " " << num(c["constraint_violation"], "%.3g") << ";";
+    md << " token shuffle " << s["token_shuffle"].get<std::string>() << ".\n\n";
+  }
+  if (a.contains("diagnostics")) {
+    md << "## Diagnostics from the cache\n\n";
+    for (const auto& t : report_util::diagnostics_tables(a["diagnostics"])) {
+      md << "**" << t.title << "**\n\n|";
+      for (const auto& c : t.header) md << " " << c << " |";
+      md << "\n|";
+      for (size_t i = 0; i < t.header.size(); ++i) md << (i == 0 ? "---|" : "---:|");
+      md << "\n";
+      for (const auto& r : t.rows) {
+        md << "|";
+        for (const auto& c : r) md << " " << c << " |";
+        md << "\n";
+      }
+      md << "\n";
+    }
+  }
   if (!a["factor_effects"].is_null()) {
     md << "## Factor effects\n\n| effect | estimate | 95% CI |\n|---|---:|---|\n";
     for (const char* f : {"input", "token", "interaction"})

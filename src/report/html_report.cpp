@@ -149,6 +149,31 @@ std::string report_html(const ReportData& d) {
         }
         h << "</table>";
       }
+      if (a.doc["model"].contains("coefficient_constraint"))
+        h << "<p class=\"sub\">Largest violation of the live coefficients' constraint (" << escape(a.doc["model"]["coefficient_constraint"].get<std::string>())
+          << ") in what each condition replayed: "
+          << [&] {
+               std::string t;
+               for (const auto& c : a.doc["conditions"])
+                 if (c.contains("constraint_violation"))
+                   t += (t.empty() ? "" : ", ") + c["name"].get<std::string>() + " " + fmt("%.3g", c["constraint_violation"].get<double>());
+               return escape(t);
+             }()
+          << ".</p>";
+      if (a.doc.contains("diagnostics")) {
+        h << "<p class=\"sub\">Diagnostics computed from the cached evaluation coefficients alone:</p>";
+        for (const auto& t : report_util::diagnostics_tables(a.doc["diagnostics"])) {
+          h << "<table><tr><th class=\"l\" colspan=\"" << t.header.size() << "\">" << escape(t.title) << "</th></tr><tr>";
+          for (const auto& c : t.header) h << "<th>" << escape(c) << "</th>";
+          h << "</tr>";
+          for (const auto& r : t.rows) {
+            h << "<tr>";
+            for (size_t i = 0; i < r.size(); ++i) h << (i == 0 ? "<td class=\"l\">" : "<td>") << escape(r[i]) << "</td>";
+            h << "</tr>";
+          }
+          h << "</table>";
+        }
+      }
       if (!a.doc["factor_effects"].is_null()) {
         h << "<table><tr><th class=\"l\">factor effect</th><th>estimate</th><th class=\"l\">95% CI</th></tr>";
         for (const char* f : {"input", "token", "interaction"})

@@ -2,6 +2,7 @@
 // and look-ups across the validated inputs.
 #pragma once
 #include <string>
+#include <vector>
 
 #include "report/report.h"
 
@@ -23,6 +24,17 @@ const nlohmann::json* find_exec(const ReportData& d, const std::string& sha256);
 std::string audit_label(const ReportData& d, const nlohmann::json& audit);
 // "<label>: <description>", the heading of a checkpoint's tables.
 std::string audit_heading(const ReportData& d, const nlohmann::json& audit);
+
+// A family's cache diagnostics (audit.json "diagnostics") as plain tables, rendered the same way for
+// every family: per group, its numbers and strings as name | value rows, number lists joined in one
+// cell, and a matrix (an array of number arrays) as its own table whose row and column labels are the
+// group's string lists of matching lengths.
+struct PlainTable {
+  std::string title;
+  std::vector<std::string> header;
+  std::vector<std::vector<std::string>> rows;
+};
+std::vector<PlainTable> diagnostics_tables(const nlohmann::json& diagnostics);
 
 // Approximate width in pixels of `text` at `size` px in the report's sans-serif font (an average
 // glyph is about 0.6 em), so that figures can size their label margins to fit.
