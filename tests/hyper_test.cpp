@@ -180,6 +180,25 @@ TEST(HyperSinkhorn, RowsSumToOneAndTheProjectionIsDoublyStochasticNearTheIdentit
   EXPECT_NEAR(I[1], 3.3612e-4f, 2e-8f);
 }
 
+// The forward pass projects kSinkhornLanes tokens at once; each lane must be bitwise the one-matrix
+// projection (the backward recomputes with the latter), for sharp and flat logits and odd n.
+TEST(HyperSinkhorn, LanesAreBitwiseTheOneMatrixProjection) {
+  for (int n : {1, 3, 4}) {
+    const int W = kSinkhornLanes;
+    std::vector<float> lanes(size_t(n) * n * W), one(size_t(n) * n);
+    for (int q = 0; q < W; ++q)
+      for (int e = 0; e < n * n; ++e) lanes[size_t(e) * W + q] = float(std::sin(1.3 * e + 0.7 * q) * (1 + q));
+    std::vector<float> input = lanes;
+    hyper_sinkhorn_lanes(lanes.data(), n, 20, 1e-6f);
+    for (int q = 0; q < W; ++q) {
+      for (int e = 0; e < n * n; ++e) one[size_t(e)] = input[size_t(e) * W + q];
+      hyper_sinkhorn(one.data(), n, 20, 1e-6f);
+      for (int e = 0; e < n * n; ++e)
+        ASSERT_EQ(std::memcmp(&one[size_t(e)], &lanes[size_t(e) * W + q], sizeof(float)), 0) << "n " << n << " lane " << q << " entry " << e;
+    }
+  }
+}
+
 TEST(HyperCheckpoint, SavedAndLoadedWithEveryCheck) {
   Fixture f("mhc");
   testing::TempDir dir;

@@ -44,6 +44,47 @@ void hyper_sinkhorn(T* Z, int n, int iters, T eps) {
 }
 
 template <typename T>
+void hyper_sinkhorn_lanes(T* Z, int n, int iters, T eps) {
+  constexpr int W = kSinkhornLanes;
+  auto line = [&](int s, int k) { return Z + (int64_t(s) * n + k) * W; };
+  T a[W], b[W];
+  for (int k = 0; k < n; ++k) {  // the column softmax plus eps
+    for (int q = 0; q < W; ++q) a[q] = line(0, k)[q];
+    for (int s = 1; s < n; ++s)
+      for (int q = 0; q < W; ++q) a[q] = std::max(a[q], line(s, k)[q]);
+    for (int q = 0; q < W; ++q) b[q] = 0;
+    for (int s = 0; s < n; ++s) {
+      T* z = line(s, k);
+      for (int q = 0; q < W; ++q) b[q] += (z[q] = fast_exp(z[q] - a[q]));
+    }
+    for (int s = 0; s < n; ++s) {
+      T* z = line(s, k);
+      for (int q = 0; q < W; ++q) z[q] = z[q] / b[q] + eps;
+    }
+  }
+  // Rows (column = false) or columns: the line's sum plus eps divides it.
+  auto normalise = [&](bool column) {
+    for (int u = 0; u < n; ++u) {
+      for (int q = 0; q < W; ++q) b[q] = 0;
+      for (int v = 0; v < n; ++v) {
+        const T* z = column ? line(v, u) : line(u, v);
+        for (int q = 0; q < W; ++q) b[q] += z[q];
+      }
+      for (int q = 0; q < W; ++q) b[q] = b[q] + eps;
+      for (int v = 0; v < n; ++v) {
+        T* z = column ? line(v, u) : line(u, v);
+        for (int q = 0; q < W; ++q) z[q] /= b[q];
+      }
+    }
+  };
+  normalise(false);
+  for (int it = 1; it < iters; ++it) {
+    normalise(true);
+    normalise(false);
+  }
+}
+
+template <typename T>
 void hyper_sinkhorn_backward(const T* Z, int n, int iters, T eps, const T* dM, T* dZ, T* work) {
   const int nn = n * n, steps = 2 * iters;  // step 0: softmax + eps; then rows, (columns, rows) x (iters - 1)
   T* P = work;                               // the column softmax
@@ -179,25 +220,37 @@ void HyperController<T>::evaluate(int site, const BatchPosition& batch, const T*
   const T alpha_read = w.dyn_scale[0], alpha_write = w.dyn_scale[1], alpha_mix = w.dyn_scale[2];
   const T eps = T(c.eps), norm_eps = T(c.norm_eps);
   const int iters = c.sinkhorn_iters;
-#pragma omp parallel for schedule(static)
-  for (int64_t t = 0; t < N; ++t) {
-    const T* v = streams + t * nD;
-    T squares = 0;
-    for (int64_t i = 0; i < nD; ++i) squares += v[i] * v[i];
-    const T r = std::sqrt(squares / T(nD) + norm_eps);
-    scratch.rms[t] = r;
-    const T* g = scratch.z + t * E;
-    T* Ct = C + t * S * S;
-    Ct[0] = T(0);
-    for (int k = 1; k <= n; ++k) Ct[k] = sigmoid(alpha_read * (g[hyper_entry(n, 0, k)] / r) + st[k]) + eps;
-    for (int s = 1; s <= n; ++s) Ct[s * S] = T(2) * sigmoid(alpha_write * (g[hyper_entry(n, s, 0)] / r) + st[s * S]);
-    // The mixing block: logits in place in C's rows 1..n, columns 1..n, gathered into an n x n matrix.
-    T Z[64 * 64];
-    for (int s = 1; s <= n; ++s)
-      for (int k = 1; k <= n; ++k) Z[(s - 1) * n + k - 1] = alpha_mix * (g[hyper_entry(n, s, k)] / r) + st[s * S + k];
-    hyper_sinkhorn(Z, n, iters, eps);
-    for (int s = 1; s <= n; ++s)
-      for (int k = 1; k <= n; ++k) Ct[s * S + k] = Z[(s - 1) * n + k - 1];
+  // Blocks of kSinkhornLanes tokens: the reads, writes and logits per token, then the Sinkhorn
+  // projections of the whole block at once (bitwise the per-token projection, vectorised across
+  // tokens).
+  constexpr int W = kSinkhornLanes;
+#pragma omp parallel
+  {
+    std::vector<T> Z(size_t(n) * n * W);
+#pragma omp for schedule(static)
+    for (int64_t t0 = 0; t0 < N; t0 += W) {
+      const int m = int(std::min<int64_t>(W, N - t0));
+      std::fill(Z.begin(), Z.end(), T(0));  // unused lanes: any finite value
+      for (int q = 0; q < m; ++q) {
+        const int64_t t = t0 + q;
+        const T r = std::sqrt(lane_dot(streams + t * nD, streams + t * nD, int(nD)) / T(nD) + norm_eps);
+        scratch.rms[t] = r;
+        const T* g = scratch.z + t * E;
+        T* Ct = C + t * S * S;
+        Ct[0] = T(0);
+        for (int k = 1; k <= n; ++k) Ct[k] = sigmoid(alpha_read * (g[hyper_entry(n, 0, k)] / r) + st[k]) + eps;
+        for (int s = 1; s <= n; ++s) Ct[s * S] = T(2) * sigmoid(alpha_write * (g[hyper_entry(n, s, 0)] / r) + st[s * S]);
+        for (int s = 1; s <= n; ++s)
+          for (int k = 1; k <= n; ++k)
+            Z[(size_t(s - 1) * n + k - 1) * W + q] = alpha_mix * (g[hyper_entry(n, s, k)] / r) + st[s * S + k];
+      }
+      hyper_sinkhorn_lanes(Z.data(), n, iters, eps);
+      for (int q = 0; q < m; ++q) {
+        T* Ct = C + (t0 + q) * S * S;
+        for (int s = 1; s <= n; ++s)
+          for (int k = 1; k <= n; ++k) Ct[s * S + k] = Z[(size_t(s - 1) * n + k - 1) * W + q];
+      }
+    }
   }
 }
 
@@ -278,6 +331,8 @@ void fill_hyper_identity(const HyperConfig& config, CoefficientTensor& out, int 
 
 template void hyper_sinkhorn<float>(float*, int, int, float);
 template void hyper_sinkhorn<double>(double*, int, int, double);
+template void hyper_sinkhorn_lanes<float>(float*, int, int, float);
+template void hyper_sinkhorn_lanes<double>(double*, int, int, double);
 template void hyper_sinkhorn_backward<float>(const float*, int, int, float, const float*, float*, float*);
 template void hyper_sinkhorn_backward<double>(const double*, int, int, double, const double*, double*, double*);
 template class HyperController<float>;

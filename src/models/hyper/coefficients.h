@@ -55,6 +55,12 @@ int64_t hyper_mhc_controller_flops_per_token(const HyperConfig& config);
 // row normalisations (rows last, so rows sum to 1 to rounding), each sum + eps.
 template <typename T>
 void hyper_sinkhorn(T* Z, int n, int iters, T eps);
+// hyper_sinkhorn on kSinkhornLanes matrices at once, Z [n * n][kSinkhornLanes] (lane q holds
+// matrix q): the same operations in the same order per lane, so each lane's result is bitwise
+// hyper_sinkhorn's, with the lanes innermost so that the compiler vectorises across matrices.
+inline constexpr int kSinkhornLanes = 16;
+template <typename T>
+void hyper_sinkhorn_lanes(T* Z, int n, int iters, T eps);
 
 // Backward of hyper_sinkhorn by unrolled backprop through every step (spec section 2.7): from the
 // logits Z and the gradient dM of the result (both n x n), dZ. The forward steps are recomputed into
