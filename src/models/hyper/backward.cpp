@@ -80,7 +80,7 @@ void controller_backward(const HyperConfig& c, const HyperSiteWeights<T>& w, Hyp
   std::vector<T> d_logits(size_t(N) * E);  // dz_e per token, for the parameter sums in token order
 #pragma omp parallel
   {
-    std::vector<T> Z(size_t(n) * n), dM(size_t(n) * n), dZ(size_t(n) * n), work(size_t(2 * c.sinkhorn_iters + 1) * n * n);
+    std::vector<T> Z(size_t(n) * n), dM(size_t(n) * n), dZ(size_t(n) * n), work(size_t(2 * c.sinkhorn_iters + 3) * n * n);
 #pragma omp for schedule(static)
     for (int64_t t = 0; t < N; ++t) {
       const T r = k.rms[t];

@@ -113,8 +113,10 @@ void hyper_sinkhorn_backward(const T* Z, int n, int iters, T eps, const T* dM, T
       }
     }
   }
-  std::vector<T> grad(dM, dM + nn);
-  std::vector<T> previous(static_cast<size_t>(nn));
+  // The gradient of the current step's output and of its input, after the recomputed steps.
+  T* grad = work + int64_t(steps + 1) * nn;
+  T* previous = grad + nn;
+  std::copy(dM, dM + nn, grad);
   for (int k = steps - 1; k >= 1; --k) {
     const T* in = state(k - 1);
     const T* out = state(k);
@@ -123,21 +125,21 @@ void hyper_sinkhorn_backward(const T* Z, int n, int iters, T eps, const T* dM, T
       for (int b = 0; b < n; ++b) {
         const int at = rows_step(k) ? a * n + b : b * n + a;
         sum += in[at];
-        dot += grad[size_t(at)] * out[at];
+        dot += grad[at] * out[at];
       }
       const T denominator = sum + eps;
       for (int b = 0; b < n; ++b) {
         const int at = rows_step(k) ? a * n + b : b * n + a;
-        previous[size_t(at)] = (grad[size_t(at)] - dot) / denominator;
+        previous[at] = (grad[at] - dot) / denominator;
       }
     }
-    grad.swap(previous);
+    std::swap(grad, previous);
   }
   // state(0) = P + eps: the gradient reaches P unchanged; then the column softmax.
   for (int k = 0; k < n; ++k) {
     T dot = 0;
-    for (int s = 0; s < n; ++s) dot += grad[size_t(s * n + k)] * P[s * n + k];
-    for (int s = 0; s < n; ++s) dZ[s * n + k] = P[s * n + k] * (grad[size_t(s * n + k)] - dot);
+    for (int s = 0; s < n; ++s) dot += grad[s * n + k] * P[s * n + k];
+    for (int s = 0; s < n; ++s) dZ[s * n + k] = P[s * n + k] * (grad[s * n + k] - dot);
   }
 }
 

@@ -64,7 +64,7 @@ void hyper_sinkhorn_lanes(T* Z, int n, int iters, T eps);
 
 // Backward of hyper_sinkhorn by unrolled backprop through every step (spec section 2.7): from the
 // logits Z and the gradient dM of the result (both n x n), dZ. The forward steps are recomputed into
-// `work` ((2 iters + 1) n^2 values). Normalisation Y = M / (sigma + eps) along an axis:
+// `work` ((2 iters + 3) n^2 values: the recomputed steps and two gradient buffers). Normalisation Y = M / (sigma + eps) along an axis:
 // dM = (dY - sum_axis dY Y) / (sigma + eps); column softmax P: dZ = P (dM - sum_col dM P).
 template <typename T>
 void hyper_sinkhorn_backward(const T* Z, int n, int iters, T eps, const T* dM, T* dZ, T* work);
