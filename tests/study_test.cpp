@@ -55,6 +55,21 @@ TEST(Study, RunsAndResumes) {
   EXPECT_NE(r.output.find("train fg seed 1: done before, skipped"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("audit mudd seed 2: done before, skipped"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("] train fg seed 1\n"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("measure execution: done before, skipped"), std::string::npos) << r.output;
+  // A variant added to the study: exec.json measured another set of models, so execution is
+  // measured again and the report shows the new variant's card (a hyper-connection model).
+  std::string config = testing::read_bytes(dir.file("study.json"));
+  const std::string mudd_line = R"({"name": "mudd", "arch": "mudd", "layers": 2, "dim": 16, "heads": 2, "seq": 16})";
+  config.replace(config.find(mudd_line), mudd_line.size(),
+                 mudd_line + R"(, {"name": "mhc", "arch": "hyper", "hc_variant": "mhc", "hc_streams": 3, "layers": 2, "dim": 16, "heads": 2, "seq": 16})");
+  testing::write_text(dir.file("study.json"), config);
+  r = testing::run_fca({"study", "--config", dir.file("study.json"), "--out", out});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("measure execution of 3 models (exec.json measured another set of models)"), std::string::npos) << r.output;
+  nlohmann::json e = nlohmann::json::parse(testing::read_bytes(out + "/exec/exec.json"));
+  ASSERT_EQ(e["models"].size(), 3u);
+  EXPECT_EQ(e["models"][2]["family"], "hyper");
+  EXPECT_NE(testing::read_bytes(out + "/report.html").find("Live execution runs"), std::string::npos);
 }
 
 }  // namespace
