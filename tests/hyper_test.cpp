@@ -159,6 +159,14 @@ TEST(HyperInit, StepZeroIsThePreNormDenseModel) {
   }
 }
 
+// One n x n matrix projected in lane 0 of a block whose other lanes are 0.
+void hyper_sinkhorn(float* Z, int n, int iters, float eps) {
+  std::vector<float> lanes(size_t(n) * n * kSinkhornLanes, 0.0f);
+  for (int e = 0; e < n * n; ++e) lanes[size_t(e) * kSinkhornLanes] = Z[e];
+  hyper_sinkhorn_lanes(lanes.data(), n, iters, eps);
+  for (int e = 0; e < n * n; ++e) Z[e] = lanes[size_t(e) * kSinkhornLanes];
+}
+
 TEST(HyperSinkhorn, RowsSumToOneAndTheProjectionIsDoublyStochasticNearTheIdentity) {
   // A non-symmetric matrix of logits (spec P7: test orientation with one).
   const int n = 4;
@@ -180,21 +188,32 @@ TEST(HyperSinkhorn, RowsSumToOneAndTheProjectionIsDoublyStochasticNearTheIdentit
   EXPECT_NEAR(I[1], 3.3612e-4f, 2e-8f);
 }
 
-// The forward pass projects kSinkhornLanes tokens at once; each lane must be bitwise the one-matrix
-// projection (the backward recomputes with the latter), for sharp and flat logits and odd n.
-TEST(HyperSinkhorn, LanesAreBitwiseTheOneMatrixProjection) {
+// Lanes never mix: every lane of a block of different matrices is bitwise the same matrix
+// projected alone (in lane 0, the other lanes 0), forward and backward, for sharp and flat logits
+// and odd n. That is what makes a token's coefficients and gradients independent of its batch.
+TEST(HyperSinkhorn, LanesAreIndependent) {
+  const int W = kSinkhornLanes, iters = 20;
   for (int n : {1, 3, 4}) {
-    const int W = kSinkhornLanes;
-    std::vector<float> lanes(size_t(n) * n * W), one(size_t(n) * n);
+    const size_t nn = size_t(n) * n;
+    std::vector<float> Z(nn * W), dM(nn * W), M, dZ(nn * W), work(size_t(2 * iters + 3) * nn * W);
     for (int q = 0; q < W; ++q)
-      for (int e = 0; e < n * n; ++e) lanes[size_t(e) * W + q] = float(std::sin(1.3 * e + 0.7 * q) * (1 + q));
-    std::vector<float> input = lanes;
-    hyper_sinkhorn_lanes(lanes.data(), n, 20, 1e-6f);
+      for (size_t e = 0; e < nn; ++e) {
+        Z[e * W + q] = float(std::sin(1.3 * double(e) + 0.7 * q) * (1 + q));
+        dM[e * W + q] = float(std::cos(0.9 * double(e) - 0.4 * q));
+      }
+    M = Z;
+    hyper_sinkhorn_lanes(M.data(), n, iters, 1e-6f);
+    hyper_sinkhorn_backward_lanes(Z.data(), n, iters, 1e-6f, dM.data(), dZ.data(), work.data());
     for (int q = 0; q < W; ++q) {
-      for (int e = 0; e < n * n; ++e) one[size_t(e)] = input[size_t(e) * W + q];
-      hyper_sinkhorn(one.data(), n, 20, 1e-6f);
-      for (int e = 0; e < n * n; ++e)
-        ASSERT_EQ(std::memcmp(&one[size_t(e)], &lanes[size_t(e) * W + q], sizeof(float)), 0) << "n " << n << " lane " << q << " entry " << e;
+      std::vector<float> z1(nn * W, 0.0f), d1(nn * W, 0.0f), dz1(nn * W), m1;
+      for (size_t e = 0; e < nn; ++e) z1[e * W] = Z[e * W + q], d1[e * W] = dM[e * W + q];
+      m1 = z1;
+      hyper_sinkhorn_lanes(m1.data(), n, iters, 1e-6f);
+      hyper_sinkhorn_backward_lanes(z1.data(), n, iters, 1e-6f, d1.data(), dz1.data(), work.data());
+      for (size_t e = 0; e < nn; ++e) {
+        ASSERT_EQ(std::memcmp(&m1[e * W], &M[e * W + q], sizeof(float)), 0) << "n " << n << " lane " << q << " entry " << e;
+        ASSERT_EQ(std::memcmp(&dz1[e * W], &dZ[e * W + q], sizeof(float)), 0) << "n " << n << " lane " << q << " entry " << e;
+      }
     }
   }
 }

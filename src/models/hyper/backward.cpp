@@ -20,11 +20,11 @@
 namespace fca {
 namespace {
 
+// Dot products over the width: 16 fixed lanes (ops/fast_math.h), so that they vectorise and stay
+// reproducible.
 template <typename T>
 T dot(const T* x, const T* y, int D) {
-  T s = 0;
-  for (int d = 0; d < D; ++d) s += x[d] * y[d];
-  return s;
+  return lane_dot(x, y, D);
 }
 
 template <typename T>
@@ -78,49 +78,65 @@ void controller_backward(const HyperConfig& c, const HyperSiteWeights<T>& w, Hyp
   const int64_t nD = int64_t(n) * D;
   const T eps = T(c.eps);
   std::vector<T> d_logits(size_t(N) * E);  // dz_e per token, for the parameter sums in token order
+  // Blocks of kSinkhornLanes tokens: the Sinkhorn backward runs across the block's tokens at once
+  // (bitwise the one-matrix backward per token).
+  constexpr int L = kSinkhornLanes;
+  const int nn = n * n;
 #pragma omp parallel
   {
-    std::vector<T> Z(size_t(n) * n), dM(size_t(n) * n), dZ(size_t(n) * n), work(size_t(2 * c.sinkhorn_iters + 3) * n * n);
+    std::vector<T> Z(size_t(nn) * L), dM(size_t(nn) * L), dZ(size_t(nn) * L), work(size_t(2 * c.sinkhorn_iters + 3) * nn * L);
 #pragma omp for schedule(static)
-    for (int64_t t = 0; t < N; ++t) {
-      const T r = k.rms[t];
-      const T* g = k.z + t * E;
-      const T* Ct = dC + t * S * S;
-      T* dz = d_logits.data() + t * E;
-      auto logit = [&](int s, int col) {
-        const int e = hyper_entry(n, s, col);
-        const T alpha = w.dyn_scale[s == 0 ? 0 : col == 0 ? 1 : 2];
-        return alpha * (g[e] / r) + w.static_part[s * S + col];
-      };
-      for (int col = 1; col <= n; ++col) {
-        const T sg = sigmoid(logit(0, col));
-        dz[hyper_entry(n, 0, col)] = Ct[col] * sg * (T(1) - sg);
-      }
-      for (int s = 1; s <= n; ++s) {
-        const T sg = sigmoid(logit(s, 0));
-        dz[hyper_entry(n, s, 0)] = Ct[s * S] * T(2) * sg * (T(1) - sg);
-      }
-      for (int s = 1; s <= n; ++s)
+    for (int64_t t0 = 0; t0 < N; t0 += L) {
+      const int m = int(std::min<int64_t>(L, N - t0));
+      std::fill(Z.begin(), Z.end(), T(0));  // unused lanes: any finite value
+      std::fill(dM.begin(), dM.end(), T(0));
+      for (int q = 0; q < m; ++q) {
+        const int64_t t = t0 + q;
+        const T r = k.rms[t];
+        const T* g = k.z + t * E;
+        const T* Ct = dC + t * S * S;
+        T* dz = d_logits.data() + t * E;
+        auto logit = [&](int s, int col) {
+          const int e = hyper_entry(n, s, col);
+          const T alpha = w.dyn_scale[s == 0 ? 0 : col == 0 ? 1 : 2];
+          return alpha * (g[e] / r) + w.static_part[s * S + col];
+        };
         for (int col = 1; col <= n; ++col) {
-          Z[size_t((s - 1) * n + col - 1)] = logit(s, col);
-          dM[size_t((s - 1) * n + col - 1)] = Ct[s * S + col];
+          const T sg = sigmoid(logit(0, col));
+          dz[hyper_entry(n, 0, col)] = Ct[col] * sg * (T(1) - sg);
         }
-      hyper_sinkhorn_backward(Z.data(), n, c.sinkhorn_iters, eps, dM.data(), dZ.data(), work.data());
-      for (int s = 1; s <= n; ++s)
-        for (int col = 1; col <= n; ++col) dz[hyper_entry(n, s, col)] = dZ[size_t((s - 1) * n + col - 1)];
-      // u = g / r: du = alpha dz; dg = du / r (into rs.d_z for the GEMMs); the 1/r path into v.
-      T u_du = 0;
-      T* dg = rs.d_z + t * E;
-      for (int e = 0; e < E; ++e) {
-        const int group = e < n ? 0 : (e - n) % (n + 1) == 0 ? 1 : 2;
-        const T du = w.dyn_scale[group] * dz[e];
-        u_du += (g[e] / r) * du;
-        dg[e] = du / r;
+        for (int s = 1; s <= n; ++s) {
+          const T sg = sigmoid(logit(s, 0));
+          dz[hyper_entry(n, s, 0)] = Ct[s * S] * T(2) * sg * (T(1) - sg);
+        }
+        for (int s = 1; s <= n; ++s)
+          for (int col = 1; col <= n; ++col) {
+            Z[size_t((s - 1) * n + col - 1) * L + q] = logit(s, col);
+            dM[size_t((s - 1) * n + col - 1) * L + q] = Ct[s * S + col];
+          }
       }
-      const T coefficient = -u_du / (r * r * T(nD));
-      const T* v = X + t * nD;
-      T* dv = dX + t * nD;
-      for (int64_t i = 0; i < nD; ++i) dv[i] += coefficient * v[i];
+      hyper_sinkhorn_backward_lanes(Z.data(), n, c.sinkhorn_iters, eps, dM.data(), dZ.data(), work.data());
+      for (int q = 0; q < m; ++q) {
+        const int64_t t = t0 + q;
+        const T r = k.rms[t];
+        const T* g = k.z + t * E;
+        T* dz = d_logits.data() + t * E;
+        for (int s = 1; s <= n; ++s)
+          for (int col = 1; col <= n; ++col) dz[hyper_entry(n, s, col)] = dZ[size_t((s - 1) * n + col - 1) * L + q];
+        // u = g / r: du = alpha dz; dg = du / r (into rs.d_z for the GEMMs); the 1/r path into v.
+        T u_du = 0;
+        T* dg = rs.d_z + t * E;
+        for (int e = 0; e < E; ++e) {
+          const int group = e < n ? 0 : (e - n) % (n + 1) == 0 ? 1 : 2;
+          const T du = w.dyn_scale[group] * dz[e];
+          u_du += (g[e] / r) * du;
+          dg[e] = du / r;
+        }
+        const T coefficient = -u_du / (r * r * T(nD));
+        const T* v = X + t * nD;
+        T* dv = dX + t * nD;
+        for (int64_t i = 0; i < nD; ++i) dv[i] += coefficient * v[i];
+      }
     }
   }
   // The logits' parameters, summed in token order.
@@ -190,16 +206,21 @@ void hyper_backward(const HyperModel<T>& model, HyperRunState<T>& rs, HyperModel
         dCt[(1 + j) * S] = dot(dxn + int64_t(j) * D, f, D);
         for (int i = 0; i < n; ++i) dCt[(1 + j) * S + 1 + i] = dot(dxn + int64_t(j) * D, x + int64_t(i) * D, D);
       }
-      for (int d = 0; d < D; ++d) {
-        T s = 0;
-        for (int j = 0; j < n; ++j) s += Ct[(1 + j) * S] * dxn[int64_t(j) * D + d];
-        df[d] = s;
+      // dF = sum_j C[j+1, 0] dX'[j], dX[i] = sum_j C[j+1, i+1] dX'[j], j ascending, the width
+      // innermost (vectorised).
+      std::fill(df, df + D, T(0));
+      for (int j = 0; j < n; ++j) {
+        const T write = Ct[(1 + j) * S];
+        const T* g = dxn + int64_t(j) * D;
+        for (int d = 0; d < D; ++d) df[d] += write * g[d];
       }
+      std::fill(dx, dx + int64_t(n) * D, T(0));
       for (int i = 0; i < n; ++i)
-        for (int d = 0; d < D; ++d) {
-          T s = 0;
-          for (int j = 0; j < n; ++j) s += Ct[(1 + j) * S + 1 + i] * dxn[int64_t(j) * D + d];
-          dx[int64_t(i) * D + d] = s;
+        for (int j = 0; j < n; ++j) {
+          const T mix = Ct[(1 + j) * S + 1 + i];
+          const T* g = dxn + int64_t(j) * D;
+          T* out = dx + int64_t(i) * D;
+          for (int d = 0; d < D; ++d) out[d] += mix * g[d];
         }
     }
     // The branch, into d a.

@@ -14,65 +14,46 @@
 namespace fca {
 
 template <typename T>
-void hyper_sinkhorn(T* Z, int n, int iters, T eps) {
-  // Column softmax (exp, then the first column normalisation), plus eps.
-  for (int k = 0; k < n; ++k) {
-    T mx = Z[k];
-    for (int s = 1; s < n; ++s) mx = std::max(mx, Z[s * n + k]);
-    T sum = 0;
-    for (int s = 0; s < n; ++s) sum += (Z[s * n + k] = fast_exp(Z[s * n + k] - mx));
-    for (int s = 0; s < n; ++s) Z[s * n + k] = Z[s * n + k] / sum + eps;
-  }
-  auto normalise_rows = [&] {
-    for (int s = 0; s < n; ++s) {
-      T sum = 0;
-      for (int k = 0; k < n; ++k) sum += Z[s * n + k];
-      const T denominator = sum + eps;
-      for (int k = 0; k < n; ++k) Z[s * n + k] /= denominator;
-    }
-  };
-  normalise_rows();
-  for (int it = 1; it < iters; ++it) {
-    for (int k = 0; k < n; ++k) {
-      T sum = 0;
-      for (int s = 0; s < n; ++s) sum += Z[s * n + k];
-      const T denominator = sum + eps;
-      for (int s = 0; s < n; ++s) Z[s * n + k] /= denominator;
-    }
-    normalise_rows();
-  }
-}
-
-template <typename T>
 void hyper_sinkhorn_lanes(T* Z, int n, int iters, T eps) {
+  // Every lane loop is `omp simd`: the lanes are independent (no reduction across them), so the
+  // vector code does per lane exactly what the scalar code would.
   constexpr int W = kSinkhornLanes;
   auto line = [&](int s, int k) { return Z + (int64_t(s) * n + k) * W; };
   T a[W], b[W];
   for (int k = 0; k < n; ++k) {  // the column softmax plus eps
+    #pragma omp simd
     for (int q = 0; q < W; ++q) a[q] = line(0, k)[q];
     for (int s = 1; s < n; ++s)
+      #pragma omp simd
       for (int q = 0; q < W; ++q) a[q] = std::max(a[q], line(s, k)[q]);
+    #pragma omp simd
     for (int q = 0; q < W; ++q) b[q] = 0;
     for (int s = 0; s < n; ++s) {
       T* z = line(s, k);
+      #pragma omp simd
       for (int q = 0; q < W; ++q) b[q] += (z[q] = fast_exp(z[q] - a[q]));
     }
     for (int s = 0; s < n; ++s) {
       T* z = line(s, k);
+      #pragma omp simd
       for (int q = 0; q < W; ++q) z[q] = z[q] / b[q] + eps;
     }
   }
   // Rows (column = false) or columns: the line's sum plus eps divides it.
   auto normalise = [&](bool column) {
     for (int u = 0; u < n; ++u) {
+      #pragma omp simd
       for (int q = 0; q < W; ++q) b[q] = 0;
       for (int v = 0; v < n; ++v) {
         const T* z = column ? line(v, u) : line(u, v);
+        #pragma omp simd
         for (int q = 0; q < W; ++q) b[q] += z[q];
       }
+      #pragma omp simd
       for (int q = 0; q < W; ++q) b[q] = b[q] + eps;
       for (int v = 0; v < n; ++v) {
         T* z = column ? line(v, u) : line(u, v);
+        #pragma omp simd
         for (int q = 0; q < W; ++q) z[q] /= b[q];
       }
     }
@@ -85,61 +66,107 @@ void hyper_sinkhorn_lanes(T* Z, int n, int iters, T eps) {
 }
 
 template <typename T>
-void hyper_sinkhorn_backward(const T* Z, int n, int iters, T eps, const T* dM, T* dZ, T* work) {
-  const int nn = n * n, steps = 2 * iters;  // step 0: softmax + eps; then rows, (columns, rows) x (iters - 1)
-  T* P = work;                               // the column softmax
-  auto state = [&](int k) { return work + nn + int64_t(k) * nn; };  // the matrix after step k
+void hyper_sinkhorn_backward_lanes(const T* Z, int n, int iters, T eps, const T* dM, T* dZ, T* work) {
+  constexpr int W = kSinkhornLanes;
+  const int nn = n * n, steps = 2 * iters;
+  auto entry = [&](T* m, int at) { return m + int64_t(at) * W; };
+  T* P = work;
+  auto state = [&](int k) { return work + (nn + int64_t(k) * nn) * W; };
+  T a[W], b[W];
   for (int k = 0; k < n; ++k) {
-    T mx = Z[k];
-    for (int s = 1; s < n; ++s) mx = std::max(mx, Z[s * n + k]);
-    T sum = 0;
-    for (int s = 0; s < n; ++s) sum += (P[s * n + k] = fast_exp(Z[s * n + k] - mx));
+    #pragma omp simd
+    for (int q = 0; q < W; ++q) a[q] = Z[int64_t(k) * W + q];
+    for (int s = 1; s < n; ++s)
+      #pragma omp simd
+      for (int q = 0; q < W; ++q) a[q] = std::max(a[q], Z[int64_t(s * n + k) * W + q]);
+    #pragma omp simd
+    for (int q = 0; q < W; ++q) b[q] = 0;
     for (int s = 0; s < n; ++s) {
-      P[s * n + k] = P[s * n + k] / sum;
-      state(0)[s * n + k] = P[s * n + k] + eps;
+      T* p = entry(P, s * n + k);
+      const T* z = Z + int64_t(s * n + k) * W;
+      #pragma omp simd
+      for (int q = 0; q < W; ++q) b[q] += (p[q] = fast_exp(z[q] - a[q]));
+    }
+    for (int s = 0; s < n; ++s) {
+      T* p = entry(P, s * n + k);
+      T* out = entry(state(0), s * n + k);
+      #pragma omp simd
+      for (int q = 0; q < W; ++q) {
+        p[q] = p[q] / b[q];
+        out[q] = p[q] + eps;
+      }
     }
   }
-  auto rows_step = [&](int k) { return k % 2 == 1; };  // odd steps normalise rows, even ones (> 0) columns
+  auto index = [&](int k, int u, int v) { return k % 2 == 1 ? u * n + v : v * n + u; };  // odd steps: rows
   for (int k = 1; k < steps; ++k) {
-    const T* in = state(k - 1);
+    T* in = state(k - 1);
     T* out = state(k);
-    for (int a = 0; a < n; ++a) {
-      T sum = 0;
-      for (int b = 0; b < n; ++b) sum += rows_step(k) ? in[a * n + b] : in[b * n + a];
-      const T denominator = sum + eps;
-      for (int b = 0; b < n; ++b) {
-        const int at = rows_step(k) ? a * n + b : b * n + a;
-        out[at] = in[at] / denominator;
+    for (int u = 0; u < n; ++u) {
+      #pragma omp simd
+      for (int q = 0; q < W; ++q) b[q] = 0;
+      for (int v = 0; v < n; ++v) {
+        const T* x = entry(in, index(k, u, v));
+        #pragma omp simd
+        for (int q = 0; q < W; ++q) b[q] += x[q];
+      }
+      #pragma omp simd
+      for (int q = 0; q < W; ++q) b[q] = b[q] + eps;
+      for (int v = 0; v < n; ++v) {
+        const T* x = entry(in, index(k, u, v));
+        T* y = entry(out, index(k, u, v));
+        #pragma omp simd
+        for (int q = 0; q < W; ++q) y[q] = x[q] / b[q];
       }
     }
   }
-  // The gradient of the current step's output and of its input, after the recomputed steps.
-  T* grad = work + int64_t(steps + 1) * nn;
-  T* previous = grad + nn;
-  std::copy(dM, dM + nn, grad);
+  T* grad = work + int64_t(steps + 1) * nn * W;
+  T* previous = grad + int64_t(nn) * W;
+  std::copy(dM, dM + int64_t(nn) * W, grad);
   for (int k = steps - 1; k >= 1; --k) {
-    const T* in = state(k - 1);
-    const T* out = state(k);
-    for (int a = 0; a < n; ++a) {
-      T sum = 0, dot = 0;
-      for (int b = 0; b < n; ++b) {
-        const int at = rows_step(k) ? a * n + b : b * n + a;
-        sum += in[at];
-        dot += grad[at] * out[at];
+    T* in = state(k - 1);
+    T* out = state(k);
+    for (int u = 0; u < n; ++u) {
+      #pragma omp simd
+      for (int q = 0; q < W; ++q) a[q] = 0, b[q] = 0;  // the dot product and the sum
+      for (int v = 0; v < n; ++v) {
+        const int at = index(k, u, v);
+        const T* x = entry(in, at);
+        const T* y = entry(out, at);
+        const T* g = entry(grad, at);
+        #pragma omp simd
+        for (int q = 0; q < W; ++q) {
+          b[q] += x[q];
+          a[q] += g[q] * y[q];
+        }
       }
-      const T denominator = sum + eps;
-      for (int b = 0; b < n; ++b) {
-        const int at = rows_step(k) ? a * n + b : b * n + a;
-        previous[at] = (grad[at] - dot) / denominator;
+      #pragma omp simd
+      for (int q = 0; q < W; ++q) b[q] = b[q] + eps;
+      for (int v = 0; v < n; ++v) {
+        const int at = index(k, u, v);
+        const T* g = entry(grad, at);
+        T* o = entry(previous, at);
+        #pragma omp simd
+        for (int q = 0; q < W; ++q) o[q] = (g[q] - a[q]) / b[q];
       }
     }
     std::swap(grad, previous);
   }
-  // state(0) = P + eps: the gradient reaches P unchanged; then the column softmax.
   for (int k = 0; k < n; ++k) {
-    T dot = 0;
-    for (int s = 0; s < n; ++s) dot += grad[s * n + k] * P[s * n + k];
-    for (int s = 0; s < n; ++s) dZ[s * n + k] = P[s * n + k] * (grad[s * n + k] - dot);
+    #pragma omp simd
+    for (int q = 0; q < W; ++q) a[q] = 0;
+    for (int s = 0; s < n; ++s) {
+      const T* g = entry(grad, s * n + k);
+      const T* p = entry(P, s * n + k);
+      #pragma omp simd
+      for (int q = 0; q < W; ++q) a[q] += g[q] * p[q];
+    }
+    for (int s = 0; s < n; ++s) {
+      const T* g = entry(grad, s * n + k);
+      const T* p = entry(P, s * n + k);
+      T* dz = dZ + int64_t(s * n + k) * W;
+      #pragma omp simd
+      for (int q = 0; q < W; ++q) dz[q] = p[q] * (g[q] - a[q]);
+    }
   }
 }
 
@@ -331,12 +358,10 @@ void fill_hyper_identity(const HyperConfig& config, CoefficientTensor& out, int 
     }
 }
 
-template void hyper_sinkhorn<float>(float*, int, int, float);
-template void hyper_sinkhorn<double>(double*, int, int, double);
 template void hyper_sinkhorn_lanes<float>(float*, int, int, float);
 template void hyper_sinkhorn_lanes<double>(double*, int, int, double);
-template void hyper_sinkhorn_backward<float>(const float*, int, int, float, const float*, float*, float*);
-template void hyper_sinkhorn_backward<double>(const double*, int, int, double, const double*, double*, double*);
+template void hyper_sinkhorn_backward_lanes<float>(const float*, int, int, float, const float*, float*, float*);
+template void hyper_sinkhorn_backward_lanes<double>(const double*, int, int, double, const double*, double*, double*);
 template class HyperController<float>;
 template class HyperController<double>;
 template class HyperRecordingCoefficients<float>;

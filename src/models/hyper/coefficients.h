@@ -50,24 +50,22 @@ class HyperController {
 int64_t hyper_dhc_controller_flops_per_token(const HyperConfig& config);
 int64_t hyper_mhc_controller_flops_per_token(const HyperConfig& config);
 
-// The Sinkhorn projection of spec section 2.5 on one n x n matrix of logits Z (target rows, source
-// columns), in place: a column softmax plus eps, a row normalisation, then iters - 1 more column and
-// row normalisations (rows last, so rows sum to 1 to rounding), each sum + eps.
-template <typename T>
-void hyper_sinkhorn(T* Z, int n, int iters, T eps);
-// hyper_sinkhorn on kSinkhornLanes matrices at once, Z [n * n][kSinkhornLanes] (lane q holds
-// matrix q): the same operations in the same order per lane, so each lane's result is bitwise
-// hyper_sinkhorn's, with the lanes innermost so that the compiler vectorises across matrices.
+// The Sinkhorn projection of spec section 2.5 on kSinkhornLanes n x n matrices of logits at once
+// (target rows, source columns), in place, Z [n * n][kSinkhornLanes] (lane q holds matrix q, lanes
+// innermost so that the compiler vectorises across matrices): a column softmax plus eps, a row
+// normalisation, then iters - 1 more column and row normalisations (rows last, so rows sum to 1 to
+// rounding), each sum + eps. Lanes never mix: a matrix's result does not depend on the others.
 inline constexpr int kSinkhornLanes = 16;
 template <typename T>
 void hyper_sinkhorn_lanes(T* Z, int n, int iters, T eps);
 
-// Backward of hyper_sinkhorn by unrolled backprop through every step (spec section 2.7): from the
-// logits Z and the gradient dM of the result (both n x n), dZ. The forward steps are recomputed into
-// `work` ((2 iters + 3) n^2 values: the recomputed steps and two gradient buffers). Normalisation Y = M / (sigma + eps) along an axis:
-// dM = (dY - sum_axis dY Y) / (sigma + eps); column softmax P: dZ = P (dM - sum_col dM P).
+// Its backward by unrolled backprop through every step (spec section 2.7): from the logits Z and the
+// gradient dM of the result, dZ (all [n * n][kSinkhornLanes]). The forward steps are recomputed into
+// `work` ([(2 iters + 3) n^2][kSinkhornLanes]: the steps and two gradient buffers). Normalisation
+// Y = M / (sigma + eps) along an axis: dM = (dY - sum_axis dY Y) / (sigma + eps); column softmax P:
+// dZ = P (dM - sum_col dM P).
 template <typename T>
-void hyper_sinkhorn_backward(const T* Z, int n, int iters, T eps, const T* dM, T* dZ, T* work);
+void hyper_sinkhorn_backward_lanes(const T* Z, int n, int iters, T eps, const T* dM, T* dZ, T* work);
 
 template <typename T>
 class HyperCoefficientSource : public ControllerSource {
