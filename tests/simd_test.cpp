@@ -211,6 +211,25 @@ TEST_F(SimdTargets, TileMatmulIsOneFusedChainPerOutputOnEveryTarget) {
   }
 }
 
+TEST_F(SimdTargets, PackTransposedCopiesEveryValueOnEveryTarget) {
+  // Whole transpose squares (16 x 16, 8 x 8), row and column tails, panels narrower than a square.
+  const int64_t ldb = 71;
+  const auto b = random_values(size_t(ldb) * 40, 1.0f, 44);
+  for (const auto& target : simd::available_targets()) {
+    simd::force_target(target.bit);
+    SCOPED_TRACE(target.name);
+    for (int w : {1, 7, 8, 16, 17, 32})
+      for (int kb : {1, 8, 15, 16, 33, 64}) {
+        std::vector<float> panel(size_t(w) * kb + 1, -1.0f);
+        simd::pack_transposed(panel.data(), w, b.data() + 3, ldb, kb);
+        for (int r = 0; r < kb; ++r)
+          for (int j = 0; j < w; ++j)
+            ASSERT_EQ(bits(panel[size_t(r) * w + j]), bits(b[3 + j * ldb + r])) << "w " << w << " kb " << kb << " r " << r << " j " << j;
+        ASSERT_EQ(panel.back(), -1.0f) << "written past the panel";
+      }
+  }
+}
+
 TEST_F(SimdTargets, MixStreamsIsScaleThenAxpyPerStream) {
   // MUDD's fused mixing against the per-stream scale + axpy it replaces, on every target, with a
   // vector tail (n = 131) and up to 4 streams over 7 sources.

@@ -54,7 +54,6 @@ void openblas_sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha
 constexpr int kColumnBlock = 256;
 constexpr int kInnerBlock = 256;
 constexpr int kRowChunk = 32;  // rows of C per unit of work (four AVX-512 register tiles)
-constexpr int kPackRows = 64;  // rows of a transposed panel written per pass over its columns
 
 namespace {
 
@@ -65,15 +64,7 @@ void pack_b_block(float* panels, bool trans_b, const float* B, int ldb, int p0, 
     const int wq = std::min(W, c1 - j0);
     float* panel = panels + int64_t(j0 - c0) * kb;
     if (trans_b) {
-      // B [N, K]: row j0 + j is column j of the panel. Written kPackRows panel rows at a time, so
-      // that the lines being filled stay in L1 while the wq rows of B are read.
-      for (int r0 = 0; r0 < kb; r0 += kPackRows) {
-        const int r1 = std::min(kb, r0 + kPackRows);
-        for (int j = 0; j < wq; ++j) {
-          const float* src = B + int64_t(j0 + j) * ldb + p0;
-          for (int r = r0; r < r1; ++r) panel[int64_t(r) * wq + j] = src[r];
-        }
-      }
+      simd::pack_transposed(panel, wq, B + int64_t(j0) * ldb + p0, ldb, kb);  // B [N, K]: row j0 + j is column j
     } else {
       for (int r = 0; r < kb; ++r) {
         const float* src = B + int64_t(p0 + r) * ldb + j0;

@@ -78,6 +78,9 @@ void tile_matmul(float* c, int64_t ldc, const float* a, int64_t a_row, int64_t a
 // Columns of tile_matmul's register tile on the dispatched target (two vectors: 32 on AVX-512,
 // 16 on AVX2): the panel width GEMM packs B into. Layout only; results do not depend on it.
 int tile_panel_width();
+// panel[r * w + j] = b[j * ldb + r] for r < kb, j < w: w rows of a row-major [N, K] weight, kb of
+// their values each, transposed into a kernel panel (GEMM's op(B) = W^T). A copy on every target.
+void pack_transposed(float* panel, int w, const float* b, int64_t ldb, int kb);
 
 // MUDD's source mixing for all of a DA module's streams in one pass over the sources: for s <
 // streams (at most 4) and i < n, y[s][i] = alpha[s S] x[0][i], then += alpha[s S + j] x[j][i] for j
