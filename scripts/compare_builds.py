@@ -33,7 +33,7 @@ def report(name, same):
     print(f"{name:40s} {'same' if same else 'DIFFER'}")
 
 
-for arch in ["gated", "mudd", "moe", "mod"]:
+for arch in ["gated", "mudd", "moe", "mod", "shc", "dhc", "mhc"]:
     weights = f"{arch}.safetensors" if arch != "mudd" else "mudd/model.safetensors"
     state = f"{arch}.train-state.safetensors" if arch != "mudd" else "mudd/train-state.safetensors"
     for f in [weights, state]:

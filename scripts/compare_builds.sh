@@ -18,8 +18,12 @@ for v in old new; do
   rm -rf "$work/$v" && mkdir -p "$work/$v"
   cd "$work"
   printf '[[1,2,3,4,5],[9,8,7,6,5]]' > ids.json
-  for arch in gated mudd moe mod; do
-    flags="--arch $arch"; [ $arch = gated ] && flags="--gate featuregate"
+  for arch in gated mudd moe mod shc dhc mhc; do
+    case $arch in
+      gated) flags="--gate featuregate" ;;
+      shc | dhc | mhc) flags="--arch hyper --hc-variant $arch --hc-streams 3" ;;
+      *) flags="--arch $arch" ;;
+    esac
     out=$v/$arch.safetensors; [ $arch = mudd ] && out=$v/mudd
     $fca train --layers 2 --dim 64 --heads 2 --seq 64 --steps 30 --warmup 5 --eval-every 10 --eval-windows 8 --no-progress \
       --threads 2 --seed 3 --data "$data" --out $out $flags > $v/train_$arch.log 2>&1
@@ -32,7 +36,8 @@ for v in old new; do
     $fca audit --model $out --data "$data" --eval-windows 32 --calib-windows 32 --reps 3 --seed 1 --threads 2 --no-progress \
       --batch 8 --out $v/audit_$arch > $v/audit_$arch.log 2>&1
   done
-  $fca exec --model $v/gated.safetensors --model $v/mudd --model $v/moe.safetensors --model $v/mod.safetensors --data "$data" \
+  $fca exec --model $v/gated.safetensors --model $v/mudd --model $v/moe.safetensors --model $v/mod.safetensors \
+    --model $v/dhc.safetensors --model $v/mhc.safetensors --data "$data" \
     --runs 3 --max-runs 3 --warmup 1 --eval-windows 8 --calib-windows 8 --skip-threshold 0.3,0.6 --threads 2 --no-progress \
     --out $v/exec > $v/exec.log 2>&1
 done

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/phase_timer.h"
 #include "models/base/block.h"
 #include "models/hyper/forward.h"
 #include "ops/embedding.h"
@@ -37,6 +38,7 @@ template <typename T>
 void controller_backward(const HyperConfig& c, const HyperSiteWeights<T>& w, HyperSiteWeights<T>& dw,
                          const HyperControllerScratch<T>& k, const T* X, const T* dC, T* dX, HyperRunState<T>& rs,
                          int64_t N) {
+  const PhaseScope phase_scope(Phase::controller);
   const int n = c.streams, S = c.square(), D = c.d_model;
   // The static part is added to every coefficient (shc, dhc) or logit (mhc); for shc and dhc its
   // gradient is dC summed over tokens, in token order.

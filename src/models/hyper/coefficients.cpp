@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/exec_counters.h"
+#include "core/phase_timer.h"
 #include "ops/fast_math.h"
 #include "ops/gemm.h"
 #include "ops/layernorm.h"
@@ -199,6 +200,7 @@ int64_t hyper_mhc_controller_flops_per_token(const HyperConfig& c) {
 template <typename T>
 void HyperController<T>::evaluate(int site, const BatchPosition& batch, const T* streams,
                                   const HyperControllerScratch<T>& scratch, T* C) const {
+  const PhaseScope phase_scope(Phase::controller);  // its GEMMs and norms count as theirs (nested scopes)
   count_controller_evaluation(batch);
   const HyperConfig& c = config_;
   const HyperSiteWeights<T>& w = weights_.sites[size_t(site)];

@@ -1,6 +1,7 @@
 #include "models/hyper/forward.h"
 
 #include <algorithm>
+#include <type_traits>
 #include <vector>
 
 #include "core/exec_counters.h"
@@ -8,25 +9,35 @@
 #include "models/base/batch_position.h"
 #include "models/base/block.h"
 #include "ops/embedding.h"
+#include "ops/simd.h"
 
 namespace fca {
+
+// The read and the write are weighted sums of a token's rows: through simd::mix_streams for float
+// (one pass over the sources for up to 4 outputs; the same products and additions in the same
+// order as the loops of the double path, so bitwise what those give in float).
+constexpr int kMixOutputs = 4;  // simd::mix_streams' outputs per call
 
 template <typename T>
 void hyper_read(T* a, const T* X, const T* C, int64_t N, int n, int D) {
   const PhaseScope phase_scope(Phase::elementwise);
   count_mixing_flops(N * D * (2 * int64_t(n) - 1));  // per value: n products, n - 1 additions
   const int S = n + 1;
-#pragma omp parallel for schedule(static)
-  for (int64_t t = 0; t < N; ++t) {
-    const T* Ct = C + t * S * S;
-    const T* x = X + t * n * D;
-    T* out = a + t * D;
-    const T c0 = Ct[1];
-    for (int d = 0; d < D; ++d) out[d] = c0 * x[d];
-    for (int i = 1; i < n; ++i) {
-      const T ci = Ct[1 + i];
-      const T* xi = x + int64_t(i) * D;
-      for (int d = 0; d < D; ++d) out[d] = out[d] + ci * xi[d];
+#pragma omp parallel
+  {
+    std::vector<const T*> x(static_cast<size_t>(n));  // the token's streams
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < N; ++t) {
+      const T* Ct = C + t * S * S;
+      T* out = a + t * D;
+      for (int i = 0; i < n; ++i) x[size_t(i)] = X + (t * n + i) * D;
+      if constexpr (std::is_same_v<T, float>) {
+        simd::mix_streams(&out, 1, x.data(), n, Ct + 1, D);  // weights C[0, 1 .. n]
+      } else {
+        for (int d = 0; d < D; ++d) out[d] = Ct[1] * x[0][d];
+        for (int i = 1; i < n; ++i)
+          for (int d = 0; d < D; ++d) out[d] = out[d] + Ct[1 + i] * x[size_t(i)][d];
+      }
     }
   }
 }
@@ -36,20 +47,28 @@ void hyper_write(T* X_next, const T* X, const T* C, const T* F, int64_t N, int n
   const PhaseScope phase_scope(Phase::elementwise);
   count_mixing_flops(N * n * D * (2 * int64_t(n) + 1));  // per new stream and value: 1 + 2n
   const int S = n + 1;
-#pragma omp parallel for schedule(static)
-  for (int64_t t = 0; t < N; ++t) {
-    const T* Ct = C + t * S * S;
-    const T* x = X + t * n * D;
-    const T* f = F + t * D;
-    for (int j = 0; j < n; ++j) {
-      const T* row = Ct + (1 + j) * S;
-      T* out = X_next + (t * n + j) * D;
-      const T write = row[0];
-      for (int d = 0; d < D; ++d) out[d] = write * f[d];
-      for (int i = 0; i < n; ++i) {
-        const T cji = row[1 + i];
-        const T* xi = x + int64_t(i) * D;
-        for (int d = 0; d < D; ++d) out[d] = out[d] + cji * xi[d];
+#pragma omp parallel
+  {
+    std::vector<const T*> x(static_cast<size_t>(S));  // sources: the branch output, then the old streams
+    std::vector<T*> y(static_cast<size_t>(n));         // the new streams
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < N; ++t) {
+      const T* Ct = C + t * S * S;
+      x[0] = F + t * D;
+      for (int i = 0; i < n; ++i) x[size_t(1 + i)] = X + (t * n + i) * D;
+      for (int j = 0; j < n; ++j) y[size_t(j)] = X_next + (t * n + j) * D;
+      if constexpr (std::is_same_v<T, float>) {
+        // Row 1 + j of the square weighs the sources of new stream j: C[1 + j, 0 .. n].
+        for (int j0 = 0; j0 < n; j0 += kMixOutputs)
+          simd::mix_streams(y.data() + j0, std::min(kMixOutputs, n - j0), x.data(), S, Ct + (1 + j0) * S, D);
+      } else {
+        for (int j = 0; j < n; ++j) {
+          const T* row = Ct + (1 + j) * S;
+          T* out = y[size_t(j)];
+          for (int d = 0; d < D; ++d) out[d] = row[0] * x[0][d];
+          for (int k = 1; k < S; ++k)
+            for (int d = 0; d < D; ++d) out[d] = out[d] + row[k] * x[size_t(k)][d];
+        }
       }
     }
   }
