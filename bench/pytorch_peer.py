@@ -350,3 +350,111 @@ class MuddPeer(mudd_adapter.MuddPythia):
             streams = Y.unbind(0)
         logits = F.linear(self._ln(streams[0], "norm"), self.w["output.weight"])
         return logits, alpha
+
+
+# ------------------------------------------------------------------------------------------------
+# Hyper-connections.
+
+HC_BLOCK_TENSORS = BLOCK_TENSORS
+
+
+class HyperPeer:
+    """The hyper-connection family's forward pass (../shared/spec/hyper-connections.md, fca-hyper-v1),
+    float32, at its fastest in torch 1.13.
+
+    tests/fixtures/hyper_reference.py builds the whole (n+1) x (n+1) square per site and token (mHC's
+    logits entry by entry in a Python double loop) and mixes with einsum. This peer keeps the three
+    parts of the square apart (read weights [B, T, n], write weights [B, T, n], mixing [B, T, n, n]),
+    forms mHC's logits with one multiply-add over the controller's output (the scale of each entry's
+    group and the static logits as [E] vectors), and mixes as MuddPeer does: one multiply and n
+    in-place addcmuls over the [B, T, n, D] streams (einsum lowers these contractions to B T tiny
+    GEMMs). SHC's coefficients do not depend on the token, so it never expands them. Attention and
+    the Linear layers are GatedPeer's (F.linear with fused bias, one masked baddbmm per layer).
+
+    forward(x) -> logits [B, T, V]; with requires_grad the parameters are leaves for a training step.
+    """
+
+    def __init__(self, config, params, requires_grad=False):
+        self.c = config
+        self.L, self.D, self.H, self.n = config["n_layer"], config["d_model"], config["n_head"], config["hc_streams"]
+        self.variant = config["hc_variant"]
+        self.P = {k: t.detach().float().clone().requires_grad_(requires_grad) for k, t in params.items()}
+        self.blocks = [tuple(self.P[f"blocks.{l}.{name}"] for name in HC_BLOCK_TENSORS) for l in range(self.L)]
+        self.masks = {}
+        n = self.n
+        if self.variant == "mhc":
+            # Valid entries e(s, k) in row-major order with (0, 0) skipped: row 0 (read) k = 1..n,
+            # then rows s = 1..n with k = 0 (write) and k = 1..n (mixing). Group of each entry:
+            # 0 read, 1 write, 2 mixing (the index of its scale).
+            self.group = torch.tensor([0] * n + ([1] + [2] * n) * n)
+            self.valid = torch.tensor([k for k in range(1, n + 1)] +
+                                      [s * (n + 1) + k for s in range(1, n + 1) for k in range(n + 1)])
+
+    def parameters(self):
+        return list(self.P.values())
+
+    def _mask(self, T):
+        if T not in self.masks:
+            self.masks[T] = torch.full((T, T), MASK_BIAS).triu(1)
+        return self.masks[T]
+
+    def _coefficients(self, p, X):
+        """(read [.., n], write [.., n], mix [.., n (target), n (source)]) of site p from the streams
+        X [B, T, n, D]; SHC's without the token dimensions."""
+        c, n, D = self.c, self.n, self.D
+        st = self.P[f"hc.{p}.static"]
+        if self.variant == "shc":
+            return st[0, 1:], st[1:, 0], st[1:, 1:]
+        if self.variant == "dhc":
+            tau = F.linear(F.layer_norm(X, (D,), None, None, LN_EPS), self.P[f"hc.{p}.dyn.weight"])  # [B, T, n, n+2]
+            if c["hc_tanh"]:
+                tau = torch.tanh(tau)
+            s_alpha, s_beta = self.P[f"hc.{p}.dyn.scale"].unbind(0)
+            read = st[0, 1:] + s_alpha * tau[..., 0]
+            mix = st[1:, 1:] + s_alpha * tau[..., 1:n + 1].transpose(-1, -2)                      # [j, i] = tau_i[1 + j]
+            write = st[1:, 0] + s_beta * tau[..., n + 1]
+            return read, write, mix
+        B, T = X.shape[:2]
+        v = X.reshape(B, T, n * D)
+        r = torch.sqrt(v.pow(2).mean(dim=-1, keepdim=True) + c["hc_norm_eps"])
+        u = F.linear(v, self.P[f"hc.{p}.dyn.weight"]) / r                                          # [B, T, E]
+        z = u * self.P[f"hc.{p}.dyn.scale"][self.group] + st.reshape(-1)[self.valid]
+        read = torch.sigmoid(z[..., :n]) + c["hc_eps"]
+        rows = z[..., n:].view(B, T, n, n + 1)
+        write = 2 * torch.sigmoid(rows[..., 0])
+        M = torch.softmax(rows[..., 1:], dim=-2) + c["hc_eps"]                                     # Sinkhorn (spec 2.5)
+        M = M / (M.sum(dim=-1, keepdim=True) + c["hc_eps"])
+        for _ in range(c["hc_sinkhorn_iters"] - 1):
+            M = M / (M.sum(dim=-2, keepdim=True) + c["hc_eps"])
+            M = M / (M.sum(dim=-1, keepdim=True) + c["hc_eps"])
+        return read, write, M
+
+    def forward(self, x):
+        P, L, D, H, n = self.P, self.L, self.D, self.H, self.n
+        B, T = x.shape
+        dh = D // H
+        mask, scale = self._mask(T), 1.0 / math.sqrt(dh)
+        x0 = F.embedding(x, P["wte"]) + P["wpe"][:T]
+        X = x0.unsqueeze(2).expand(B, T, n, D)
+        for p in range(2 * L):
+            ln1w, ln1b, qkvw, qkvb, projw, projb, ln2w, ln2b, fcw, fcb, mprojw, mprojb = self.blocks[p // 2]
+            read, write, mix = self._coefficients(p, X)
+            a = read[..., 0, None] * X[:, :, 0]
+            for i in range(1, n):
+                a.addcmul_(read[..., i, None], X[:, :, i])
+            if p % 2 == 0:
+                m = F.layer_norm(a, (D,), ln1w, ln1b, LN_EPS)
+                qkv = F.linear(m, qkvw, qkvb).view(B, T, 3, H, dh).permute(2, 0, 3, 1, 4).reshape(3, B * H, T, dh)
+                s = torch.baddbmm(mask, qkv[0], qkv[1].transpose(1, 2), alpha=scale)
+                y = torch.bmm(torch.softmax(s, dim=-1), qkv[2]).view(B, H, T, dh).transpose(1, 2).reshape(B, T, D)
+                Fb = F.linear(y, projw, projb)
+            else:
+                m = F.layer_norm(a, (D,), ln2w, ln2b, LN_EPS)
+                Fb = F.linear(F.gelu(F.linear(m, fcw, fcb), approximate="tanh"), mprojw, mprojb)
+            # X'[j] = write[j] F + sum_i mix[j, i] X[i], over all n new streams at once.
+            Xn = write[..., None] * Fb.unsqueeze(2)
+            for i in range(n):
+                Xn.addcmul_(mix[..., :, i, None], X[:, :, i:i + 1])
+            X = Xn
+        h = X.sum(dim=2)
+        return F.linear(F.layer_norm(h, (D,), P["ln_f.weight"], P["ln_f.bias"], LN_EPS), P["wte"])
