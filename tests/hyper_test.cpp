@@ -264,3 +264,85 @@ TEST(HyperLayout, StaticAndScaleTensorsAreNotDecayed) {
 
 }  // namespace
 }  // namespace fca
+
+namespace fca {
+namespace {
+
+// fca trace of a hyper model names every site's streams and read (docs/hyper.md): the reads are the
+// streams weighted by the traced coefficients' row 0 (the same products and additions in order, so
+// bitwise), hidden.1 is the pairwise collapse of the last streams, and a replay of the trace's
+// coefficients gives every intermediate bit for bit.
+TEST(HyperTrace, StreamsAndReadsAreNamedAndConsistentWithTheCoefficients) {
+  Fixture f("mhc");  // token-dependent coefficients, n 3 (an odd stream carried up by the collapse)
+  testing::TempDir dir;
+  const std::string path = dir.file("mhc.safetensors");
+  f.model.save(path);
+  auto r = testing::run_fca({"trace", "--model", path, "--text", "streams", "--out", dir.file("live.safetensors")});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = testing::run_fca({"trace", "--model", path, "--text", "streams", "--replay", dir.file("live.safetensors"),
+                        "--out", dir.file("replay.safetensors")});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  SafetensorsReader live(dir.file("live.safetensors")), replay(dir.file("replay.safetensors"));
+  const HyperConfig& c = f.config;
+  const int n = c.streams, D = c.d_model, S = n + 1, T = c.seq_len;  // "streams": 7 of the 8 positions
+  const auto C = live.read_as_double("coefficients");  // [1, 2L, T', S, S]
+  const int Tn = int(live.get("tokens").shape[1]);
+  ASSERT_LE(Tn, T);
+  for (int p = 0; p <= c.sites(); ++p) {
+    const std::string name = "hc.streams." + std::to_string(p);
+    ASSERT_EQ(live.get(name).shape, (std::vector<int64_t>{1, Tn, n, D})) << name;
+    EXPECT_EQ(live.read_as_double(name), replay.read_as_double(name)) << name;
+  }
+  for (int p = 0; p < c.sites(); ++p) {
+    const std::string name = "hc.read." + std::to_string(p);
+    const auto X = live.read_as_double("hc.streams." + std::to_string(p)), a = live.read_as_double(name);
+    EXPECT_EQ(a, replay.read_as_double(name)) << name;
+    for (int t = 0; t < Tn; ++t)
+      for (int d = 0; d < D; ++d) {
+        const double* Ct = &C[(size_t(p) * Tn + t) * S * S];
+        float want = float(Ct[1]) * float(X[(size_t(t) * n) * D + d]);
+        for (int i = 1; i < n; ++i) want = want + float(Ct[1 + i]) * float(X[(size_t(t) * n + i) * D + d]);
+        ASSERT_EQ(float(a[size_t(t) * D + d]), want) << name << " token " << t << " d " << d;
+      }
+  }
+  const auto last = live.read_as_double("hc.streams." + std::to_string(c.sites())), h = live.read_as_double("hidden.1");
+  for (int t = 0; t < Tn; ++t)
+    for (int d = 0; d < D; ++d) {
+      const auto x = [&](int i) { return float(last[(size_t(t) * n + i) * D + d]); };
+      ASSERT_EQ(float(h[size_t(t) * D + d]), (x(0) + x(1)) + x(2)) << "token " << t;  // n 3: pairs, then the carried one
+    }
+}
+
+}  // namespace
+}  // namespace fca
+
+namespace fca {
+namespace {
+
+// hc_out_init_div_sqrt_n (spec 1.4, 2.9): the attention and MLP output projections' initial values
+// divided by sqrt(n), nothing else; written into the checkpoint's config, and a config written
+// before the key existed reads as false.
+TEST(HyperInit, OutInitDivSqrtNScalesOnlyTheOutputProjections) {
+  HyperConfig c;
+  c.n_layer = 2, c.d_model = 16, c.n_head = 2, c.seq_len = 8, c.variant = HyperVariant::mhc, c.streams = 4;
+  HyperConfig scaled = c;
+  scaled.out_init_div_sqrt_n = true;
+  const HyperModel<float> plain = HyperModel<float>::initialized(c, 5), divided = HyperModel<float>::initialized(scaled, 5);
+  int scaled_tensors = 0;
+  for (const auto& slot : plain.layout()) {
+    const bool output = slot.name.ends_with("attn.proj.weight") || slot.name.ends_with("mlp.proj.weight");
+    scaled_tensors += output;
+    const float* a = plain.tensor(slot.name);
+    const float* b = divided.tensor(slot.name);
+    for (size_t i = 0; i < slot.numel; ++i)  // sqrt(4) = 2: the division is exact
+      ASSERT_EQ(b[i], output ? a[i] * 0.5f : a[i]) << slot.name << " [" << i << "]";
+  }
+  EXPECT_EQ(scaled_tensors, 2 * c.n_layer);
+  EXPECT_TRUE(HyperConfig::from_json(scaled.to_json(), "test") == scaled);
+  auto old = nlohmann::json::parse(c.to_json());
+  old.erase("hc_out_init_div_sqrt_n");
+  EXPECT_FALSE(HyperConfig::from_json(old.dump(), "test").out_init_div_sqrt_n);
+}
+
+}  // namespace
+}  // namespace fca

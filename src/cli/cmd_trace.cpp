@@ -109,6 +109,7 @@ void trace_model(const TraceFlags& f) {
   const int B = int(rows.size()), n = int(rows[0].size()), V = model->vocab();
   check_fits(f, n, model->max_tokens());
   if (B > 1 << 10) throw Error("trace: at most 1024 rows, found " + std::to_string(B));
+  model->set_keep_intermediates(true);
   model->set_max_batch(B);
   std::vector<int32_t> tokens, targets;
   next_token_targets(rows, tokens, targets);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/error.h"
 #include "core/sha256.h"
 #include "models/hyper/diagnostics.h"
 
@@ -14,6 +15,30 @@ std::string HyperAuditable::description() const {
   const HyperConfig& c = model_.config();
   return std::string(hyper_variant_name(c.variant)) + " n " + std::to_string(c.streams) + " L " + std::to_string(c.n_layer) +
          ", D " + std::to_string(c.d_model) + ", H " + std::to_string(c.n_head) + ", T " + std::to_string(c.seq_len);
+}
+
+void HyperAuditable::set_keep_intermediates(bool keep) {
+  keep_intermediates_ = keep;
+  set_max_batch(rs_->max_batch);
+}
+
+void HyperAuditable::set_max_batch(int max_batch) {
+  rs_.reset();  // the old activations go first: the peak is one run state, not two
+  rs_ = std::make_unique<HyperRunState<float>>(HyperAuditTraits::run_state(model_, max_batch, max_tokens_, keep_intermediates_));
+}
+
+std::vector<TraceTensor> HyperAuditable::trace_tensors(int B, int T, bool) const {
+  if (!rs_->keep_all_layers) throw Error("hyper trace: the run state keeps two stream buffers; set_keep_intermediates(true) first");
+  const HyperConfig& c = model_.config();
+  const int64_t D = c.d_model, n = c.streams;
+  std::vector<TraceTensor> out;
+  for (int p = 0; p <= c.sites(); ++p) out.push_back({"hc.streams." + std::to_string(p), {B, T, n, D}, rs_->streams(p)});
+  for (int p = 0; p < c.sites(); ++p) {
+    const float* read = p % 2 == 0 ? rs_->attention_read[size_t(p / 2)] : rs_->blocks[size_t(p / 2)].ln2_in;
+    out.push_back({"hc.read." + std::to_string(p), {B, T, D}, read});
+  }
+  out.push_back({"hidden.1", {B, T, D}, rs_->hidden[1]});
+  return out;
 }
 
 void HyperAuditable::identity_profile(CoefficientTensor& out) const { fill_hyper_identity(model_.config(), out, 0); }

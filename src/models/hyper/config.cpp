@@ -56,6 +56,7 @@ std::string HyperConfig::to_json() const {
   j["hc_norm_eps"] = norm_eps;
   j["hc_pre_logit"] = pre_logit;
   j["hc_res_offdiag_init"] = res_offdiag_init;
+  j["hc_out_init_div_sqrt_n"] = out_init_div_sqrt_n;
   return j.dump();
 }
 
@@ -64,7 +65,8 @@ HyperConfig HyperConfig::from_json(const std::string& text, const std::string& w
   // default that a later version might change.
   const StrictConfig j(text, where,
                        {"n_layer", "d_model", "n_head", "seq_len", "hc_variant", "hc_streams", "hc_tanh", "hc_scale_init",
-                        "hc_sinkhorn_iters", "hc_eps", "hc_norm_eps", "hc_pre_logit", "hc_res_offdiag_init"},
+                        "hc_sinkhorn_iters", "hc_eps", "hc_norm_eps", "hc_pre_logit", "hc_res_offdiag_init",
+                        "hc_out_init_div_sqrt_n"},
                        kHyperFormat);
   HyperConfig c;
   c.n_layer = j.integer("n_layer");
@@ -84,6 +86,9 @@ HyperConfig HyperConfig::from_json(const std::string& text, const std::string& w
   c.norm_eps = j.number("hc_norm_eps");
   c.pre_logit = j.number("hc_pre_logit");
   c.res_offdiag_init = j.number("hc_res_offdiag_init");
+  // The one field a checkpoint may lack: those written before it existed were all initialised
+  // without the rescale, so false is what they are, not a default that could change.
+  c.out_init_div_sqrt_n = j.has("hc_out_init_div_sqrt_n") ? j.flag("hc_out_init_div_sqrt_n") : false;
   c.validate(where);
   return c;
 }

@@ -33,6 +33,10 @@ struct HyperConfig {
   double norm_eps = 1e-6;          // hc_norm_eps: the RMS eps (mhc)
   double pre_logit = 1.0;          // hc_pre_logit: +- read logit of b_pre (mhc)
   double res_offdiag_init = -8.0;  // hc_res_offdiag_init: off-diagonal b_res (mhc)
+  // hc_out_init_div_sqrt_n: [HC]'s output-module init, the attention and MLP output projections'
+  // initial values divided by sqrt(n) (the paper's "scale by sqrt(n)", read as dividing: spec 1.4).
+  // Off by default: with it off, step-0 HC equals step-0 Dense of the same seed (spec 2.9).
+  bool out_init_div_sqrt_n = false;
 
   int head_dim() const { return d_model / n_head; }
   int sites() const { return 2 * n_layer; }

@@ -1,5 +1,7 @@
 #include "models/hyper/model.h"
 
+#include <cmath>
+
 #include "core/error.h"
 
 namespace fca {
@@ -40,6 +42,16 @@ void HyperSpec::finish_initialization(HyperWeights<T>& w, const HyperConfig& c) 
     if (T* scale = w.sites[size_t(p)].dyn_scale) {
       const int count = c.variant == HyperVariant::mhc ? 3 : 2;
       for (int k = 0; k < count; ++k) scale[k] = T(c.scale_init);
+    }
+  }
+  if (c.out_init_div_sqrt_n) {
+    // The output modules' initial values / sqrt(n), after the draw: the block weights stay those of
+    // the dense model of the same seed, scaled.
+    const int64_t D = c.d_model;
+    const T inv_sqrt_n = T(1) / std::sqrt(T(n));
+    for (const BlockWeights<T>& b : w.blocks) {
+      for (int64_t i = 0; i < D * D; ++i) b.proj_weight[i] *= inv_sqrt_n;
+      for (int64_t i = 0; i < D * 4 * D; ++i) b.mlp_proj_weight[i] *= inv_sqrt_n;
     }
   }
 }

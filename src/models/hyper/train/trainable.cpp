@@ -20,6 +20,7 @@ HyperConfig config_of(const ModelShape& shape, const nlohmann::json& settings, c
   c.norm_eps = settings.at("hc_norm_eps").get<double>();
   c.pre_logit = settings.at("hc_pre_logit").get<double>();
   c.res_offdiag_init = settings.at("hc_res_offdiag_init").get<double>();
+  c.out_init_div_sqrt_n = settings.at("hc_out_init_div_sqrt_n").get<bool>();
   c.validate(where);
   return c;
 }
@@ -40,7 +41,9 @@ TrainFamily hyper_train_family() {
       {"hc_eps", "mhc: Sinkhorn and read eps", d.eps, {}},
       {"hc_norm_eps", "mhc: the RMS eps", d.norm_eps, {}},
       {"hc_pre_logit", "mhc: initial read logits (+ on the read stream, - elsewhere)", d.pre_logit, {}},
-      {"hc_res_offdiag_init", "mhc: initial off-diagonal mixing logits", d.res_offdiag_init, {}}};
+      {"hc_res_offdiag_init", "mhc: initial off-diagonal mixing logits", d.res_offdiag_init, {}},
+      {"hc_out_init_div_sqrt_n", "[HC]'s init: attention and MLP output projections / sqrt(n) (true or false)",
+       d.out_init_div_sqrt_n, {}}};
   f.files = single_file_checkpoint;
   set_constructors<HyperConfig>(f, config_of, [](const HyperConfig& c, const TrainableArgs& args) {
     return std::unique_ptr<Trainable>(std::make_unique<FlatTrainable<HyperFamily>>(c, args.seed, args.batch, args.adamw, args.clip));
