@@ -41,6 +41,42 @@ std::vector<float> window_values(const CoefficientTensor& A, int w) {
   return std::vector<float>(A.window_data(w), A.window_data(w) + A.shape().per_window());
 }
 
+// disabled_<group>: the cached window with the group's entries at their disabled values (constant
+// over tokens), every other entry as cached; one condition per group, named after it.
+TEST(Interventions, DisabledGroupReplacesOnlyItsEntries) {
+  const int W = 3;
+  CoefficientTensor A = synthetic(W);
+  CalibrationProfiles p{A, A, A, A};
+  AuditRandomness rand(5, W, A.shape().tokens, 2);
+  const CoefficientShape& s = A.shape();
+  DisableGroups groups;
+  groups.names = {"first", "second"};
+  groups.disabled = CoefficientTensor(1, s);
+  for (size_t i = 0; i < groups.disabled.values().size(); ++i) groups.disabled.values()[i] = -1.0f - float(i);
+  for (int l = 0; l < s.layers; ++l)
+    for (int st = 0; st < s.streams; ++st)
+      for (int k = 0; k < s.sources; ++k) groups.group_of.push_back(k == 0 ? 0 : (st == 1 && k == 1) ? 1 : -1);
+  EXPECT_EQ(groups.condition_names(), (std::vector<std::string>{"disabled_first", "disabled_second"}));
+  for (int g = 0; g < 2; ++g) {
+    auto cond = make_condition(groups.condition_names()[size_t(g)], A.view(), p, rand, groups);
+    EXPECT_FALSE(cond->randomized());
+    for (int w = 0; w < W; ++w) {
+      CoefficientTensor out(1, s);
+      cond->coefficients(w, 0, out, 0);
+      for (int l = 0; l < s.layers; ++l)
+        for (int t = 0; t < s.tokens; ++t)
+          for (int st = 0; st < s.streams; ++st)
+            for (int k = 0; k < s.sources; ++k) {
+              const bool in_group = groups.group_of[(size_t(l) * s.streams + st) * s.sources + k] == g;
+              ASSERT_EQ(out.at(0, l, t, st, k), in_group ? groups.disabled.at(0, l, t, st, k) : A.at(w, l, t, st, k))
+                  << "group " << g << " window " << w << " (" << l << ", " << t << ", " << st << ", " << k << ")";
+            }
+    }
+  }
+  EXPECT_THROW(make_condition("disabled_third", A.view(), p, rand, groups), Error);
+  EXPECT_THROW(make_condition("disabled_first", A.view(), p, rand), Error);  // a model without groups
+}
+
 TEST(Interventions, CrossInputIsADerangementAndKeepsTheMultiset) {
   const int W = 7;
   CoefficientTensor A = synthetic(W);

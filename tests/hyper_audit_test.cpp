@@ -92,6 +92,34 @@ TEST_F(HyperAudit, DhcCoefficientsVaryAndTheirReassignmentMovesTheNll) {
   EXPECT_GT(j["variance"]["shares"]["token"].get<double>(), 0.0);
 }
 
+// Spec 7.5's ablation as replays, one group at a time at its disabled value (read 1/n, writes 1,
+// mixing I), the others cached, after the table's conditions. At initialisation SHC's writes are 1
+// and its mixing I already, so switching those off replays the cached coefficients exactly (DeltaNLL
+// exactly 0); its read is one-hot, so the mean read moves the NLL. Away from the initialisation
+// every group matters.
+TEST_F(HyperAudit, DisabledGroupsReplayOneGroupAtItsDisabledValue) {
+  HyperConfig c;
+  c.n_layer = 2, c.d_model = 32, c.n_head = 2, c.seq_len = 32, c.variant = HyperVariant::shc, c.streams = 3;
+  const std::string fresh = dir.file("shc-init.safetensors");
+  HyperModel<float>::initialized(c, 7).save(fresh);
+  const auto init = audit(fresh, "shc-init");
+  std::vector<std::string> names;
+  for (const auto& cond : init["conditions"]) names.push_back(cond["name"]);
+  ASSERT_GE(names.size(), 3u);
+  EXPECT_EQ(std::vector<std::string>(names.end() - 3, names.end()),
+            (std::vector<std::string>{"disabled_read", "disabled_write", "disabled_mixing"}));
+  for (const char* name : {"disabled_write", "disabled_mixing"}) {
+    EXPECT_EQ(condition(init, name)["delta_nll"].get<double>(), 0.0) << name;
+    EXPECT_EQ(condition(init, name)["ci95"][1].get<double>(), 0.0) << name;
+  }
+  EXPECT_NE(condition(init, "disabled_read")["delta_nll"].get<double>(), 0.0);
+  const auto trained = audit(model_of(HyperVariant::dhc), "dhc-disabled");
+  for (const char* name : {"disabled_read", "disabled_write", "disabled_mixing"}) {
+    EXPECT_NE(condition(trained, name)["delta_nll"].get<double>(), 0.0) << name;
+    EXPECT_EQ(condition(trained, name)["controller_evaluations"].get<int64_t>(), 0) << name;
+  }
+}
+
 // mHC's live mixing is doubly stochastic; a per-stream token shuffle moves rows between tokens and
 // breaks the column sums, and the audit says by how much; the site-joint shuffle moves whole squares
 // and keeps every window's largest deviation exactly that of the live coefficients.

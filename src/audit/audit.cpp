@@ -87,6 +87,9 @@ void select_conditions(const AuditableModel& model, AuditSetup& s) {
       throw Error("--conditions identity: " + reason);
     if (o.conditions.empty()) skip("identity", reason);
   }
+  // The model's switchable groups, one "disabled_<group>" condition each, after the table's.
+  if (o.conditions.empty() && !s.routing)
+    for (const auto& g : model.disable_groups()) s.conditions.push_back("disabled_" + g);
   s.conditions.erase(std::remove(s.conditions.begin(), s.conditions.end(), "correct"), s.conditions.end());
 }
 
@@ -190,10 +193,25 @@ AuditInputs::AuditInputs(AuditableModel& model, const AuditSetup& s, const Commu
     compute_means(cache.calibration(), profiles.layer_position_mean, profiles.static_profile);
     if (model.has_identity_profile()) model.identity_profile(profiles.identity);
     model.structure_removed_profile(profiles.static_profile, profiles.structure_removed);
+    disable_groups.names = model.disable_groups();
+    if (!disable_groups.names.empty()) {
+      disable_groups.disabled = model.make_coefficients(1, s.tokens);
+      model.disabled_profile(disable_groups.disabled);
+      const CoefficientShape& shape = disable_groups.disabled.shape();
+      for (int l = 0; l < shape.layers; ++l)
+        for (int st = 0; st < shape.streams; ++st)
+          for (int k = 0; k < shape.sources; ++k) {
+            const int g = model.disable_group_of(l, st, k);
+            if (g < -1 || g >= int(disable_groups.names.size()))
+              throw Error("internal error: coefficient group " + std::to_string(g) + " of " +
+                          std::to_string(disable_groups.names.size()));
+            disable_groups.group_of.push_back(g);
+          }
+    }
   }
   for (const auto& n : s.conditions) {
     conditions.push_back(s.routing ? make_routing_condition(n, evaluation, routing_profile, randomness)
-                                   : make_condition(n, evaluation, profiles, randomness));
+                                   : make_condition(n, evaluation, profiles, randomness, disable_groups));
     if (conditions.back()->randomized() != condition_randomized(n, s.routing))
       throw Error("internal error: condition " + n + " and the plan disagree on whether it is randomized");
   }

@@ -78,6 +78,33 @@ class ProfileCondition : public Condition {
   const CoefficientTensor& profile_;
 };
 
+// One group switched off: the cached window, with every entry of the group at its disabled value.
+class GroupDisabledCondition : public Condition {
+ public:
+  GroupDisabledCondition(std::string name, int group, const CoefficientView& A, const DisableGroups& groups)
+      : name_(std::move(name)), group_(group), A_(A), groups_(groups) {}
+  std::string name() const override { return name_; }
+  bool randomized() const override { return false; }
+  void coefficients(int window, int, CoefficientTensor& out, int slot) const override {
+    out.copy_window(slot, A_, window);
+    const CoefficientShape& s = A_.shape;
+    float* o = out.window_data(slot);
+    const float* disabled = groups_.disabled.window_data(0);
+    for (int l = 0; l < s.layers; ++l)
+      for (int st = 0; st < s.streams; ++st)
+        for (int k = 0; k < s.sources; ++k) {
+          if (groups_.group_of[(size_t(l) * s.streams + st) * s.sources + k] != group_) continue;
+          for (int t = 0; t < s.tokens; ++t) o[offset(s, l, t, st, k)] = disabled[offset(s, l, t, st, k)];
+        }
+  }
+
+ private:
+  std::string name_;
+  int group_;
+  CoefficientView A_;  // a view (pointers and shape): kept by value, so a temporary view may be passed
+  const DisableGroups& groups_;
+};
+
 class LayerPermutationCondition : public Condition {
  public:
   LayerPermutationCondition(const CoefficientTensor& static_profile, const AuditRandomness& rand)
@@ -185,8 +212,23 @@ bool layers_are_permutable(const CoefficientView& v) {
   return true;
 }
 
+const DisableGroups& no_disable_groups() {
+  static const DisableGroups none;
+  return none;
+}
+
+std::vector<std::string> DisableGroups::condition_names() const {
+  std::vector<std::string> out;
+  for (const auto& n : names) out.push_back("disabled_" + n);
+  return out;
+}
+
 std::unique_ptr<Condition> make_condition(const std::string& name, const CoefficientView& A,
-                                          const CalibrationProfiles& p, const AuditRandomness& rand) {
+                                          const CalibrationProfiles& p, const AuditRandomness& rand,
+                                          const DisableGroups& groups) {
+  const std::vector<std::string> disabled = groups.condition_names();
+  for (size_t g = 0; g < disabled.size(); ++g)
+    if (name == disabled[g]) return std::make_unique<GroupDisabledCondition>(name, int(g), A, groups);
   if (name == "correct") return std::make_unique<WindowCondition>(name, A, rand, false, false);
   if (name == "cross_input") return std::make_unique<WindowCondition>(name, A, rand, true, false);
   if (name == "token_shuffle") return std::make_unique<WindowCondition>(name, A, rand, false, true);
@@ -202,6 +244,7 @@ std::unique_ptr<Condition> make_condition(const std::string& name, const Coeffic
   }
   std::string known;
   for (const auto& n : all_condition_names()) known += (known.empty() ? "" : ", ") + n;
+  for (const auto& n : disabled) known += ", " + n;
   throw Error("unknown condition '" + name + "' (known: " + known + ")");
 }
 

@@ -20,6 +20,18 @@ struct CalibrationProfiles {
   CoefficientTensor identity;             // the controller as a no-op
 };
 
+// The model's switchable groups (AuditableModel::disable_groups): names, the disabled value of every
+// grouped entry (window 0, constant over tokens), and each (layer, stream, source) entry's group.
+struct DisableGroups {
+  std::vector<std::string> names;
+  CoefficientTensor disabled;
+  std::vector<int> group_of;  // [layer][stream][source], -1: no group
+  // "disabled_<name>" per group, in the model's order.
+  std::vector<std::string> condition_names() const;
+};
+// No groups (a model without any, and routing records).
+const DisableGroups& no_disable_groups();
+
 // Layer means and position means over all windows of a view (in double, rounded once to float).
 void compute_means(const CoefficientView& calibration, CoefficientTensor& layer_position_mean,
                    CoefficientTensor& static_profile);
@@ -71,8 +83,10 @@ bool condition_randomized(const std::string& name, bool routing);
 
 // Builds the named condition over the evaluation coefficients and calibration profiles. Throws
 // Error for an unknown name, or for layer_permutation where layers differ in their valid sources.
+// "disabled_<group>" names a group of `groups`.
 std::unique_ptr<Condition> make_condition(const std::string& name, const CoefficientView& evaluation,
-                                          const CalibrationProfiles& profiles, const AuditRandomness& randomness);
+                                          const CalibrationProfiles& profiles, const AuditRandomness& randomness,
+                                          const DisableGroups& groups = no_disable_groups());
 
 // Whether layer_permutation applies: every layer has the same validity pattern over (stream, source).
 bool layers_are_permutable(const CoefficientView& view);

@@ -68,6 +68,7 @@ struct AuditInputs {
   CalibrationProfiles profiles;
   RoutingProfiles routing_profile;  // routing records only
   AuditRandomness randomness;
+  DisableGroups disable_groups;  // the model's switchable groups (continuous coefficients only)
   std::vector<std::unique_ptr<Condition>> conditions;  // in the order of AuditSetup::conditions
 };
 

@@ -114,6 +114,15 @@ class AuditableModel {
   // unfolded connection matrix, distance of the mixing from the identity), written into audit.json
   // as "diagnostics"; null: none.
   virtual nlohmann::ordered_json cache_diagnostics(const CoefficientView& /*evaluation*/) const { return nullptr; }
+  // Groups of coefficient entries that can be switched off one at a time: the audit's
+  // "disabled_<group>" conditions replay the cached coefficients with one group's entries replaced
+  // by their disabled values, every other entry as cached (hyper, spec 7.5: [mHC]'s ablation with
+  // the read 1/n, the writes 1, the mixing I). Empty: none. disabled_profile writes window 0 of
+  // `values` (constant over tokens) with every grouped entry's disabled value; disable_group_of
+  // gives an entry's group index, or -1 for entries no group switches.
+  virtual std::vector<std::string> disable_groups() const { return {}; }
+  virtual void disabled_profile(CoefficientTensor& /*values*/) const {}
+  virtual int disable_group_of(int /*layer*/, int /*stream*/, int /*source*/) const { return -1; }
   virtual std::vector<std::string> stream_labels() const { return {}; }
   virtual std::vector<std::string> source_labels() const { return {}; }
   virtual std::string static_profile_name() const = 0;      // "LayerMean", "StaticMixMean"

@@ -48,6 +48,27 @@ void HyperAuditable::structure_removed_profile(const CoefficientTensor& static_p
   source_group_uniform_mean(static_profile, [](int, int s, int k) { return s == 0 ? 0 : k == 0 ? -1 : 1; }, out);
 }
 
+int HyperAuditable::disable_group_of(int, int s, int k) const {
+  if (s == 0) return k == 0 ? -1 : 0;  // (0, 0) is masked
+  return k == 0 ? 1 : 2;
+}
+
+void HyperAuditable::disabled_profile(CoefficientTensor& values) const {
+  const HyperConfig& c = model_.config();
+  const int n = c.streams, S = c.square();
+  const CoefficientShape& shape = values.shape();
+  for (int p = 0; p < shape.layers; ++p)
+    for (int t = 0; t < shape.tokens; ++t)
+      for (int s = 0; s < S; ++s)
+        for (int k = 0; k < S; ++k) {
+          float v = 0;
+          if (s == 0 && k > 0) v = 1.0f / float(n);   // read: the mean of the streams
+          else if (s > 0 && k == 0) v = 1.0f;         // write: the branch output into every stream
+          else if (s > 0) v = s == k ? 1.0f : 0.0f;   // mixing: I
+          values.at(0, p, t, s, k) = v;
+        }
+}
+
 std::vector<std::string> HyperAuditable::stream_labels() const {
   std::vector<std::string> labels{"read"};
   for (int i = 1; i <= model_.config().streams; ++i) labels.push_back("stream " + std::to_string(i));

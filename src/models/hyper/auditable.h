@@ -64,6 +64,11 @@ class HyperAuditable : public FamilyAuditable<HyperAuditTraits> {
   double constraint_violation(const CoefficientView& coefficients, int window) const override;
   nlohmann::ordered_json cache_diagnostics(const CoefficientView& evaluation) const override;
   std::vector<std::string> source_labels() const override;
+  // Spec 7.5, [mHC]'s ablation as replays: the read (row 0) at 1/n per stream, the writes (column 0)
+  // at 1, the mixing block at I, one group at a time, the others as cached.
+  std::vector<std::string> disable_groups() const override { return {"read", "write", "mixing"}; }
+  void disabled_profile(CoefficientTensor& values) const override;
+  int disable_group_of(int layer, int stream, int source) const override;
   std::string structure_removed_name() const override { return "GroupUniformMean"; }
 
  private:
