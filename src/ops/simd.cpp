@@ -283,7 +283,7 @@ void ResidualRow(float* y, const float* h, float a, const float* f, int64_t n) {
 
 void MixStreams(float* const* y, int streams, const float* const* x, int sources, const float* alpha, int64_t n) {
   const D d;
-  constexpr int kMaxStreams = 4;
+  constexpr int kMaxStreams = kMixStreamsMaxOutputs;
   auto mix = [&](int64_t i, int m) HWY_ATTR {
     V acc[kMaxStreams];
     const V x0 = LoadFirst(d, x[0] + i, m);

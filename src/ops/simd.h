@@ -87,6 +87,7 @@ void pack_transposed(float* panel, int w, const float* b, int64_t ldb, int kb);
 // = 1 .. S-1 in order: the operations of scale and axpy above, element by element, with each
 // source read once for every stream.
 void mix_streams(float* const* y, int streams, const float* const* x, int sources, const float* alpha, int64_t n);
+inline constexpr int kMixStreamsMaxOutputs = 4;  // mix_streams' `streams` per call
 
 // One AdamW step over n values, the operations of train/adamw.cpp in its order:
 //   m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g g;

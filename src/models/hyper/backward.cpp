@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "core/error.h"
@@ -17,6 +18,7 @@
 #include "ops/fast_math.h"
 #include "ops/gemm.h"
 #include "ops/layernorm.h"
+#include "ops/simd.h"
 
 namespace fca {
 namespace {
@@ -31,6 +33,43 @@ T dot(const T* x, const T* y, int D) {
 template <typename T>
 T sigmoid(T x) {
   return T(1) / (T(1) + fast_exp(-x));
+}
+
+// The write's transposes for one token: df = sum_j C[j+1, 0] g_j and dx[i] = sum_j C[j+1, i+1] g_j
+// (g_j = dX'[j] [D], j ascending), with S = n + 1 and C the token's square. For float through
+// simd::mix_streams (weights gathered into `weights` [n + 1][n], the sources' pointers into
+// `sources` [n]), which starts each sum at its first product: the same values as a sum started
+// at 0, up to the sign of a zero.
+template <typename T>
+void mix_transposed(T* df, T* dx, const T* g, const T* C, int n, int D, std::vector<T>& weights,
+                    std::vector<const T*>& sources) {
+  const int S = n + 1;
+  if constexpr (std::is_same_v<T, float>) {
+    for (int j = 0; j < n; ++j) {  // row 0: the writes; row 1 + i: column i + 1 of the mixing
+      weights[size_t(j)] = C[(1 + j) * S];
+      for (int i = 0; i < n; ++i) weights[size_t((1 + i) * n + j)] = C[(1 + j) * S + 1 + i];
+    }
+    for (int j = 0; j < n; ++j) sources[size_t(j)] = g + int64_t(j) * D;
+    constexpr int kOutputs = simd::kMixStreamsMaxOutputs;
+    float* out[kOutputs];
+    out[0] = df;
+    simd::mix_streams(out, 1, sources.data(), n, weights.data(), D);
+    for (int i0 = 0; i0 < n; i0 += kOutputs) {
+      const int m = std::min(kOutputs, n - i0);
+      for (int q = 0; q < m; ++q) out[q] = dx + int64_t(i0 + q) * D;
+      simd::mix_streams(out, m, sources.data(), n, weights.data() + (1 + i0) * n, D);
+    }
+  } else {
+    for (int d = 0; d < D; ++d) df[d] = 0;
+    for (int j = 0; j < n; ++j)
+      for (int d = 0; d < D; ++d) df[d] += C[(1 + j) * S] * g[int64_t(j) * D + d];
+    for (int i = 0; i < n; ++i) {
+      T* out = dx + int64_t(i) * D;
+      for (int d = 0; d < D; ++d) out[d] = 0;
+      for (int j = 0; j < n; ++j)
+        for (int d = 0; d < D; ++d) out[d] += C[(1 + j) * S + 1 + i] * g[int64_t(j) * D + d];
+    }
+  }
 }
 
 // The controller's gradient at one site from dC [N, S*S]: parameters into dw, streams into dX.
@@ -194,7 +233,11 @@ void hyper_backward(const HyperModel<T>& model, HyperRunState<T>& rs, HyperModel
     T* dF = p % 2 == 0 ? rs.d_u : rs.d_update;
     T* dC = rs.d_coefficients;
     // The write X'[j] = C[j+1, 0] F + sum_i C[j+1, i+1] X[i].
-#pragma omp parallel for schedule(static)
+#pragma omp parallel
+    {
+    std::vector<T> weights(size_t(S) * n);           // mix_transposed's buffers
+    std::vector<const T*> sources(static_cast<size_t>(n));
+#pragma omp for schedule(static)
     for (int64_t t = 0; t < N; ++t) {
       const T* Ct = C + t * S * S;
       T* dCt = dC + t * S * S;
@@ -208,22 +251,10 @@ void hyper_backward(const HyperModel<T>& model, HyperRunState<T>& rs, HyperModel
         dCt[(1 + j) * S] = dot(dxn + int64_t(j) * D, f, D);
         for (int i = 0; i < n; ++i) dCt[(1 + j) * S + 1 + i] = dot(dxn + int64_t(j) * D, x + int64_t(i) * D, D);
       }
-      // dF = sum_j C[j+1, 0] dX'[j], dX[i] = sum_j C[j+1, i+1] dX'[j], j ascending, the width
-      // innermost (vectorised).
-      std::fill(df, df + D, T(0));
-      for (int j = 0; j < n; ++j) {
-        const T write = Ct[(1 + j) * S];
-        const T* g = dxn + int64_t(j) * D;
-        for (int d = 0; d < D; ++d) df[d] += write * g[d];
-      }
-      std::fill(dx, dx + int64_t(n) * D, T(0));
-      for (int i = 0; i < n; ++i)
-        for (int j = 0; j < n; ++j) {
-          const T mix = Ct[(1 + j) * S + 1 + i];
-          const T* g = dxn + int64_t(j) * D;
-          T* out = dx + int64_t(i) * D;
-          for (int d = 0; d < D; ++d) out[d] += mix * g[d];
-        }
+      // dF = sum_j C[j+1, 0] dX'[j], dX[i] = sum_j C[j+1, i+1] dX'[j], j ascending: the
+      // transposes of the write's weighted sums, through the forward's kernel for float.
+      mix_transposed(df, dx, dxn, Ct, n, D, weights, sources);
+    }
     }
     // The branch, into d a.
     T* da = rs.d_read;
@@ -242,7 +273,11 @@ void hyper_backward(const HyperModel<T>& model, HyperRunState<T>& rs, HyperModel
       T* dx = dX + t * n * D;
       for (int i = 0; i < n; ++i) {
         dCt[1 + i] = dot(dat, x + int64_t(i) * D, D);
-        for (int d = 0; d < D; ++d) dx[int64_t(i) * D + d] += Ct[1 + i] * dat[d];
+        if constexpr (std::is_same_v<T, float>) {
+          simd::axpy(dx + int64_t(i) * D, dat, Ct[1 + i], D);
+        } else {
+          for (int d = 0; d < D; ++d) dx[int64_t(i) * D + d] += Ct[1 + i] * dat[d];
+        }
       }
     }
     controller_backward(c, w.sites[size_t(p)], dw.sites[size_t(p)], rs.controller_scratch(p), X, dC, dX, rs, N);

@@ -16,7 +16,7 @@ namespace fca {
 // The read and the write are weighted sums of a token's rows: through simd::mix_streams for float
 // (one pass over the sources for up to 4 outputs; the same products and additions in the same
 // order as the loops of the double path, so bitwise what those give in float).
-constexpr int kMixOutputs = 4;  // simd::mix_streams' outputs per call
+constexpr int kMixOutputs = simd::kMixStreamsMaxOutputs;
 
 template <typename T>
 void hyper_read(T* a, const T* X, const T* C, int64_t N, int n, int D) {
