@@ -187,14 +187,20 @@ def check_peer(config: dict, params: dict, windows: torch.Tensor) -> dict:
         ref.mean_loss(logits, tokens).backward()
         pairs = [(f"{gate}.logits", logits), (f"{gate}.gates", gates.transpose(0, 1))]
         pairs += [(f"{gate}.grad.{name}", p.grad) for name, p in peer.P.items()]
-        for name, value in pairs:
-            expected = fixture[name]
-            relative = max_abs(value, expected) / max(expected.abs().max().item(), 1e-30)
-            if not relative <= FIXTURE_TOLERANCE:
-                fail(f"the PyTorch peer differs from tests/fixtures/gated_tiny.safetensors at {name}: "
-                     f"{relative:.2e} of its largest value > {FIXTURE_TOLERANCE:g}")
-            worst["fixture_relative"] = max(worst["fixture_relative"], relative)
+        against_fixture(pairs, fixture, "gated_tiny.safetensors", worst)
     return worst
+
+
+def against_fixture(pairs, fixture: dict, fixture_name: str, worst: dict) -> None:
+    """Each (name, value) of the peer against the fixture's tensor of that name, relative to its
+    largest |value|; exits 1 past FIXTURE_TOLERANCE, keeps the worst in worst["fixture_relative"]."""
+    for name, value in pairs:
+        expected = fixture[name]
+        relative = max_abs(value, expected) / max(expected.abs().max().item(), 1e-30)
+        if not relative <= FIXTURE_TOLERANCE:
+            fail(f"the PyTorch peer differs from tests/fixtures/{fixture_name} at {name}: "
+                 f"{relative:.2e} of its largest value > {FIXTURE_TOLERANCE:g}")
+        worst["fixture_relative"] = max(worst["fixture_relative"], relative)
 
 
 def check_hyper_peer(config: dict, params: dict, windows: torch.Tensor) -> dict:
@@ -220,13 +226,7 @@ def check_hyper_peer(config: dict, params: dict, windows: torch.Tensor) -> dict:
         logits = peer.forward(tokens[:, :cfg["seq_len"]])
         hyper_ref.mean_loss(logits, tokens).backward()
         pairs = [(f"{variant}.logits", logits)] + [(f"{variant}.grad.{name}", p.grad) for name, p in peer.P.items()]
-        for name, value in pairs:
-            expected = fixture[name]
-            relative = max_abs(value, expected) / max(expected.abs().max().item(), 1e-30)
-            if not relative <= FIXTURE_TOLERANCE:
-                fail(f"the PyTorch peer differs from tests/fixtures/hyper_tiny.safetensors at {name}: "
-                     f"{relative:.2e} of its largest value > {FIXTURE_TOLERANCE:g}")
-            worst["fixture_relative"] = max(worst["fixture_relative"], relative)
+        against_fixture(pairs, fixture, "hyper_tiny.safetensors", worst)
     return worst
 
 

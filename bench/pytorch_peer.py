@@ -211,7 +211,19 @@ BLOCK_TENSORS = ("ln1.weight", "ln1.bias", "attn.qkv.weight", "attn.qkv.bias", "
                  "mlp.proj.weight", "mlp.proj.bias")
 
 
-class GatedPeer:
+class _Peer:
+    """What the peers share: the parameters as leaves, and the additive causal masks per T."""
+
+    def parameters(self):
+        return list(self.P.values())
+
+    def _mask(self, T):
+        if T not in self.masks:
+            self.masks[T] = torch.full((T, T), MASK_BIAS).triu(1)
+        return self.masks[T]
+
+
+class GatedPeer(_Peer):
     """The gated family's forward pass (../shared/spec/gated-transformer.md), float32.
 
     tests/fixtures/gated_reference.py and examples/gated_adapter.py already batch attention over
@@ -238,14 +250,6 @@ class GatedPeer:
         self.P = {n: t.detach().float().clone().requires_grad_(requires_grad) for n, t in params.items()}
         self.blocks = [tuple(self.P[f"blocks.{l}.{name}"] for name in BLOCK_TENSORS) for l in range(self.L)]
         self.masks = {}                      # T -> the [T, T] additive causal mask
-
-    def parameters(self):
-        return list(self.P.values())
-
-    def _mask(self, T):
-        if T not in self.masks:
-            self.masks[T] = torch.full((T, T), MASK_BIAS).triu(1)
-        return self.masks[T]
 
     def forward(self, x, gates=None):
         P, L, D, H = self.P, self.L, self.D, self.H
@@ -358,7 +362,7 @@ class MuddPeer(mudd_adapter.MuddPythia):
 HC_BLOCK_TENSORS = BLOCK_TENSORS
 
 
-class HyperPeer:
+class HyperPeer(_Peer):
     """The hyper-connection family's forward pass (../shared/spec/hyper-connections.md, fca-hyper-v1),
     float32, at its fastest in torch 1.13.
 
@@ -389,14 +393,6 @@ class HyperPeer:
             self.group = torch.tensor([0] * n + ([1] + [2] * n) * n)
             self.valid = torch.tensor([k for k in range(1, n + 1)] +
                                       [s * (n + 1) + k for s in range(1, n + 1) for k in range(n + 1)])
-
-    def parameters(self):
-        return list(self.P.values())
-
-    def _mask(self, T):
-        if T not in self.masks:
-            self.masks[T] = torch.full((T, T), MASK_BIAS).triu(1)
-        return self.masks[T]
 
     def _coefficients(self, p, X):
         """(read [.., n], write [.., n], mix [.., n (target), n (source)]) of site p from the streams
