@@ -54,8 +54,8 @@ class AuditableModel {
   virtual const float* last_position_losses() const { return nullptr; }
   virtual std::vector<TraceTensor> trace_tensors(int /*B*/, int /*T*/, bool /*live*/) const { return {}; }
   // fca trace asks, before set_max_batch and its pass, that the run state keep every intermediate
-  // trace_tensors names (hyper: every site's streams, where audits keep two alternating buffers).
-  // Families whose run state always keeps them ignore it.
+  // trace_tensors names (hyper: every site's streams, where audits keep two alternating buffers);
+  // it takes effect at the next set_max_batch. Families whose run state always keeps them ignore it.
   virtual void set_keep_intermediates(bool) {}
   // True where the record is one residual gate per layer and token: its mean over a split is the
   // gate mass that evaluation reports (train/evaluate.h).

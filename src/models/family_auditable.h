@@ -57,8 +57,11 @@ class FamilyAuditable : public AuditableModel {
   size_t run_state_bytes() const override { return rs_->bytes(); }
   void set_max_batch(int max_batch) override {
     rs_.reset();  // the old activations go first: the peak is one run state, not two
-    rs_ = std::make_unique<typename Traits::RunState>(Traits::run_state(model_, max_batch, max_tokens_));
+    rs_ = make_run_state(max_batch);
   }
+  // Families whose run state can drop intermediates (Traits::run_state takes a fourth argument,
+  // keep_all) keep them all from the next set_max_batch on; the others always keep them.
+  void set_keep_intermediates(bool keep) override { keep_intermediates_ = keep; }
   int max_batch() const override { return rs_->max_batch; }
   const Model& model() const { return model_; }
 
@@ -66,12 +69,19 @@ class FamilyAuditable : public AuditableModel {
   FamilyAuditable(Model model, int max_batch, int max_tokens)
       : model_(std::move(model)),
         max_tokens_(max_tokens),
-        rs_(std::make_unique<typename Traits::RunState>(Traits::run_state(model_, max_batch, max_tokens))) {}
+        rs_(make_run_state(max_batch)) {}
   Model model_;
   int max_tokens_;
   std::unique_ptr<typename Traits::RunState> rs_;
 
  private:
+  std::unique_ptr<typename Traits::RunState> make_run_state(int max_batch) const {
+    if constexpr (requires { Traits::run_state(model_, max_batch, max_tokens_, true); })
+      return std::make_unique<typename Traits::RunState>(Traits::run_state(model_, max_batch, max_tokens_, keep_intermediates_));
+    else
+      return std::make_unique<typename Traits::RunState>(Traits::run_state(model_, max_batch, max_tokens_));
+  }
+  bool keep_intermediates_ = false;
   int64_t replay_evaluations_ = 0;
 };
 

@@ -17,16 +17,6 @@ std::string HyperAuditable::description() const {
          ", D " + std::to_string(c.d_model) + ", H " + std::to_string(c.n_head) + ", T " + std::to_string(c.seq_len);
 }
 
-void HyperAuditable::set_keep_intermediates(bool keep) {
-  keep_intermediates_ = keep;
-  set_max_batch(rs_->max_batch);
-}
-
-void HyperAuditable::set_max_batch(int max_batch) {
-  rs_.reset();  // the old activations go first: the peak is one run state, not two
-  rs_ = std::make_unique<HyperRunState<float>>(HyperAuditTraits::run_state(model_, max_batch, max_tokens_, keep_intermediates_));
-}
-
 std::vector<TraceTensor> HyperAuditable::trace_tensors(int B, int T, bool) const {
   if (!rs_->keep_all_layers) throw Error("hyper trace: the run state keeps two stream buffers; set_keep_intermediates(true) first");
   const HyperConfig& c = model_.config();

@@ -18,7 +18,7 @@ struct HyperAuditTraits {
   using Live = HyperLiveCoefficients<float>;
   using Recording = HyperRecordingCoefficients<float>;
   using Replayed = HyperReplayedCoefficients<float>;
-  static RunState run_state(const Model& m, int B, int T, bool keep_all = false) {
+  static RunState run_state(const Model& m, int B, int T, bool keep_all) {
     return RunState(m.config(), B, std::min(T, m.config().seq_len), keep_all);
   }
   static Replayed replayed(const Model&, const CoefficientTensor& c) { return Replayed(c); }
@@ -50,10 +50,8 @@ class HyperAuditable : public FamilyAuditable<HyperAuditTraits> {
   const float* last_position_losses() const override { return rs_->losses; }
   // hc.streams.{p} [B, T, n, D] for p = 0 .. 2L (the streams entering site p; 2L: after the last),
   // hc.read.{p} [B, T, D] (the branch input a_p), hidden.1 [B, T, D] (the collapsed state that
-  // ln_f normalises). Needs set_keep_intermediates(true) before the pass (fca trace asks).
+  // ln_f normalises). Needs set_keep_intermediates(true) before set_max_batch (fca trace asks).
   std::vector<TraceTensor> trace_tensors(int B, int T, bool live) const override;
-  void set_keep_intermediates(bool keep) override;
-  void set_max_batch(int max_batch) override;
   std::string static_profile_name() const override { return "StaticSquareMean"; }
   // Rows: the read (the branch input), then the n new streams; columns: the branch output, then the
   // n old streams (spec section 2.3).
@@ -73,7 +71,6 @@ class HyperAuditable : public FamilyAuditable<HyperAuditTraits> {
 
  private:
   std::string hash_;
-  bool keep_intermediates_ = false;
 };
 
 // The family's entry in the model registry (models/registry.h): "hyper", format fca-hyper-v1,
