@@ -25,8 +25,10 @@ struct ExecCounters {
   std::atomic<int64_t> blocks_executed{0};         // transformer blocks run
   std::atomic<int64_t> controller_evaluations{0};  // controller calls (one per layer per pass)
   std::atomic<int64_t> routed_rows{0};  // rows a routed computation ran: expert rows (MoE), selected tokens (MoD)
+  std::atomic<int64_t> propagated_rows{0};  // early exit: K/V rows projected for exited tokens (spec 5.2)
   void reset() {
     routed_rows = 0;
+    propagated_rows = 0;
     gemm_flops = 0;
     controller_flops = 0;
     mixing_flops = 0;

@@ -1,5 +1,7 @@
 #include "families/families.h"
 
+#include "models/exit/auditable.h"
+#include "models/exit/train/trainable.h"
 #include "models/gated/auditable.h"
 #include "models/gated/exec/measure.h"
 #include "models/gated/train/trainable.h"
@@ -39,6 +41,8 @@ void install_families() {
   add_model_family(hyper_model_family());
   add_train_family(hyper_train_family());
   add_exec_family(hyper_exec_family());
+  add_model_family(exit_model_family());
+  add_train_family(exit_train_family());
 }
 
 }  // namespace fca

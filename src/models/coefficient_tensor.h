@@ -4,6 +4,9 @@
 // Routing records (conditional-computation spec) add a discrete field beside the float values:
 // MoE (expert_routing): values = weights [L, T, 1, k], discrete = expert indices [L, T, k];
 // MoD (token_selection): values = sigmoid(s) [R, T, 1, 1], discrete = selected 0/1 [R, T, 1].
+// Early exit (exit_depth): values = the classifier's q = sigmoid(s) [L-1, T, 1, 1] (absorbing fill
+// 0 below min_exit, 1 after the token's exit), discrete = continued c [L-1, T, 1] (c_{k,t} = 1 iff
+// the token runs beyond exit point k: non-increasing in k, 1 below min_exit).
 // Storage is window-major, [window][layer][token][stream][source] (discrete: [window][layer][token]
 // [slot]), so that one window's block is contiguous (caches are written window by window).
 #pragma once
@@ -16,7 +19,7 @@ namespace fca {
 
 // What a (layer, token) record is: continuous coefficients (gates, mixing weights), or a routing
 // decision with a discrete field.
-enum class RecordKind { continuous, expert_routing, token_selection };
+enum class RecordKind { continuous, expert_routing, token_selection, exit_depth };
 const char* record_kind_name(RecordKind kind);
 
 struct CoefficientShape {
@@ -25,6 +28,7 @@ struct CoefficientShape {
   int slots = 0;       // discrete entries per (layer, token): k (expert_routing), 1 (token_selection), 0
   int categories = 0;  // expert_routing: E, the range of an expert index; 0 otherwise
   int selected = 0;    // token_selection: K, the selected tokens per (window, layer); 0 otherwise
+  int min_exit = 0;    // exit_depth: m, the first exit point (layer m-1 of the record); 0 otherwise
   int64_t per_window() const { return int64_t(layers) * tokens * streams * sources; }
   int64_t discrete_per_window() const { return int64_t(layers) * tokens * slots; }
   bool operator==(const CoefficientShape&) const = default;

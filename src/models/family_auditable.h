@@ -72,6 +72,8 @@ class FamilyAuditable : public AuditableModel {
         rs_(make_run_state(max_batch)) {}
   Model model_;
   int max_tokens_;
+  // Declared before rs_: the constructor builds rs_ from it (members initialise in this order).
+  bool keep_intermediates_ = false;
   std::unique_ptr<typename Traits::RunState> rs_;
 
  private:
@@ -81,7 +83,6 @@ class FamilyAuditable : public AuditableModel {
     else
       return std::make_unique<typename Traits::RunState>(Traits::run_state(model_, max_batch, max_tokens_));
   }
-  bool keep_intermediates_ = false;
   int64_t replay_evaluations_ = 0;
 };
 

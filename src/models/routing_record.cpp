@@ -6,10 +6,27 @@
 
 namespace fca {
 
+void check_exit_record(const int32_t* continued, const CoefficientShape& s, const std::string& where) {
+  for (int t = 0; t < s.tokens; ++t)
+    for (int k = 1; k <= s.layers; ++k) {  // exit point k is record layer k-1
+      const int32_t c = continued[int64_t(k - 1) * s.tokens + t];
+      const auto at = [&] { return where + ", exit point " + std::to_string(k) + ", token " + std::to_string(t); };
+      if (c != 0 && c != 1) throw Error(at() + ": continued is " + std::to_string(c) + ", expected 0 or 1");
+      if (k < s.min_exit && c != 1)
+        throw Error(at() + ": continued is 0 below the first exit point " + std::to_string(s.min_exit));
+      if (k > 1 && c == 1 && continued[int64_t(k - 2) * s.tokens + t] == 0)
+        throw Error(at() + ": continued is 1 after the token exited (a depth record is non-increasing)");
+    }
+}
+
 void check_routing_records(const CoefficientView& v, const std::string& where) {
   const CoefficientShape& s = v.shape;
   if (s.kind == RecordKind::continuous) return;
   if (v.discrete == nullptr) throw Error(where + ": routing records without their discrete field");
+  if (s.kind == RecordKind::exit_depth) {
+    for (int w = 0; w < v.windows; ++w) check_exit_record(v.window_discrete(w), s, where + ": window " + std::to_string(w));
+    return;
+  }
   for (int w = 0; w < v.windows; ++w) {
     const int32_t* d = v.window_discrete(w);
     for (int l = 0; l < s.layers; ++l) {

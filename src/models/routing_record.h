@@ -11,8 +11,12 @@ namespace fca {
 
 // Throws Error naming `where`, the window, layer and token when a record cannot be executed:
 // expert_routing: an index outside [0, E) or repeated within a token; token_selection: a flag other
-// than 0/1, or a (window, layer) whose selected count is not K. Continuous tensors pass.
+// than 0/1, or a (window, layer) whose selected count is not K; exit_depth: check_exit_record. Continuous tensors pass.
 void check_routing_records(const CoefficientView& records, const std::string& where);
+
+// exit_depth, one window's continued flags [L-1][T]: each 0 or 1, 1 below s.min_exit, non-increasing
+// in the exit point; throws Error naming `where`, the exit point and the token.
+void check_exit_record(const int32_t* continued, const CoefficientShape& s, const std::string& where);
 
 // expert_routing: the dense E-vector of weights per token, zeros where unselected, as a
 // continuous tensor [L, T, 1, E] per window. token_selection: the weights sigmoid(s) unchanged.

@@ -60,6 +60,7 @@ void causal_softmax_row(T* row, int t, int zero_to, T* logp, const T* prev_logp,
 // tile's rows is zeroed by the softmax. P V runs over the same keys (the zeros add nothing). At
 // T = 256 that executes 1.06x the causal triangle's pairs.
 constexpr int kRowTile = 8;
+static_assert(kRowTile == 8, "attention_rows_scratch_per_thread (attention.h) sizes one tile of 8 rows");
 template <typename T>
 constexpr const T* kNoAddend = nullptr;  // tile_matmul writes its products, adding nothing
 constexpr int kKeyRound = 16;
@@ -158,6 +159,45 @@ void attention_forward(T* out, T* probs, T* scratch, const AttentionStats<T>* st
   }
 }
 
+int64_t attention_row_pairs(int t, int Tn) { return keys_of_tile(std::min(Tn, (t / kRowTile + 1) * kRowTile), Tn); }
+
+template <typename T>
+void attention_rows_forward(T* out, int64_t ldo, T* scratch, const T* q, int64_t ldq, const T* kv, const int32_t* pos,
+                            const int64_t* row_begin, int B, int Tn, int D, int H) {
+  const PhaseScope phase_scope(Phase::attention);
+  const int dh = D / H;
+  const T scale = T(1) / std::sqrt(T(dh));
+  const int64_t ldkv = 2 * int64_t(D);
+#pragma omp parallel for schedule(static)
+  for (int bh = 0; bh < B * H; ++bh) {
+    const int b = bh / H, h = bh % H;
+    const int64_t first = row_begin[b], last = row_begin[b + 1];
+    if (first == last) continue;  // no active query in this window
+    T* own = scratch + omp_get_thread_num() * attention_rows_scratch_per_thread(Tn, dh);
+    // Keys up to the last active query's tile: no row reads beyond them.
+    const int key_count = int(attention_row_pairs(pos[last - 1], Tn));
+    const T* k = kv + int64_t(b) * Tn * ldkv + h * dh;
+    const T* kt = transposed_head(own, k, ldkv, key_count, dh);  // [dh, key_count]
+    const T* v = k + D;
+    T* s = own + int64_t(dh) * Tn;  // [kRowTile, Tn]: one tile's scores, then probabilities
+    int64_t pairs = 0;
+    for (int64_t i0 = first; i0 < last;) {
+      // The active queries of one of the dense kernel's row tiles: the same key count per row.
+      const int tile = pos[i0] / kRowTile;
+      int64_t i1 = i0 + 1;
+      while (i1 < last && pos[i1] / kRowTile == tile) ++i1;
+      const int rows = int(i1 - i0), keys = int(attention_row_pairs(pos[i0], Tn));
+      pairs += int64_t(rows) * keys;
+      tile_matmul(s, Tn, q + i0 * ldq + h * dh, ldq, 1, kt, key_count, rows, keys, dh, scale, kNoAddend<T>, 0);
+      for (int r = 0; r < rows; ++r)
+        causal_softmax_row<T>(s + int64_t(r) * Tn, pos[i0 + r], keys, nullptr, nullptr, nullptr);
+      tile_matmul(out + i0 * ldo + h * dh, ldo, s, Tn, 1, v, ldkv, rows, dh, keys, T(1), kNoAddend<T>, 0);
+      i0 = i1;
+    }
+    count_gemm_flops(2 * 2 * pairs * dh, 2);
+  }
+}
+
 template <typename T>
 void causal_softmax(T* scores, int heads, int Tn) {
   const PhaseScope phase_scope(Phase::attention);
@@ -225,6 +265,10 @@ template void attention_forward<float>(float*, float*, float*, const AttentionSt
                                        int);
 template void attention_forward<double>(double*, double*, double*, const AttentionStats<double>*, const double*, int, int,
                                         int, int);
+template void attention_rows_forward<float>(float*, int64_t, float*, const float*, int64_t, const float*, const int32_t*,
+                                           const int64_t*, int, int, int, int);
+template void attention_rows_forward<double>(double*, int64_t, double*, const double*, int64_t, const double*,
+                                            const int32_t*, const int64_t*, int, int, int, int);
 template void attention_backward<float>(float*, float*, const float*, const float*, const float*, int, int, int, int);
 template void attention_backward<double>(double*, double*, const double*, const double*, const double*, int, int, int,
                                          int);

@@ -49,6 +49,22 @@ template <typename T>
 void attention_forward(T* out, T* probs, T* scratch, const AttentionStats<T>* stats, const T* qkv, int B, int Tn, int D,
                        int H);
 
+// Causal attention for a subset of the query rows (the exit family's ragged pass). Window b's active
+// queries are the compact rows [row_begin[b], row_begin[b+1]) of q (row stride ldq, head h in
+// columns h*dh..), at positions pos[i], increasing within the window; keys and values of window b's
+// positions come from kv [B*T', 2D] (K in columns 0..D-1, V in D..2D-1; rows that no query reaches
+// are never read). Each row runs the dense kernel's arithmetic for its position (the same key count,
+// the same product chains and softmax), so out row i (row stride ldo) is bitwise attention_forward's
+// row pos[i], whatever other rows are active. scratch: attention_rows_scratch_per_thread values per
+// OpenMP thread. Executed (query, key) pairs are counted as the tiles run.
+template <typename T>
+void attention_rows_forward(T* out, int64_t ldo, T* scratch, const T* q, int64_t ldq, const T* kv, const int32_t* pos,
+                            const int64_t* row_begin, int B, int Tn, int D, int H);
+inline int64_t attention_rows_scratch_per_thread(int Tn, int dh) { return int64_t(dh) * Tn + int64_t(8) * Tn; }
+// Keys the tiled kernels run for the query at position t (its tile's causal range, rounded up):
+// attention_executed_pairs(Tn) is its sum over t.
+int64_t attention_row_pairs(int t, int Tn);
+
 // dqkv [B*T, 3D] is overwritten; scratch: attention_scratch_per_thread(Tn, D / H, true) values per
 // OpenMP thread.
 template <typename T>

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/communicator.h"
+#include "core/error.h"
 #include "data/corpus.h"
 #include "models/base/tensor_slot.h"
 #include "train/adamw.h"
@@ -26,6 +27,16 @@ struct ValidStats {
   int64_t windows = 0;
 };
 
+// A training phase after the main steps (the exit family fits its classifiers on the frozen trunk):
+// its steps, its learning rate (cosine from lr to min_lr_ratio * lr, no warm-up) and its data
+// stream (batches drawn as the main phase's, from seed + seed_offset).
+struct TrainPhase {
+  std::string name;  // "exit_heads": the training log's "phase"
+  int64_t steps = 0;
+  double lr = 0, min_lr_ratio = 1;
+  uint64_t seed_offset = 0;
+};
+
 class Trainable {
  public:
   virtual ~Trainable() = default;
@@ -39,6 +50,12 @@ class Trainable {
   virtual StepStats step(const int32_t* inputs, const int32_t* targets, int micro_batches, double lr,
                          const Communicator& comm) = 0;
   virtual ValidStats validate(const TextSplit& valid, int64_t windows, int batch) = 0;
+  // The phases that follow the main steps, in order (none for most families).
+  virtual std::vector<TrainPhase> later_phases() const { return {}; }
+  // One step of later phase `phase` on one micro-batch inputs/targets [batch, T] at rate lr.
+  virtual StepStats phase_step(size_t phase, const int32_t* /*inputs*/, const int32_t* /*targets*/, double /*lr*/) {
+    throw Error("this model has no training phase " + std::to_string(phase));
+  }
   // Writes the checkpoint `out` (train_family.h: CheckpointFiles).
   virtual void save(const std::string& out, const std::map<std::string, std::string>& metadata) const = 0;
   virtual void load(const std::string& out) = 0;  // replaces the weights; refuses another config

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include "core/json.h"
 
 #include "core/error.h"
@@ -45,24 +46,37 @@ nlohmann::ordered_json options_json(const TrainOptions& o, const Trainable& mode
 
 // Writes the weights, then the optimizer state naming the weights file's hash (a crash between the
 // two leaves a pair that resume refuses rather than silently mixes).
+// phases_done: the later phases (Trainable::later_phases) finished in the weights written.
 void save_checkpoint(const TrainOptions& o, const CheckpointFiles& files, Trainable& model, int64_t step,
-                     const std::string& data_hash) {
-  model.save(o.out, {{"fca_version", fca_version_string()}, {"train_step", std::to_string(step)},
-                     {"train_seed", std::to_string(o.seed)}, {"train_data_sha256", data_hash}});
+                     const std::string& data_hash, size_t phases_done = 0) {
+  // Only models with later phases record how many are done (the others' files stay as they were).
+  const bool phased = !model.later_phases().empty();
+  std::map<std::string, std::string> weights_metadata{{"fca_version", fca_version_string()},
+                                                      {"train_step", std::to_string(step)},
+                                                      {"train_seed", std::to_string(o.seed)},
+                                                      {"train_data_sha256", data_hash}};
+  if (phased) weights_metadata["train_phases_done"] = std::to_string(phases_done);
+  model.save(o.out, weights_metadata);
   AdamW& optimizer = model.optimizer();
   std::vector<TensorToWrite> tensors;
   for (const auto& s : model.layout()) {
     tensors.push_back({"adam.m." + s.name, s.shape, optimizer.first_moment().data() + s.offset});
     tensors.push_back({"adam.v." + s.name, s.shape, optimizer.second_moment().data() + s.offset});
   }
-  write_safetensors(files.state, tensors,
-                    {{"format", kTrainStateFormat},
-                     {"step", std::to_string(step)},
-                     {"options", options_json(o, model).dump()},
-                     {"model_sha256", sha256_file(files.weights)}});
+  std::map<std::string, std::string> state_metadata{{"format", kTrainStateFormat},
+                                                    {"step", std::to_string(step)},
+                                                    {"options", options_json(o, model).dump()},
+                                                    {"model_sha256", sha256_file(files.weights)}};
+  if (phased) state_metadata["phases_done"] = std::to_string(phases_done);
+  write_safetensors(files.state, tensors, state_metadata);
 }
 
-int64_t load_checkpoint(const TrainOptions& o, const CheckpointFiles& files, Trainable& model) {
+struct Resumed {
+  int64_t step = 0;
+  size_t phases_done = 0;
+};
+
+Resumed load_checkpoint(const TrainOptions& o, const CheckpointFiles& files, Trainable& model) {
   const std::string& state_path = files.state;
   model.load(o.out);
   SafetensorsReader state(state_path);
@@ -89,7 +103,57 @@ int64_t load_checkpoint(const TrainOptions& o, const CheckpointFiles& files, Tra
   }
   const int64_t step = parse_integer(field("step"), state_path + ": metadata field \"step\"", 0, int64_t(1) << 40);
   optimizer.set_steps_taken(step);
-  return step;
+  // States written before later phases existed have no count: none was done.
+  const size_t phases_done = meta.count("phases_done") == 0
+                                 ? 0
+                                 : size_t(parse_integer(field("phases_done"), state_path + ": metadata field \"phases_done\"", 0,
+                                                        int64_t(model.later_phases().size())));
+  return {step, phases_done};
+}
+
+// The later phases (Trainable::later_phases) from phase `first` on, after the main steps: each runs
+// to its end on every rank (the same batches, so the ranks stay equal), then rank 0 validates and
+// writes a checkpoint that records it as done. A resumed run starts at the first phase not done.
+void run_later_phases(const TrainOptions& o, const CheckpointFiles& files, Trainable& model, const TextSplit& train,
+                      const TextSplit& valid, size_t first, const std::string& data_hash, std::ofstream& log,
+                      const Communicator& comm) {
+  const std::vector<TrainPhase> phases = model.later_phases();
+  const int T = model.seq_len();
+  std::vector<int32_t> inputs(size_t(o.batch) * T), targets(size_t(o.batch) * T);
+  for (size_t ph = first; ph < phases.size(); ++ph) {
+    const TrainPhase& phase = phases[ph];
+    Progress progress(phase.name, phase.steps, "step");
+    double loss = 0;
+    for (int64_t step = 0; step < phase.steps; ++step) {
+      Rng rng(derive_seed(o.seed + phase.seed_offset, uint64_t(step), 0));
+      for (int b = 0; b < o.batch; ++b)
+        train.window_at(size_t(rng.below(train.size() - size_t(T))), T, inputs.data() + size_t(b) * T,
+                        targets.data() + size_t(b) * T);
+      const double lr = learning_rate(step, phase.steps, 0, phase.lr, phase.min_lr_ratio);
+      StepStats stats;
+      try {
+        stats = model.phase_step(ph, inputs.data(), targets.data(), lr);
+      } catch (const Error& e) {
+        throw Error(phase.name + " step " + std::to_string(step) + ": " + e.what());
+      }
+      loss = stats.loss;
+      char detail[64];
+      std::snprintf(detail, sizeof detail, "loss %.4f", loss);
+      if (o.progress && comm.root()) progress.update(step + 1, detail);
+      if (comm.root() && ((step + 1) % o.log_every == 0 || step + 1 == phase.steps)) {
+        nlohmann::ordered_json j{{"type", "step"}, {"phase", phase.name}, {"step", step + 1}, {"loss", loss},
+                                 {"lr", lr}, {"grad_norm", stats.grad_norm}};
+        log << j.dump() << "\n" << std::flush;
+      }
+    }
+    if (o.progress && comm.root()) progress.finish("loss " + std::to_string(loss));
+    if (!comm.root()) continue;
+    const ValidStats v = model.validate(valid, std::min(o.eval_windows, valid.window_count(T)), o.batch);
+    nlohmann::ordered_json j{{"type", "valid"}, {"phase", phase.name}, {"step", o.steps}, {"nll", v.nll},
+                             {"bits_per_byte", v.nll / std::log(2.0)}, {"byte_ppl", std::exp(v.nll)}, {"windows", v.windows}};
+    log << j.dump() << "\n" << std::flush;
+    save_checkpoint(o, files, model, o.steps, data_hash, ph + 1);
+  }
 }
 
 }  // namespace
@@ -126,7 +190,12 @@ TrainResult train_model(const TrainOptions& options, const Corpus& corpus) {
   valid.window_count(T);
   const std::string data_hash = train.content_hash();
   int64_t first_step = 0;
-  if (o.resume) first_step = load_checkpoint(o, files, *model);
+  size_t phases_done = 0;
+  if (o.resume) {
+    const Resumed resumed = load_checkpoint(o, files, *model);
+    first_step = resumed.step;
+    phases_done = resumed.phases_done;
+  }
 
   const std::string log_path = o.log_path.empty() ? files.log : o.log_path;
   // A folder checkpoint is created if missing.
@@ -218,6 +287,7 @@ TrainResult train_model(const TrainOptions& options, const Corpus& corpus) {
     std::snprintf(detail, sizeof detail, "loss %.4f", loss);
     progress.finish(detail);
   }
+  if (last_step == o.steps) run_later_phases(o, files, *model, train, valid, phases_done, data_hash, log, comm);
   if (!comm.root()) return result;
   nlohmann::ordered_json end{{"type", "end"}, {"step", last_step}, {"loss", loss}, {"seconds", result.seconds},
                              {"tokens_per_s", result.tokens_per_second}};

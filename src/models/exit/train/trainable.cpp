@@ -1,0 +1,113 @@
+#include "models/exit/train/trainable.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "train/adamw.h"
+
+namespace fca {
+
+ExitTrainable::ExitTrainable(const ExitConfig& config, const TrainableArgs& args)
+    : model_(ExitModel<float>::initialized(config, args.seed)),
+      args_(args),
+      trunk_(model_, args.batch, config.seq_len, args.adamw, args.clip) {
+  const auto& slots = model_.layout();
+  const auto weight = std::find_if(slots.begin(), slots.end(), [](const TensorSlot& s) { return s.name == "exit.weight"; });
+  if (weight == slots.end() || slots.back().name != "exit.bias")
+    throw Error("exit layout: exit.weight and exit.bias must be the last tensors");
+  probe_offset_ = weight->offset;
+  probe_size_ = model_.buffer_size() - probe_offset_;
+  for (auto it = weight; it != slots.end(); ++it) {
+    TensorSlot s = *it;
+    s.offset -= probe_offset_;
+    probe_layout_.push_back(s);
+  }
+}
+
+nlohmann::ordered_json ExitTrainable::config_json() const { return nlohmann::ordered_json::parse(model_.config().to_json()); }
+
+size_t ExitTrainable::parameter_count() const { return layout_parameter_count(model_.layout()); }
+
+ValidStats ExitTrainable::validate(const TextSplit& valid, int64_t windows, int batch) {
+  const int T = model_.config().seq_len;
+  const auto idx = evenly_spaced_windows(valid.window_count(T), windows, valid.name());
+  ExitTrainState<float> rs(model_.config(), batch, T, false);
+  std::vector<int32_t> inputs(size_t(batch) * T), targets(size_t(batch) * T);
+  std::vector<double> nll(idx.size());
+  for (size_t w0 = 0; w0 < idx.size(); w0 += size_t(batch)) {
+    const int B = int(std::min<size_t>(size_t(batch), idx.size() - w0));
+    for (int b = 0; b < B; ++b)
+      valid.window(idx[w0 + size_t(b)], T, inputs.data() + int64_t(b) * T, targets.data() + int64_t(b) * T);
+    exit_trunk_forward(model_, rs, inputs.data(), B, T);
+    exit_trunk_loss(rs, targets.data(), nll.data() + w0);
+  }
+  double s = 0;
+  for (double v : nll) s += v;
+  return {s / double(nll.size()), -1.0, int64_t(nll.size())};
+}
+
+std::vector<TrainPhase> ExitTrainable::later_phases() const {
+  // Spec 4.2: lr 1e-2 with cosine decay to 10%, batches from seed + 1.
+  return {TrainPhase{"exit_heads", model_.config().exit_head_steps, 1e-2, 0.1, 1}};
+}
+
+StepStats ExitTrainable::phase_step(size_t phase, const int32_t* inputs, const int32_t* targets, double lr) {
+  if (phase != 0) throw Error("exit models have one later phase (exit_heads), not phase " + std::to_string(phase));
+  const int B = args_.batch, T = model_.config().seq_len;
+  if (!probe_state_) {
+    probe_state_ = std::make_unique<ExitTrainState<float>>(model_.config(), B, T, false);
+    AdamWOptions options = args_.adamw;
+    options.beta1 = 0.9;
+    options.beta2 = 0.95;
+    options.weight_decay = 0;
+    probe_optimizer_ = std::make_unique<AdamW>(probe_layout_, probe_size_, options);
+    probe_grads_.assign(probe_size_, 0.0f);
+  }
+  std::fill(probe_grads_.begin(), probe_grads_.end(), 0.0f);
+  exit_trunk_forward(model_, *probe_state_, inputs, B, T);
+  (void)targets;  // the labels are the full-depth predictions, not the next bytes
+  const float scale = 1.0f / float(int64_t(B) * T);
+  const size_t bias_offset = probe_layout_.back().offset;
+  const double loss = exit_probe_loss(model_, *probe_state_, probe_grads_.data(), probe_grads_.data() + bias_offset, scale);
+  StepStats stats{loss, 0};
+  stats.grad_norm = clip_and_step(*probe_optimizer_, model_.data() + probe_offset_, probe_grads_.data(), probe_size_, loss,
+                                  args_.clip, lr);
+  return stats;
+}
+
+void ExitTrainable::load(const std::string& out) {
+  const ExitModel<float> loaded = ExitModel<float>::load(out);
+  if (!(loaded.config() == model_.config()))
+    throw Error(out + ": --resume with a different model config (checkpoint " + loaded.config().to_json() + ", flags " +
+                model_.config().to_json() + ")");
+  std::copy(loaded.data(), loaded.data() + loaded.buffer_size(), model_.data());
+}
+
+namespace {
+
+ExitConfig config_of(const ModelShape& shape, const nlohmann::json& settings, const std::string& where) {
+  ExitConfig c = config_with_shape<ExitConfig>(shape);
+  c.min_exit = settings.at("min_exit").get<int>();
+  c.exit_threshold = settings.at("exit_threshold").get<double>();
+  c.exit_head_steps = settings.at("exit_head_steps").get<int>();
+  c.validate(where);
+  return c;
+}
+
+}  // namespace
+
+TrainFamily exit_train_family() {
+  TrainFamily f;
+  f.name = "exit";
+  f.description = "exit: token-level early exit (CALM-style classifiers, shared head)";
+  f.settings = {{"min_exit", "the earliest depth a token may stop at, in [1, layers - 1]", 1, {}},
+                {"exit_threshold", "lambda: a token exits when its classifier's q >= lambda (the default of eval, audit, exec)", 0.9, {}},
+                {"exit_head_steps", "steps of phase 2 (the exit classifiers on the frozen trunk)", 200, {}}};
+  f.files = single_file_checkpoint;
+  set_constructors<ExitConfig>(f, config_of, [](const ExitConfig& c, const TrainableArgs& args) {
+    return std::unique_ptr<Trainable>(std::make_unique<ExitTrainable>(c, args));
+  });
+  return f;
+}
+
+}  // namespace fca
