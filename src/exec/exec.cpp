@@ -174,6 +174,8 @@ nlohmann::ordered_json run_exec(const Corpus& corpus, const ExecOptions& o) {
     const size_t a = size_t(timed.find(s.model, "modes", s.mode)), b = size_t(timed.find(s.model, "modes", s.against));
     if (!m.contains("savings")) m["savings"] = nlohmann::ordered_json::array();
     m["savings"].push_back(saving(m["modes"][s.mode], m["modes"][s.against], ratio(a, b)));
+    // Also on the entry itself: latency_ratio_to_<reference mode>.
+    m["modes"][s.mode]["latency_ratio_to_" + m["modes"][s.against]["mode"].get<std::string>()] = m["savings"].back()["latency_ratio"];
   }
   auto prov = provenance_base();
   prov["data"] = {{"dir", corpus.dir()}, {"test_sha256", corpus.split("test").content_hash()}};
@@ -247,13 +249,14 @@ std::string exec_markdown(const nlohmann::ordered_json& e) {
   }
   for (const auto& m : e["models"]) {
     if (!m.contains("savings")) continue;
-    md << "\n" << m["gate"].get<std::string>() << " (" << m["path"].get<std::string>() << "), live against:\n";
+    md << "\n" << m["gate"].get<std::string>() << " (" << m["path"].get<std::string>() << "), savings:\n";
     for (const auto& s : m["savings"]) {
+      const std::string pair = s["mode"].get<std::string>() + " against " + s["against"].get<std::string>();
       if (s["flop_ratio"].is_null() || s["latency_ratio"]["estimate"].is_null()) {
-        md << "- " << s["against"].get<std::string>() << ": " << s["note"].get<std::string>() << "; no saving claimed\n";
+        md << "- " << pair << ": " << s["note"].get<std::string>() << "; no saving claimed\n";
         continue;
       }
-      std::snprintf(buf, sizeof buf, "- %s: FLOPs x%.3f, latency %s: %s\n", s["against"].get<std::string>().c_str(),
+      std::snprintf(buf, sizeof buf, "- %s: FLOPs x%.3f, latency %s: %s\n", pair.c_str(),
                     s["flop_ratio"].get<double>(), latency_ratio_text(s["latency_ratio"]).c_str(),
                     s["saves"].get<bool>() ? "saves compute (fewer FLOPs and measurably faster)"
                                            : "no saving claimed (not both fewer FLOPs and measurably faster)");
@@ -271,7 +274,11 @@ std::string exec_markdown(const nlohmann::ordered_json& e) {
         "identity of their initialisation (plain Pre-Norm; the mixing still runs in both). Routed models (moe, mod): replay and cross_input supply recorded routing (cross_input: the routing of "
         "another window), dense_experts runs every expert on every token and zeroes the unselected, dense_same_shape is "
         "the Dense model of the same L, D, H and dense_total_params the Dense model whose MLP has the MoE's expert "
-        "parameters (both with initialised weights: latency and FLOPs only). NLL in nats/byte on the evaluation windows.\n";
+        "parameters (both with initialised weights: latency and FLOPs only). Early-exit models: live runs the exit "
+        "classifiers at the checkpoint's threshold and exit_sweep_<lambda> at lambda; replay and cross_input replay recorded "
+        "depths (cross_input: the next window's); full_depth and fixed_depth_N replay constant depths, the static truncation "
+        "curve of the same weights (their mean depth, depth histogram, FLOPs by kind and NLL minus the curve at equal FLOPs "
+        "are in exec.json). NLL in nats/byte on the evaluation windows.\n";
   return md.str();
 }
 

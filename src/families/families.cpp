@@ -1,6 +1,7 @@
 #include "families/families.h"
 
 #include "models/exit/auditable.h"
+#include "models/exit/exec/measure.h"
 #include "models/exit/train/trainable.h"
 #include "models/gated/auditable.h"
 #include "models/gated/exec/measure.h"
@@ -43,6 +44,7 @@ void install_families() {
   add_exec_family(hyper_exec_family());
   add_model_family(exit_model_family());
   add_train_family(exit_train_family());
+  add_exec_family(exit_exec_family());
 }
 
 }  // namespace fca

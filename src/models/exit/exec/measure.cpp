@@ -1,0 +1,183 @@
+#include "models/exit/exec/measure.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "core/error.h"
+#include "core/sha256.h"
+#include "models/exit/exec/flops.h"
+#include "models/exit/forward.h"
+
+namespace fca {
+namespace {
+
+// A constant record: every token runs `depth` blocks.
+std::shared_ptr<CoefficientTensor> constant_record(const ExitConfig& c, int windows, int T, int depth) {
+  auto r = std::make_shared<CoefficientTensor>(windows, exit_record_shape(c, T));
+  for (int w = 0; w < windows; ++w)
+    for (int k = 1; k <= c.exit_points(); ++k)
+      for (int t = 0; t < T; ++t) {
+        r->discrete_at(w, k - 1, t, 0) = depth > k ? 1 : 0;
+        r->at(w, k - 1, t) = k < c.min_exit ? 0.0f : (depth > k ? 0.0f : 1.0f);
+      }
+  return r;
+}
+
+// d_t = 1 + sum_k c_{k,t} of every token of a record, [windows * T].
+std::vector<int32_t> depths_of(const CoefficientTensor& r) {
+  const int T = r.shape().tokens, P = r.shape().layers;
+  std::vector<int32_t> d(size_t(r.windows()) * T, 1);
+  for (int w = 0; w < r.windows(); ++w)
+    for (int k = 0; k < P; ++k)
+      for (int t = 0; t < T; ++t) d[size_t(w) * T + t] += r.discrete_at(w, k, t, 0);
+  return d;
+}
+
+// Figures of a depth record over `windows` windows, FLOPs per token by kind.
+nlohmann::ordered_json eval_figures(const ExitConfig& c, const std::vector<int32_t>& depth, int windows, int T, bool live) {
+  const ExitPassFigures f = exit_pass_figures(c, depth.data(), windows, T, live);
+  const double N = double(windows) * T, L = c.n_layer;
+  std::vector<double> histogram(size_t(c.n_layer), 0.0), active(size_t(c.n_layer)), propagated(size_t(c.n_layer));
+  double depth_sum = 0, rows = 0;
+  for (int32_t d : depth) {
+    histogram[size_t(d - 1)] += 1.0 / N;
+    depth_sum += d;
+  }
+  for (int k = 0; k < c.n_layer; ++k) {
+    active[size_t(k)] = double(f.active[size_t(k)]) / N;
+    propagated[size_t(k)] = double(f.propagated[size_t(k)]) / N;
+    rows += double(f.active[size_t(k)]);
+  }
+  nlohmann::ordered_json j;
+  j["mean_depth"] = depth_sum / N;
+  j["exit_histogram"] = histogram;
+  j["active_rows"] = active;
+  j["propagated_rows"] = propagated;
+  j["token_block_fraction"] = rows / (L * N);
+  j["eval_gflop_per_token"] = f.total() / 1e9 / N;
+  j["eval_gflop_per_token_by_kind"] = {{"trunk", f.trunk / 1e9 / N},
+                                       {"attention", f.attention / 1e9 / N},
+                                       {"propagation", f.propagation / 1e9 / N},
+                                       {"controller", f.controller / 1e9 / N},
+                                       {"head", f.head / 1e9 / N}};
+  j["propagation_gflop_per_token_decode"] = f.propagation_decode / 1e9 / N;
+  return j;
+}
+
+nlohmann::ordered_json measure_exit(const std::string& path, const Corpus& corpus, const ExecOptions& o, TimedModes& timed) {
+  const auto model = std::make_shared<const ExitModel<float>>(ExitModel<float>::load(path));
+  if (o.batch < 2)
+    throw Error(path + ": exec of an exit model needs --batch >= 2 (cross_input replays another window's depths), found " +
+                std::to_string(o.batch));
+  const ExitConfig& c = model->config();
+  const int T = c.seq_len, B = o.batch, L = c.n_layer;
+  const auto timing = std::make_shared<const TokenWindows>(load_token_windows(corpus.split("test"), T, B));
+  const TokenWindows eval = load_token_windows(corpus.split("test"), T, o.eval_windows);
+  const auto rs = std::make_shared<ExitRunState<float>>(c, B, T);
+  nlohmann::ordered_json modes = nlohmann::ordered_json::array();
+
+  // The evaluation windows' NLL and depths under a source built per batch (first window w0).
+  auto evaluate = [&](const std::function<std::unique_ptr<ExitDepthSource<float>>(CoefficientTensor&)>& source_for,
+                      CoefficientTensor& record) {
+    return mean_window_nll(eval, B, [&](int w0, int n, double* out) {
+      auto source = source_for(record);
+      exit_forward(*model, *rs, eval.inputs.data() + int64_t(w0) * T, n, T, *source, w0);
+      exit_loss(*rs, eval.targets.data() + int64_t(w0) * T, out);
+    });
+  };
+  // A replayed configuration: counted on the timing windows, NLL on the evaluation windows.
+  auto replayed_mode = [&](const std::string& name, std::shared_ptr<CoefficientTensor> timing_record,
+                           std::shared_ptr<CoefficientTensor> eval_record, nlohmann::ordered_json extra) {
+    const std::vector<int32_t> d = depths_of(*timing_record);
+    const auto source = make_shared_owning<ExitReplayedDepth<float>>(timing_record, c, *timing_record);
+    const double nll = evaluate([&](CoefficientTensor&) { return std::make_unique<ExitReplayedDepth<float>>(c, *eval_record); },
+                                *eval_record);
+    extra["nll"] = nll;
+    extra.update(eval_figures(c, depths_of(*eval_record), eval.count, T, false));
+    count_mode(modes, timed, name, [model, rs, source, timing, B, T] { exit_forward(*model, *rs, timing->inputs.data(), B, T, *source); },
+               exit_pass_figures(c, d.data(), B, T, false).expected(), L, B * T, extra);
+  };
+  // A live configuration at threshold lambda: recorded first (its depths give the expected counts).
+  auto live_mode = [&](const std::string& name, double lambda) {
+    const auto timing_record = std::make_shared<CoefficientTensor>(B, exit_record_shape(c, T));
+    ExitRecordingDepth<float> recording(*model, lambda, *timing_record);
+    exit_forward(*model, *rs, timing->inputs.data(), B, T, recording);
+    const std::vector<int32_t> d = depths_of(*timing_record);
+    auto eval_record = std::make_shared<CoefficientTensor>(eval.count, exit_record_shape(c, T));
+    nlohmann::ordered_json extra{{"threshold", lambda}};
+    extra["nll"] = evaluate([&](CoefficientTensor& r) { return std::make_unique<ExitRecordingDepth<float>>(*model, lambda, r); },
+                            *eval_record);
+    extra.update(eval_figures(c, depths_of(*eval_record), eval.count, T, true));
+    const auto source = std::make_shared<ExitLiveDepth<float>>(*model, lambda);
+    count_mode(modes, timed, name, [model, rs, source, timing, B, T] { exit_forward(*model, *rs, timing->inputs.data(), B, T, *source); },
+               exit_pass_figures(c, d.data(), B, T, true).expected(), L, B * T, extra);
+    return std::make_pair(timing_record, eval_record);
+  };
+
+  // 0 live, 1 replay, 2 full_depth, then fixed_depth_N (N = m..L-1), the sweep, cross_input, dense.
+  const auto [live_timing, live_eval] = live_mode("live", c.exit_threshold);
+  replayed_mode("replay", live_timing, live_eval, {{"threshold", c.exit_threshold}});
+  replayed_mode("full_depth", constant_record(c, B, T, L), constant_record(c, eval.count, T, L), {{"fixed_depth", L}});
+  const size_t full_depth = 2;
+  std::vector<size_t> curve{full_depth};
+  for (int N = c.min_exit; N < L; ++N) {
+    curve.push_back(modes.size());
+    replayed_mode("fixed_depth_" + std::to_string(N), constant_record(c, B, T, N), constant_record(c, eval.count, T, N),
+                  {{"fixed_depth", N}});
+  }
+  std::vector<size_t> dynamic{0};
+  for (double lambda : o.exit_thresholds) {
+    char name[48];
+    std::snprintf(name, sizeof name, "exit_sweep_%g", lambda);
+    dynamic.push_back(modes.size());
+    live_mode(name, lambda);
+  }
+  const auto crossed_timing = std::make_shared<CoefficientTensor>(B, exit_record_shape(c, T));
+  for (int b = 0; b < B; ++b) crossed_timing->copy_window(b, live_timing->view(), (b + 1) % B);
+  const auto crossed_eval = std::make_shared<CoefficientTensor>(eval.count, exit_record_shape(c, T));
+  for (int w = 0; w < eval.count; ++w) crossed_eval->copy_window(w, live_eval->view(), (w + 1) % eval.count);
+  replayed_mode("cross_input", crossed_timing, crossed_eval,
+                {{"threshold", c.exit_threshold}, {"note", "each window replays the next window's live depths"}});
+  dense_same_shape(modes, timed, L, c.d_model, c.n_head, T, timing, B);
+
+  // NLL minus the fixed-depth curve linearly interpolated at the same FLOPs per token (evaluation
+  // windows); null outside the curve's range.
+  std::vector<std::pair<double, double>> points;
+  for (size_t i : curve) points.push_back({modes[i]["eval_gflop_per_token"].get<double>(), modes[i]["nll"].get<double>()});
+  std::sort(points.begin(), points.end());
+  for (size_t i : dynamic) {
+    const double x = modes[i]["eval_gflop_per_token"].get<double>(), nll = modes[i]["nll"].get<double>();
+    nlohmann::ordered_json diff = nullptr;
+    for (size_t p = 0; p + 1 < points.size(); ++p)
+      if (x >= points[p].first && x <= points[p + 1].first) {
+        const double span = points[p + 1].first - points[p].first;
+        const double at = span > 0 ? points[p].second + (x - points[p].first) / span * (points[p + 1].second - points[p].second)
+                                   : points[p].second;
+        diff = nll - at;
+        break;
+      }
+    modes[i]["nll_minus_fixed_depth_at_equal_flops"] = diff;
+    timed.add_saving(i, full_depth);
+  }
+  nlohmann::ordered_json m;
+  m["path"] = path;
+  m["model_sha256"] = sha256_file(path);
+  m["family"] = "exit";
+  char label[48];
+  std::snprintf(label, sizeof label, "exit m%d t%g", c.min_exit, c.exit_threshold);
+  m["gate"] = label;
+  m["config"] = nlohmann::json::parse(c.to_json());
+  m["tokens_per_pass"] = B * T;
+  m["modes"] = modes;
+  m["latency_note"] = "window-pass (prefill-like) latency; decode latency is not measured (spec early-exit.md 13.9)";
+  if (!o.skip_thresholds.empty()) m["skip_sweep_note"] = "not applicable: exit models skip blocks per token already";
+  return m;
+}
+
+}  // namespace
+
+ExecFamily exit_exec_family() { return {"exit", measure_exit, nullptr, nullptr, nullptr}; }
+
+}  // namespace fca
