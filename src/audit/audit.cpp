@@ -67,7 +67,8 @@ void decide_batch(AuditableModel& model, AuditSetup& s, const Communicator& comm
 // (stream, source) coordinates (a property of the coefficient shape, known before the cache).
 void select_conditions(const AuditableModel& model, AuditSetup& s) {
   const AuditOptions& o = s.options;
-  const std::vector<std::string>& known = s.routing ? routing_condition_names() : all_condition_names();
+  const bool exits = s.manifest.shape.kind == RecordKind::exit_depth;
+  const std::vector<std::string>& known = exits ? exit_condition_names() : s.routing ? routing_condition_names() : all_condition_names();
   s.conditions = o.conditions.empty() ? known : o.conditions;
   s.skipped_reasons = nlohmann::ordered_json::object();
   auto skip = [&](const std::string& name, const std::string& reason) {
@@ -77,7 +78,16 @@ void select_conditions(const AuditableModel& model, AuditSetup& s) {
   };
   if (o.conditions.empty() && !s.routing && !layers_are_permutable(model.make_coefficients(1, s.tokens).view()))
     skip("layer_permutation", "the layers have different valid (stream, source) coordinates");
-  if (o.conditions.empty() && s.routing) {
+  if (exits) {
+    for (const auto& [name, reason] : exit_skipped_conditions()) {
+      if (!o.conditions.empty() && std::find(s.conditions.begin(), s.conditions.end(), name) != s.conditions.end())
+        throw Error("--conditions " + name + ": " + reason);
+      if (o.conditions.empty()) {
+        s.skipped.push_back(name);
+        s.skipped_reasons[name] = reason;
+      }
+    }
+  } else if (o.conditions.empty() && s.routing) {
     skip("identity", "routing records have no identity coefficients");
     skip("layer_permutation", "routing records are not permuted across layers");
   }
@@ -99,6 +109,7 @@ void describe_run(const AuditableModel& model, const Corpus& corpus, const TextS
   CacheManifest& m = s.manifest;
   m.family = model.family();
   m.model_description = model.description();
+  m.controller_setting = model.controller_setting();
   m.model_sha256 = model.content_hash();
   m.eval_split = test.path();
   m.eval_split_sha256 = test.content_hash();
@@ -170,7 +181,7 @@ AuditPlan plan_passes(AuditableModel& model, const AuditSetup& s, const Communic
   const int W = s.windows(), batch = s.options.batch;
   // Exact replay's replayed half, and the sensitivity probe's two replays of one calibration batch.
   int64_t replay_windows = W + 2 * int64_t(std::min(batch, s.calib.count()));
-  for (const auto& n : s.conditions) replay_windows += int64_t(W) * (condition_randomized(n, s.routing) ? s.options.reps : 1);
+  for (const auto& n : s.conditions) replay_windows += int64_t(W) * (s.randomized(n) ? s.options.reps : 1);
   const int64_t live_windows = (s.cache_reused ? 0 : int64_t(W) + s.calib.count()) + W;
   AuditPlan plan = plan_audit(model, s.eval, batch, live_windows, replay_windows, int64_t(W) + s.calib.count());
   plan.ranks = comm.size();
@@ -185,7 +196,9 @@ AuditInputs::AuditInputs(AuditableModel& model, const AuditSetup& s, const Commu
       profiles{model.make_coefficients(1, s.tokens), model.make_coefficients(1, s.tokens),
                model.make_coefficients(1, s.tokens), model.make_coefficients(1, s.tokens)},
       randomness(s.options.seed, s.windows(), s.tokens, s.options.reps, s.options.joint_token_shuffle) {
-  if (s.routing) {
+  if (s.manifest.shape.kind == RecordKind::exit_depth) {
+    exit_profile = exit_profiles(cache.calibration());
+  } else if (s.routing) {
     routing_profile = routing_profiles(cache.calibration());
     profiles.static_profile = routing_profile.static_profile;
     profiles.layer_position_mean = routing_profile.layer_position_mean;
@@ -210,9 +223,12 @@ AuditInputs::AuditInputs(AuditableModel& model, const AuditSetup& s, const Commu
     }
   }
   for (const auto& n : s.conditions) {
-    conditions.push_back(s.routing ? make_routing_condition(n, evaluation, routing_profile, randomness)
-                                   : make_condition(n, evaluation, profiles, randomness, disable_groups));
-    if (conditions.back()->randomized() != condition_randomized(n, s.routing))
+    if (s.manifest.shape.kind == RecordKind::exit_depth)
+      conditions.push_back(make_exit_condition(n, evaluation, exit_profile, randomness));
+    else
+      conditions.push_back(s.routing ? make_routing_condition(n, evaluation, routing_profile, randomness)
+                                     : make_condition(n, evaluation, profiles, randomness, disable_groups));
+    if (conditions.back()->randomized() != s.randomized(n))
       throw Error("internal error: condition " + n + " and the plan disagree on whether it is randomized");
   }
 }
@@ -241,6 +257,7 @@ nlohmann::ordered_json run_audit(AuditableModel& model, const Corpus& corpus, co
   ConditionResults conditions = run_conditions(model, s, in, units, done);
   if (!conditions.finished) return {{"stopped_after_batches", o.stop_after_batches}};
   std::vector<ConditionRun> runs;
+  exact.correct.compute = model.record_compute(in.evaluation, in.evaluation.windows);  // the cache, unchanged
   runs.push_back(std::move(exact.correct));
   for (auto& run : conditions.runs) runs.push_back(std::move(run));
   for (const auto& run : runs)

@@ -91,6 +91,25 @@ nlohmann::ordered_json exact_replay_json(const ExactReplay& exact, double tolera
           {"passed", true}};
 }
 
+// What a condition's replays ran (AuditableModel::record_compute), beside its DeltaNLL: mean
+// blocks per token (an exit model's mean depth) and its difference to correct, GEMM GFLOP per
+// token by the records' formulas and as counted, and whether the two agree.
+nlohmann::ordered_json compute_json(const ConditionRun& run, const ConditionRun& correct) {
+  const RecordCompute& f = *run.compute;
+  const double tokens = double(f.tokens), blocks = double(f.token_blocks) / tokens;
+  nlohmann::ordered_json j{{"mean_depth", blocks}};
+  if (correct.compute) j["delta_depth"] = blocks - double(correct.compute->token_blocks) / double(correct.compute->tokens);
+  j["gemm_gflop_per_token_of_record"] = f.gemm_flops / 1e9 / tokens;
+  if (run.counted_gemm_flops) {
+    j["gemm_gflop_per_token_counted"] = *run.counted_gemm_flops / 1e9 / tokens;
+    j["counted_matches_record"] = *run.counted_gemm_flops == f.gemm_flops;
+  } else {
+    j["gemm_gflop_per_token_counted"] = nullptr;
+    j["note"] = "correct replays the cache: the exact replay, checked bit for bit against the live pass";
+  }
+  return j;
+}
+
 // Each run: its mean DeltaNLL with a bootstrap CI over windows, the Monte-Carlo SE over repetitions
 // (randomised conditions), its mean NLL and the controller evaluations its replays counted.
 nlohmann::ordered_json conditions_json(RunTable& t, int resamples) {
@@ -115,6 +134,7 @@ nlohmann::ordered_json conditions_json(RunTable& t, int resamples) {
     c["mc_se"] = run.randomized ? nlohmann::ordered_json(monte_carlo_se(rep_means)) : nlohmann::ordered_json(nullptr);
     c["nll"] = nll_sum / double(run.nll.size());
     c["controller_evaluations"] = run.controller_evaluations;
+    if (run.compute) c["compute"] = compute_json(run, t.runs().front());
     out.push_back(c);
   }
   return out;
@@ -250,6 +270,40 @@ nlohmann::ordered_json profiles_json(const CalibrationProfiles& profiles, const 
   return out;
 }
 
+// Exit-depth records (spec early-exit.md 6): the evaluation windows' depth histogram [L], mean depth,
+// mean depth by position [T] and continuation probability P(d > k) per exit point.
+nlohmann::ordered_json exit_routing_json(const CoefficientView& A, const CoefficientShape& sh, const std::string& setting) {
+  const int T = sh.tokens, L = sh.layers + 1;
+  std::vector<double> histogram(size_t(L), 0.0), by_position(size_t(T), 0.0), continuation(size_t(sh.layers), 0.0);
+  const double N = double(A.windows) * T;
+  double sum = 0;
+  for (int w = 0; w < A.windows; ++w) {
+    const std::vector<int> d = exit_depths(A, w);
+    for (int t = 0; t < T; ++t) {
+      histogram[size_t(d[size_t(t)] - 1)] += 1.0 / N;
+      by_position[size_t(t)] += double(d[size_t(t)]) / A.windows;
+      sum += d[size_t(t)];
+      for (int k = 1; k <= sh.layers; ++k) continuation[size_t(k - 1)] += d[size_t(t)] > k ? 1.0 / N : 0.0;
+    }
+  }
+  return {{"exit_histogram", histogram},
+          {"mean_depth", sum / N},
+          {"mean_depth_by_position", by_position},
+          {"continuation", continuation},
+          {"controller_setting", setting},
+          {"min_exit", sh.min_exit},
+          {"note", "evaluation windows, live pass: exit_histogram[d-1] = share of tokens of depth d; continuation[k-1] = "
+                   "P(d > k) at exit point k"}};
+}
+
+nlohmann::ordered_json exit_profiles_json(const ExitProfiles& p) {
+  return {{"layer_position_mean", exit_depths(p.position_depth.view(), 0)},
+          {"static_profile", exit_depths(p.depth_histogram.view(), 0)},
+          {"structure_removed_mean_depth", p.mean_depth},
+          {"note", "depths per position: PositionDepth (layer_position_mean) and DepthHistogram (static_profile), from the "
+                   "calibration windows by largest remainder; structure_removed draws MeanDepth's ceil/floor per window"}};
+}
+
 nlohmann::ordered_json routing_json(const CoefficientView& A, const CoefficientShape& sh) {
   const auto load = routing_load(A);
   const bool experts = sh.kind == RecordKind::expert_routing;
@@ -305,8 +359,13 @@ nlohmann::ordered_json audit_document(const AuditableModel& model, const AuditSe
     }
   }
   j["variance"] = variance_json(in.evaluation, s.routing);
-  j["profiles"] = profiles_json(in.profiles, s.manifest.shape, s.routing);
-  if (s.routing) j["routing"] = routing_json(in.evaluation, s.manifest.shape);
+  if (s.manifest.shape.kind == RecordKind::exit_depth) {
+    j["profiles"] = exit_profiles_json(in.exit_profile);
+    j["routing"] = exit_routing_json(in.evaluation, s.manifest.shape, s.manifest.controller_setting);
+  } else {
+    j["profiles"] = profiles_json(in.profiles, s.manifest.shape, s.routing);
+    if (s.routing) j["routing"] = routing_json(in.evaluation, s.manifest.shape);
+  }
   if (auto diagnostics = model.cache_diagnostics(in.evaluation); !diagnostics.is_null()) j["diagnostics"] = std::move(diagnostics);
   j["provenance"] = provenance;
   return j;

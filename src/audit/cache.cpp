@@ -13,10 +13,17 @@
 namespace fca {
 namespace {
 constexpr const char* kCacheFormat = "fca-audit-cache-v1";
+
+nlohmann::ordered_json record_json(const CoefficientShape& shape) {
+  nlohmann::ordered_json r{{"kind", record_kind_name(shape.kind)}, {"slots", shape.slots}, {"categories", shape.categories},
+                           {"selected", shape.selected}};
+  if (shape.kind == RecordKind::exit_depth) r["min_exit"] = shape.min_exit;  // other kinds' manifests unchanged
+  return r;
 }
+}  // namespace
 
 nlohmann::ordered_json CacheManifest::to_json() const {
-  return {{"family", family},
+  nlohmann::ordered_json j{{"family", family},
           {"model_description", model_description},
           {"model_sha256", model_sha256},
           {"eval_split", eval_split},
@@ -28,13 +35,15 @@ nlohmann::ordered_json CacheManifest::to_json() const {
           {"tokens", tokens},
           {"batch", batch},
           {"shape", {{"layer", shape.layers}, {"token", shape.tokens}, {"stream", shape.streams}, {"source", shape.sources}}},
-          {"record", {{"kind", record_kind_name(shape.kind)}, {"slots", shape.slots}, {"categories", shape.categories},
-                      {"selected", shape.selected}}},
+          {"record", record_json(shape)},
           {"dtype", dtype},
           {"axes", axes},
           {"seed", seed},
           {"build", build}};
+  if (!controller_setting.empty()) j["controller_setting"] = controller_setting;
+  return j;
 }
+
 
 CacheManifest CacheManifest::from_json(const nlohmann::json& j, const std::string& where) {
   // Every field checked for its type and range before it is narrowed: a float where an index is
@@ -44,7 +53,7 @@ CacheManifest CacheManifest::from_json(const nlohmann::json& j, const std::strin
     const JsonFields f(j, where + ": cache manifest",
                        {"family", "model_description", "model_sha256", "eval_split", "eval_split_sha256", "calib_split",
                         "calib_split_sha256", "eval_windows", "calib_windows", "tokens", "batch", "shape", "record", "dtype",
-                        "axes", "seed", "build"});
+                        "axes", "seed", "build", "controller_setting"});
     CacheManifest m;
     m.family = f.text("family", "");
     m.model_description = f.text("model_description", "");
@@ -63,15 +72,19 @@ CacheManifest CacheManifest::from_json(const nlohmann::json& j, const std::strin
     m.shape = {int(s.integer("layer", 0, 1, 1 << 16)), int(s.integer("token", 0, 1, 1 << 20)),
                int(s.integer("stream", 0, 1, 1 << 12)), int(s.integer("source", 0, 1, 1 << 16))};
     if (f.has("record")) {  // routing records (absent in caches of continuous coefficients)
-      const JsonFields r = f.object("record", {"kind", "slots", "categories", "selected"});
+      const JsonFields r = f.object("record", {"kind", "slots", "categories", "selected", "min_exit"});
       const std::string kind = r.text("kind", "");
       bool known = false;
-      for (RecordKind k : {RecordKind::continuous, RecordKind::expert_routing, RecordKind::token_selection})
+      for (RecordKind k : {RecordKind::continuous, RecordKind::expert_routing, RecordKind::token_selection, RecordKind::exit_depth})
         if (kind == record_kind_name(k)) m.shape.kind = k, known = true;
       if (!known) throw Error(where + ": unknown record kind '" + kind + "' in the cache manifest");
       m.shape.slots = int(r.integer("slots", 0, 0, 1 << 16));
       m.shape.categories = int(r.integer("categories", 0, 0, 1 << 16));
       m.shape.selected = int(r.integer("selected", 0, 0, 1 << 20));
+      if (m.shape.kind == RecordKind::exit_depth) {
+        if (!r.has("min_exit")) throw Error(where + ": cache manifest: an exit_depth record without 'min_exit'");
+        m.shape.min_exit = int(r.integer("min_exit", 0, 1, 1 << 16));
+      }
     }
     m.dtype = f.text("dtype", "");
     m.axes = j.at("axes").get<std::vector<std::string>>();
@@ -80,6 +93,7 @@ CacheManifest CacheManifest::from_json(const nlohmann::json& j, const std::strin
       throw Error(where + ": cache manifest: 'seed' must be an integer in 0 .. 2^64-1, found " + seed.dump());
     m.seed = seed.get<uint64_t>();
     m.build = f.text("build", "");
+    if (f.has("controller_setting")) m.controller_setting = f.text("controller_setting", "");
     return m;
   } catch (const nlohmann::json::exception& e) {
     throw Error(where + ": malformed cache manifest (" + e.what() + ")");
@@ -104,6 +118,8 @@ void CacheManifest::check_matches(const CacheManifest& found, const std::string&
     differ("calib_windows", std::to_string(calib_windows.size()) + " windows",
            std::to_string(found.calib_windows.size()) + " other windows");
   if (found.dtype != dtype || found.axes != axes) differ("dtype/axes", dtype, found.dtype);
+  if (found.controller_setting != controller_setting)
+    differ("controller_setting", "\"" + controller_setting + "\"", "\"" + found.controller_setting + "\"");
 }
 
 void write_coefficient_cache(const std::string& path, const CacheManifest& m, AuditableModel& model,

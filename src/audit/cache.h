@@ -36,6 +36,9 @@ struct CacheManifest {
   // The build that wrote it (build_description()). Informational, not matched: another build's
   // cache is used only when exact replay, which always runs, reproduces its NLLs bit for bit.
   std::string build;
+  // The controller's inference setting the records depend on (AuditableModel::controller_setting():
+  // an exit model's threshold); matched. Empty (and not written) for models without one.
+  std::string controller_setting;
 
   nlohmann::ordered_json to_json() const;
   static CacheManifest from_json(const nlohmann::json& j, const std::string& where);

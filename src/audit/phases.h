@@ -24,6 +24,7 @@
 #include "audit/journal.h"
 #include "audit/plan.h"
 #include "audit/replay_probe.h"
+#include "audit/exit_conditions.h"
 #include "audit/routing_conditions.h"
 #include "core/communicator.h"
 #include "core/json.h"
@@ -40,7 +41,12 @@ struct AuditSetup {
   std::string journal_path;
   CacheManifest manifest;
   nlohmann::ordered_json provenance;
-  bool routing = false;                       // routing records (MoE, MoD) rather than continuous coefficients
+  bool routing = false;                       // routing records (MoE, MoD, exit) rather than continuous coefficients
+  // Whether the condition of this name draws a new randomisation per repetition, in the table of
+  // this audit's record kind.
+  bool randomized(const std::string& name) const {
+    return manifest.shape.kind == RecordKind::exit_depth ? exit_condition_randomized(name) : condition_randomized(name, routing);
+  }
   std::vector<std::string> conditions;        // to run, "correct" excluded (it is exact replay)
   std::vector<std::string> skipped;           // default conditions that do not apply to this model
   nlohmann::ordered_json skipped_reasons;     // {name: why}
@@ -67,6 +73,7 @@ struct AuditInputs {
   CoefficientView evaluation;  // A, the cached evaluation coefficients
   CalibrationProfiles profiles;
   RoutingProfiles routing_profile;  // routing records only
+  ExitProfiles exit_profile;        // exit-depth records only
   AuditRandomness randomness;
   DisableGroups disable_groups;  // the model's switchable groups (continuous coefficients only)
   std::vector<std::unique_ptr<Condition>> conditions;  // in the order of AuditSetup::conditions
@@ -78,6 +85,11 @@ struct ConditionRun {
   bool randomized = false;
   std::vector<std::vector<double>> nll;
   int64_t controller_evaluations = 0;
+  // Families whose records change how much runs (AuditableModel::record_compute): over every
+  // replay of the condition, the GEMM FLOPs counted as they ran (null for correct, whose replay is
+  // the exact replay) and by the records' formulas, and blocks run summed over tokens.
+  std::optional<RecordCompute> compute;
+  std::optional<double> counted_gemm_flops;
 };
 
 // The window batches (the units of work, the same on every rank: work_split.h), rank 0's journal

@@ -4,6 +4,8 @@
 #include <cstdio>
 
 #include "audit/phases.h"
+
+#include "core/exec_counters.h"
 #include "audit/work_split.h"
 #include "core/error.h"
 #include "ops/provenance.h"
@@ -71,18 +73,34 @@ nlohmann::json condition_batch(AuditableModel& model, const AuditSetup& s, const
                            {"controller_evaluations", nlohmann::json::array()}};
   CoefficientTensor batch = model.make_coefficients(B, T);
   std::vector<double> nll(static_cast<size_t>(B));
+  const ExecCounters* counters = exec_counters();
+  const bool computed = model.record_compute(batch.view(), B).has_value();
+  if (computed) record["compute"] = nlohmann::json::array();
   for (const auto& c : in.conditions) {
     nlohmann::json reps = nlohmann::json::array();
     int64_t condition_evaluations = 0;
+    double counted = 0, formula = 0;
+    int64_t token_blocks = 0, tokens = 0;
     for (int r = 0; r < (c->randomized() ? s.options.reps : 1); ++r) {
       for (int b = 0; b < B; ++b) c->coefficients(w0 + b, r, batch, b);
       const int64_t evaluations = model.replay_controller_evaluations();
+      const double gemm_before = counters != nullptr ? double(counters->gemm_flops.load()) : 0.0;
       model.run_replay(s.eval.inputs.data() + off, s.eval.targets.data() + off, B, T, batch, nll.data());
       condition_evaluations += model.replay_controller_evaluations() - evaluations;
       reps.push_back(doubles_to_bits(nll.data(), size_t(B)));
+      if (computed) {
+        counted += counters != nullptr ? double(counters->gemm_flops.load()) - gemm_before : 0.0;
+        const RecordCompute f = *model.record_compute(batch.view(), B);
+        formula += f.gemm_flops;
+        token_blocks += f.token_blocks;
+        tokens += f.tokens;
+      }
     }
     record["nll"].push_back(std::move(reps));
     record["controller_evaluations"].push_back(condition_evaluations);
+    if (computed)
+      record["compute"].push_back({{"counted_gemm_flops", counted}, {"record_gemm_flops", formula},
+                                   {"token_blocks", token_blocks}, {"tokens", tokens}});
   }
   record["prefix_reuses"] = model.prefix_reuses() - reuses_before;
   return record;
@@ -210,6 +228,14 @@ ConditionResults run_conditions(AuditableModel& model, const AuditSetup& s, cons
       if (!reps.is_array() || reps.size() != run.nll.size()) throw Error(where + ": repetitions of " + run.name + " do not match");
       for (size_t r = 0; r < run.nll.size(); ++r) bits_to_doubles(reps[r], run.nll[r].data() + w0, size_t(B), where);
       run.controller_evaluations += rec["controller_evaluations"][ci].get<int64_t>();
+      if (rec.contains("compute")) {
+        const nlohmann::json& f = rec["compute"][ci];
+        if (!run.compute) run.compute = RecordCompute{};
+        run.compute->gemm_flops += f["record_gemm_flops"].get<double>();
+        run.compute->token_blocks += f["token_blocks"].get<int64_t>();
+        run.compute->tokens += f["tokens"].get<int64_t>();
+        run.counted_gemm_flops = run.counted_gemm_flops.value_or(0.0) + f["counted_gemm_flops"].get<double>();
+      }
       done += int64_t(B) * int64_t(run.nll.size());
     }
     out.prefix_reuses += rec["prefix_reuses"].get<int64_t>();

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <vector>
 
+#include "audit/exit_conditions.h"
 #include "core/error.h"
 
 namespace fca {
@@ -21,6 +22,14 @@ void perturb_for_probe(CoefficientTensor& c) {
             }
   if (s.kind == RecordKind::expert_routing) {
     for (int32_t& e : c.discrete()) e = (e + 1) % s.categories;
+  } else if (s.kind == RecordKind::exit_depth) {
+    // Every token one block deeper, or one shallower where it ran them all (still a valid depth:
+    // m <= L - 1), with its absorbing fill.
+    for (int w = 0; w < c.windows(); ++w) {
+      std::vector<int> d = exit_depths(c.view(), w);
+      for (int& v : d) v = v < s.layers + 1 ? v + 1 : v - 1;
+      write_exit_depths(c, w, d);
+    }
   } else if (s.kind == RecordKind::token_selection) {
     std::vector<int32_t> row(size_t(s.tokens));
     for (int w = 0; w < c.windows(); ++w)
@@ -70,6 +79,7 @@ ReplayProbe probe_replay_sensitivity(AuditableModel& model, const WindowSet& win
   p.perturbation = "every valid coefficient v replaced by v + 0.25 (1 + |v|)";
   if (s.kind == RecordKind::expert_routing) p.perturbation += ", every expert index e by (e + 1) mod " + std::to_string(s.categories);
   if (s.kind == RecordKind::token_selection) p.perturbation += ", every token selection moved one token later (cyclically)";
+  if (s.kind == RecordKind::exit_depth) p.perturbation += ", every token's depth one block deeper (one shallower at full depth)";
   return p;
 }
 

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <sstream>
 
 #include "audit/aggregate.h"
@@ -26,6 +27,7 @@ void add_audit_command(CLI::App& app) {
     bool no_progress = false;
     bool no_prefix_reuse = false;
     bool plan_only = false;
+    std::optional<double> exit_threshold;
   };
   auto f = std::make_shared<Flags>();
   AuditOptions& a = f->audit;
@@ -57,6 +59,10 @@ void add_audit_command(CLI::App& app) {
   cmd->add_option("--replay-tolerance", a.replay_tolerance, "Allowed replay difference (0 = bitwise; for other backends only)")
       ->check(non_negative_number)->capture_default_str();
   cmd->add_option("--out", a.out_dir, "Output folder (audit.json, windows.csv, audit.md); required except with --plan");
+  cmd->add_option("--exit-threshold", f->exit_threshold,
+                  "Early-exit models: the threshold lambda in [0, 1] the live pass and its records use (default: the "
+                  "checkpoint's); one audit per threshold, recorded in the cache")
+      ->check(CLI::Range(0.0, 1.0));
   cmd->add_flag("--no-progress", f->no_progress, "No progress bar");
   cmd->add_flag("--plan", f->plan_only,
                 "Print the plan (passes, tokens, FLOPs, memory, time estimated from a short probe) and stop");
@@ -85,7 +91,9 @@ void add_audit_command(CLI::App& app) {
     std::unique_ptr<AuditableModel> model;
     if (f->external.empty()) {
       model = open_model(options.model_path, std::max(1, options.batch), max_tokens);
+      if (f->exit_threshold) model->set_controller_setting("exit_threshold", *f->exit_threshold);
     } else {
+      if (f->exit_threshold) throw Error("audit: --exit-threshold applies to fca's early-exit models, not to --external");
       // The adapter learns its place among the ranks (fca_adapter.rank(), local_rank()), so that a node
       // with several GPUs audits one model replica per GPU (docs/audit-your-model.md).
       ::setenv("FCA_RANK", std::to_string(world().rank()).c_str(), 1);

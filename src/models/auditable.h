@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <span>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,14 @@ struct TraceTensor {
   const float* data;
 };
 
+// What a replay of some records runs, by the family's own formulas (never by counting): GEMM
+// FLOPs, and blocks run summed over the tokens (an exit model's depth sum).
+struct RecordCompute {
+  double gemm_flops = 0;
+  int64_t token_blocks = 0;
+  int64_t tokens = 0;
+};
+
 class AuditableModel {
  public:
   virtual ~AuditableModel() = default;
@@ -27,6 +36,19 @@ class AuditableModel {
   virtual std::string family() const = 0;       // "gated", "mudd", "moe", "mod"
   virtual std::string description() const = 0;  // e.g. "featuregate L 6, D 256, H 4, T 256"
   virtual std::string content_hash() const = 0;  // SHA-256 of the weights file(s)
+  // The controller's inference setting that its records depend on, e.g. "exit_threshold 0.9"; a
+  // coefficient cache records it and is refused for another. Empty for controllers without one.
+  virtual std::string controller_setting() const { return {}; }
+  // Sets the controller's inference setting `key` (an exit model's "exit_threshold") for the live
+  // runs from now on; throws Error where the model has no such setting.
+  virtual void set_controller_setting(const std::string& key, double value);
+  // Families whose records change how much runs (early exit) give what a replay of `records`
+  // (windows 0 .. windows-1, replayed as one batch) runs; the audit reports it beside each
+  // condition's DeltaNLL and checks it against what the replays counted. Null: the same for every
+  // record.
+  virtual std::optional<RecordCompute> record_compute(const CoefficientView& /*records*/, int /*windows*/) const {
+    return std::nullopt;
+  }
   virtual std::string config_json() const = 0;   // the checkpoint's config
   virtual size_t parameter_count() const = 0;
   virtual int max_tokens() const = 0;

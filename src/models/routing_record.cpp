@@ -55,6 +55,13 @@ void check_routing_records(const CoefficientView& v, const std::string& where) {
 
 CoefficientTensor routing_weights_dense(const CoefficientView& v) {
   const CoefficientShape& s = v.shape;
+  if (s.kind == RecordKind::exit_depth) {  // continued c as float: its token mean is P(d > k)
+    CoefficientTensor out(v.windows, CoefficientShape{s.layers, s.tokens, 1, 1});
+    for (int w = 0; w < v.windows; ++w)
+      for (int l = 0; l < s.layers; ++l)
+        for (int t = 0; t < s.tokens; ++t) out.at(w, l, t) = float(v.window_discrete(w)[int64_t(l) * s.tokens + t]);
+    return out;
+  }
   if (s.kind != RecordKind::expert_routing) {
     CoefficientTensor out(v.windows, CoefficientShape{s.layers, s.tokens, s.streams, s.sources});
     std::memcpy(out.values().data(), v.data, sizeof(float) * out.values().size());

@@ -20,6 +20,7 @@ void check_exit_record(const int32_t* continued, const CoefficientShape& s, cons
 
 // expert_routing: the dense E-vector of weights per token, zeros where unselected, as a
 // continuous tensor [L, T, 1, E] per window. token_selection: the weights sigmoid(s) unchanged.
+// exit_depth: the continued flags c as 0/1 floats [L-1, T, 1, 1].
 CoefficientTensor routing_weights_dense(const CoefficientView& records);
 
 // expert_routing: [layer][expert] share of the (token, slot) assignments; token_selection:

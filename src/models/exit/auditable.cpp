@@ -1,6 +1,10 @@
 #include "models/exit/auditable.h"
 
+#include <charconv>
 #include <cstdio>
+
+#include "core/error.h"
+#include "models/exit/figures.h"
 
 namespace fca {
 
@@ -10,6 +14,46 @@ std::string ExitAuditTraits::describe(const ExitConfig& c) {
   return std::string("exit m ") + std::to_string(c.min_exit) + " threshold " + threshold + " L " +
          std::to_string(c.n_layer) + ", D " + std::to_string(c.d_model) + ", H " + std::to_string(c.n_head) + ", T " +
          std::to_string(c.seq_len);
+}
+
+std::string ExitAuditable::controller_setting() const {
+  char buf[32];
+  const auto end = std::to_chars(buf, buf + sizeof buf, threshold_).ptr;  // the shortest text that reads back exactly
+  return "exit_threshold " + std::string(buf, end);
+}
+
+void ExitAuditable::set_controller_setting(const std::string& key, double value) {
+  if (key != "exit_threshold") AuditableModel::set_controller_setting(key, value);
+  if (!(value >= 0.0 && value <= 1.0)) throw Error("exit_threshold must be in [0, 1], found " + std::to_string(value));
+  threshold_ = value;
+}
+
+void ExitAuditable::run_live(const int32_t* inputs, const int32_t* targets, int B, int T, CoefficientTensor* record,
+                             int record_first, double* window_nll) {
+  if (record != nullptr) {
+    ExitRecordingDepth<float> source(model_, threshold_, *record);
+    exit_forward(model_, *rs_, inputs, B, T, source, record_first);
+  } else {
+    ExitLiveDepth<float> source(model_, threshold_);
+    exit_forward(model_, *rs_, inputs, B, T, source, 0);
+  }
+  exit_loss(*rs_, targets, window_nll);
+}
+
+std::optional<RecordCompute> ExitAuditable::record_compute(const CoefficientView& records, int windows) const {
+  const int T = records.shape.tokens, P = records.shape.layers;
+  std::vector<int32_t> depth(size_t(windows) * T, 1);
+  for (int w = 0; w < windows; ++w) {
+    const int32_t* c = records.window_discrete(w);
+    for (int k = 0; k < P; ++k)
+      for (int t = 0; t < T; ++t) depth[size_t(w) * T + t] += c[int64_t(k) * T + t];
+  }
+  const ExitPassFigures f = exit_pass_figures(model_.config(), depth.data(), windows, T, false);
+  RecordCompute r;
+  r.gemm_flops = f.gemm();
+  r.tokens = int64_t(windows) * T;
+  for (int32_t d : depth) r.token_blocks += d;
+  return r;
 }
 
 ModelFamily exit_model_family() {

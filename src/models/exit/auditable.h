@@ -29,9 +29,19 @@ struct ExitAuditTraits {
 
 class ExitAuditable : public RoutedAuditable<ExitAuditTraits> {
  public:
-  using RoutedAuditable<ExitAuditTraits>::RoutedAuditable;
+  ExitAuditable(const std::string& path, int max_batch, int max_tokens)
+      : RoutedAuditable<ExitAuditTraits>(path, max_batch, max_tokens), threshold_(model_.config().exit_threshold) {}
   // Rows never depend on the batch: row-independent GEMMs and attention (spec 10), tested.
   bool batch_invariant() const override { return true; }
+  // Live runs at the threshold lambda (the config's unless set): "exit_threshold <lambda>".
+  std::string controller_setting() const override;
+  void set_controller_setting(const std::string& key, double value) override;
+  void run_live(const int32_t* inputs, const int32_t* targets, int B, int T, CoefficientTensor* record, int record_first,
+                double* window_nll) override;
+  std::optional<RecordCompute> record_compute(const CoefficientView& records, int windows) const override;
+
+ private:
+  double threshold_;
 };
 
 // The family's entry in the model registry (models/registry.h): "exit", format fca-exit-v1,

@@ -97,7 +97,7 @@ nlohmann::ordered_json measure_exit(const std::string& path, const Corpus& corpu
     extra["nll"] = nll;
     extra.update(eval_figures(c, depths_of(*eval_record), eval.count, T, false));
     count_mode(modes, timed, name, [model, rs, source, timing, B, T] { exit_forward(*model, *rs, timing->inputs.data(), B, T, *source); },
-               exit_pass_figures(c, d.data(), B, T, false).expected(), L, B * T, extra);
+               exit_expected_counts(exit_pass_figures(c, d.data(), B, T, false)), L, B * T, extra);
   };
   // A live configuration at threshold lambda: recorded first (its depths give the expected counts).
   auto live_mode = [&](const std::string& name, double lambda) {
@@ -112,7 +112,7 @@ nlohmann::ordered_json measure_exit(const std::string& path, const Corpus& corpu
     extra.update(eval_figures(c, depths_of(*eval_record), eval.count, T, true));
     const auto source = std::make_shared<ExitLiveDepth<float>>(*model, lambda);
     count_mode(modes, timed, name, [model, rs, source, timing, B, T] { exit_forward(*model, *rs, timing->inputs.data(), B, T, *source); },
-               exit_pass_figures(c, d.data(), B, T, true).expected(), L, B * T, extra);
+               exit_expected_counts(exit_pass_figures(c, d.data(), B, T, true)), L, B * T, extra);
     return std::make_pair(timing_record, eval_record);
   };
 

@@ -1,4 +1,4 @@
-#include "models/exit/exec/flops.h"
+#include "models/exit/figures.h"
 
 #include <string>
 
@@ -46,18 +46,6 @@ ExitPassFigures exit_pass_figures(const ExitConfig& c, const int32_t* depth, int
   f.head = 2.0 * D * kByteVocab * double(int64_t(B) * T);
   for (int64_t n = 0; n < int64_t(B) * T; ++n) f.propagation_decode += double(L - depth[n]) * 4.0 * D * D;
   return f;
-}
-
-ExpectedCounts ExitPassFigures::expected() const {
-  ExpectedCounts e;
-  e.blocks = blocks;
-  e.gemm_flops = gemm();
-  e.controller_flops = controller;
-  e.mixing_flops = 0;
-  e.controller_evaluations = controller_evaluations;
-  for (int64_t a : active) e.routed_rows += a;
-  for (int64_t p : propagated) e.propagated_rows += p;
-  return e;
 }
 
 }  // namespace fca

@@ -1,0 +1,37 @@
+// The audit's conditions on exit-depth records (spec early-exit.md 7), written over the record kind
+// exit_depth (continued flags c_{k,t}, depth d_t = 1 + sum_k c_{k,t}), never over a model family.
+// A token's whole depth moves as one unit; every condition writes an executable, monotone record
+// (c_{k,t} = [d_t > k], score = the absorbing fill 1 - c) and is applied only in replay.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "audit/conditions.h"
+
+namespace fca {
+
+struct ExitProfiles {
+  CoefficientTensor position_depth;   // one window: PositionDepth (layer_position_mean)
+  CoefficientTensor depth_histogram;  // one window: DepthHistogram (static_profile)
+  double mean_depth = 0;              // MeanDepth's d-bar (structure_removed), over C and tokens
+};
+
+// The conditions in report order (correct first), and those skipped with the reason.
+const std::vector<std::string>& exit_condition_names();
+const std::vector<std::pair<std::string, std::string>>& exit_skipped_conditions();
+bool exit_condition_randomized(const std::string& name);
+
+// d_t of window w of a record, [T].
+std::vector<int> exit_depths(const CoefficientView& records, int window);
+// Writes depths [T] as window `slot` of `out`: c and the absorbing fill.
+void write_exit_depths(CoefficientTensor& out, int slot, const std::vector<int>& depths);
+
+// PositionDepth and DepthHistogram by the exact integer rules of spec 7.0, and MeanDepth's d-bar.
+ExitProfiles exit_profiles(const CoefficientView& calibration);
+
+// Builds an exit condition; throws Error for a name that is not one.
+std::unique_ptr<Condition> make_exit_condition(const std::string& name, const CoefficientView& evaluation,
+                                               const ExitProfiles& profiles, const AuditRandomness& randomness);
+
+}  // namespace fca
