@@ -58,11 +58,23 @@ std::string audit_markdown(const nlohmann::ordered_json& a) {
       md << "**WARNING: " << p["warning"].get<std::string>() << ".**\n\n";
   }
   md << "## Functional dependence\n\n";
-  md << "| condition | DeltaNLL | 95% CI | MC SE | controller evaluations |\n|---|---:|---|---:|---:|\n";
+  // Records that change how much runs (early exit): each condition's mean depth and GEMM FLOPs beside its DeltaNLL.
+  const bool compute = !a["conditions"].empty() && a["conditions"][0].contains("compute");
+  md << "| condition | DeltaNLL | 95% CI | MC SE | controller evaluations |" << (compute ? " mean depth | delta depth | GEMM MFLOP/token |" : "")
+     << "\n|---|---:|---|---:|---:|" << (compute ? "---:|---:|---:|" : "") << "\n";
   for (const auto& c : a["conditions"]) {
     md << "| " << c["name"].get<std::string>() << " | " << num(c["delta_nll"]) << " | " << ci(c["ci95"]) << " | "
-       << (c["mc_se"].is_null() ? std::string("–") : num(c["mc_se"])) << " | " << c["controller_evaluations"] << " |\n";
+       << (c["mc_se"].is_null() ? std::string("–") : num(c["mc_se"])) << " | " << c["controller_evaluations"] << " |";
+    if (compute) {
+      const auto& f = c["compute"];
+      md << " " << num(f["mean_depth"], "%.3f") << " | " << num(f["delta_depth"], "%+.3f") << " | "
+         << num(f["gemm_gflop_per_token_of_record"].get<double>() * 1e3, "%.4f") << " |";
+    }
+    md << "\n";
   }
+  if (compute)
+    md << "\nGEMM MFLOP/token: of each condition's records by the family's formulas; every condition's replays counted the "
+          "same (counted_matches_record in audit.json). identity runs every block: its DeltaNLL is a control, not a penalty.\n";
   md << "\nDeltaNLL = mean over windows of NLL(condition) - NLL(correct), nats/byte; randomised conditions average "
         "their randomisations per window first. static_profile is "
      << m["static_profile"].get<std::string>() << ", structure_removed is " << m["structure_removed"].get<std::string>()

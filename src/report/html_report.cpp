@@ -125,13 +125,21 @@ std::string report_html(const ReportData& d) {
     figure("fig-retention", figure_retention(d),
            "How much of the structure-removed penalty a static profile recovers; the dashed line is the 95% criterion.");
     for (const auto& a : d.audits) {
+      // Records that change how much runs (early exit): each condition's mean depth and GEMM FLOPs.
+      const bool compute = !a.doc["conditions"].empty() && a.doc["conditions"][0].contains("compute");
       h << "<h3>" << escape(report_util::audit_heading(d, a.doc)) << "</h3><table><tr><th class=\"l\">condition</th>"
-           "<th>DeltaNLL</th><th class=\"l\">95% CI</th><th>MC SE</th><th>controller evals</th></tr>";
-      for (const auto& c : a.doc["conditions"])
+           "<th>DeltaNLL</th><th class=\"l\">95% CI</th><th>MC SE</th><th>controller evals</th>"
+        << (compute ? "<th>mean depth</th><th>GEMM MFLOP/token</th>" : "") << "</tr>";
+      for (const auto& c : a.doc["conditions"]) {
         h << "<tr><td class=\"l\">" << escape(c["name"].get<std::string>()) << "</td><td>" << fmt("%+.5f", c["delta_nll"].get<double>())
           << "</td><td class=\"l\">" << ci(c["ci95"]) << "</td><td>"
           << (c.contains("mc_se") && !c["mc_se"].is_null() ? fmt("%.5f", c["mc_se"].get<double>()) : std::string("–")) << "</td><td>"
-          << c.value("controller_evaluations", 0) << "</td></tr>";
+          << c.value("controller_evaluations", 0) << "</td>";
+        if (compute)
+          h << "<td>" << fmt("%.3f", c["compute"]["mean_depth"].get<double>()) << "</td><td>"
+            << fmt("%.4f", c["compute"]["gemm_gflop_per_token_of_record"].get<double>() * 1e3) << "</td>";
+        h << "</tr>";
+      }
       h << "</table>";
       if (!a.doc["retention"].empty()) {
         h << "<table><tr><th class=\"l\">retention of</th><th>estimate</th><th class=\"l\">95% CI</th><th>profile DeltaNLL</th>"
@@ -218,6 +226,11 @@ std::string report_html(const ReportData& d) {
     figure("fig-latency", figure_latency(d),
            "Measured median latency per batch against blocks executed, for live, replayed and forced gates and for the "
            "real skip sweep (blocks removed from the graph).");
+    if (const std::string tradeoff = figure_depth_tradeoff(d); !tradeoff.empty())
+      figure("fig-depth", tradeoff,
+             "Models whose depth varies per token: NLL against FLOPs per token and against latency, for the same weights "
+             "truncated to every fixed depth (line) and for the live pass and the threshold sweep (points). A point below the "
+             "line is quality that dynamic depth buys at equal compute; above it, a fixed depth does better.");
     h << "<p class=\"sub\">Every configuration of an exec run is timed in the same interleaved rounds, so that drift lands on all "
          "alike. A ratio is the median of the per-round ratios with its 95% paired bootstrap interval; it is marked slower or "
          "faster only where the whole interval lies beyond the practical margin (1 +- margin); otherwise there is no "
@@ -284,9 +297,16 @@ std::string report_markdown(const ReportData& d) {
     md << "\n";
   }
   for (const auto& a : d.audits) {
-    md << "### " << report_util::audit_heading(d, a.doc) << ": conditions\n\n| condition | DeltaNLL | 95% CI |\n|---|---:|---|\n";
-    for (const auto& c : a.doc["conditions"])
-      md << "| " << c["name"].get<std::string>() << " | " << fmt("%+.5f", c["delta_nll"].get<double>()) << " | " << ci(c["ci95"]) << " |\n";
+    const bool compute = !a.doc["conditions"].empty() && a.doc["conditions"][0].contains("compute");
+    md << "### " << report_util::audit_heading(d, a.doc) << ": conditions\n\n| condition | DeltaNLL | 95% CI |"
+       << (compute ? " mean depth | GEMM MFLOP/token |" : "") << "\n|---|---:|---|" << (compute ? "---:|---:|" : "") << "\n";
+    for (const auto& c : a.doc["conditions"]) {
+      md << "| " << c["name"].get<std::string>() << " | " << fmt("%+.5f", c["delta_nll"].get<double>()) << " | " << ci(c["ci95"]) << " |";
+      if (compute)
+        md << " " << fmt("%.3f", c["compute"]["mean_depth"].get<double>()) << " | "
+           << fmt("%.4f", c["compute"]["gemm_gflop_per_token_of_record"].get<double>() * 1e3) << " |";
+      md << "\n";
+    }
     for (auto it = a.doc["retention"].begin(); it != a.doc["retention"].end(); ++it) {
       const auto& r = it.value();
       md << "\nRetention of " << it.key() << ": "

@@ -68,6 +68,7 @@ std::string figure_retention(const ReportData& data);
 std::string figure_variance(const ReportData& data);
 std::string figure_profiles(const ReportData& data);
 std::string figure_latency(const ReportData& data);
+std::string figure_depth_tradeoff(const ReportData& data);
 std::string figure_training(const ReportData& data);
 
 std::string report_html(const ReportData& data);

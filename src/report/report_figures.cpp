@@ -187,11 +187,51 @@ void require_matrix(const nlohmann::json& m, const std::string& path, const char
   if (!ok) throw Error(path + ": " + what + " is not a non-empty rectangular array of numbers");
 }
 
+// Depth records (early exit): the share of evaluation tokens at each depth, and the mean depth by
+// position, from the audit's live records.
+std::string figure_depths(const ReportData& d, const ReportData::Named& a) {
+  const auto& r = a.doc["routing"];
+  const auto& h = r["exit_histogram"];
+  const auto& by_position = r["mean_depth_by_position"];
+  if (!h.is_array() || h.empty() || !by_position.is_array() || by_position.empty())
+    throw Error(a.path + ": routing.exit_histogram and routing.mean_depth_by_position must be non-empty arrays");
+  const int L = int(h.size()), T = int(by_position.size());
+  const int left = 60, top = 34, bar_w = 40, plot_h = 120, gap = 80;
+  const int pos_left = left + L * bar_w + gap, pos_w = std::max(200, std::min(640, 4 * T));
+  svg::Canvas cv(pos_left + pos_w + 40, top + plot_h + 50, "Depths: " + report_util::audit_heading(d, a.doc));
+  cv.text(left, 16, report_util::audit_heading(d, a.doc) + ": share of tokens by depth (mean " +
+                        fmt("%.3f", r["mean_depth"].get<double>()) + " blocks), and mean depth by position", "start", 11, "#333", true);
+  double mx = 1e-12;
+  for (const auto& x : h) mx = std::max(mx, x.get<double>());
+  for (int k = 0; k < L; ++k) {
+    const double x = h[size_t(k)].get<double>(), bh = plot_h * x / mx;
+    cv.rect(left + bar_w * k + 4, top + plot_h - bh, bar_w - 8, bh, "#4477aa", "depth " + std::to_string(k + 1) + ": " + fmt("%.4f", x));
+    cv.text(left + bar_w * k + bar_w / 2.0, top + plot_h + 14, std::to_string(k + 1), "middle", 10);
+    cv.text(left + bar_w * k + bar_w / 2.0, top + plot_h - bh - 3, fmt("%.2f", x), "middle", 9);
+  }
+  cv.text(left + bar_w * L / 2.0, top + plot_h + 30, "depth (blocks run)", "middle", 10);
+  // Mean depth by position: one bar per position, scaled from 0 to L.
+  const double cell = double(pos_w) / T;
+  for (int t = 0; t < T; ++t) {
+    const double v = by_position[size_t(t)].get<double>(), bh = plot_h * v / L;
+    cv.rect(pos_left + cell * t, top + plot_h - bh, std::max(1.0, cell - 0.5), bh, "#66ccee",
+            "position " + std::to_string(t) + ": mean depth " + fmt("%.3f", v));
+  }
+  cv.text(pos_left, top + plot_h + 14, "position 0", "start", 10);
+  cv.text(pos_left + pos_w, top + plot_h + 14, "position " + std::to_string(T - 1), "end", 10);
+  cv.text(pos_left - 4, top + 8, std::to_string(L), "end", 9);
+  cv.text(pos_left - 4, top + plot_h, "0", "end", 9);
+  cv.text(pos_left + pos_w / 2.0, top + plot_h + 30, "mean depth by position", "middle", 10);
+  return cv.str();
+}
+
 std::string figure_profiles(const ReportData& d) {
   std::string out;
   for (const auto& a : d.audits) {
     const auto& prof = a.doc["profiles"];
-    if (a.doc.contains("routing")) {  // routed: expert load (layer x expert) or selection frequency (layer x position)
+    if (a.doc.contains("routing") && a.doc["routing"].contains("exit_histogram")) {  // depth records: histogram and by position
+      out += figure_depths(d, a);
+    } else if (a.doc.contains("routing")) {  // routed: expert load (layer x expert) or selection frequency (layer x position)
       const bool experts = a.doc["routing"].contains("expert_load");
       const auto& m = experts ? a.doc["routing"]["expert_load"] : a.doc["routing"]["selection_frequency"];
       require_matrix(m, a.path, experts ? "routing.expert_load" : "routing.selection_frequency");
@@ -346,6 +386,59 @@ std::string figure_latency(const ReportData& d) {
   cv.text(width - legend, top + 20 + 16.0 * series_names.size(), "filled: live, replay, forced", "start", 9, "#666");
   cv.text(width - legend, top + 32 + 16.0 * series_names.size(), "hollow + line: skip sweep", "start", 9, "#666");
   return cv.str();
+}
+
+// Models with a static truncation curve (exec modes carrying "fixed_depth": early exit): NLL against
+// GFLOP per token and against median latency, the fixed depths of the same weights as a line and
+// the live pass and threshold sweep (modes carrying "threshold") as points.
+std::string figure_depth_tradeoff(const ReportData& d) {
+  std::string out;
+  for (const auto& e : d.execs)
+    for (const auto& m : e.doc["models"]) {
+      std::vector<const nlohmann::json*> curve, sweep;
+      for (const auto& r : m["modes"]) {
+        if (r.contains("fixed_depth")) curve.push_back(&r);
+        else if (r.contains("threshold") && r["mode"] != "replay" && r["mode"] != "cross_input") sweep.push_back(&r);
+      }
+      if (curve.size() < 2) continue;
+      const std::string name = d.label(m["model_sha256"].get<std::string>(), m["gate"].get<std::string>());
+      const int panel = 420, left = 70, top = 30, height = 330;
+      svg::Canvas cv(2 * panel + 60, height, "Depth against quality: " + name);
+      cv.text(left, 16, name + ": NLL against compute, fixed depths of the same weights (line) and thresholds (points)", "start", 11,
+              "#333", true);
+      for (int p = 0; p < 2; ++p) {  // 0: GFLOP/token (evaluation windows), 1: median latency per batch
+        auto x_of = [&](const nlohmann::json& r) {
+          return p == 0 ? r["eval_gflop_per_token"].get<double>() * 1e3 : 1e3 * r["latency"]["median_s"].get<double>();
+        };
+        double x0 = 1e300, x1 = 0, y0 = 1e300, y1 = -1e300;
+        for (const auto* list : {&curve, &sweep})
+          for (const auto* r : *list) {
+            x0 = std::min(x0, x_of(*r)), x1 = std::max(x1, x_of(*r));
+            y0 = std::min(y0, (*r)["nll"].get<double>()), y1 = std::max(y1, (*r)["nll"].get<double>());
+          }
+        const double pad_y = std::max(1e-3, 0.08 * (y1 - y0)), pad_x = std::max(1e-9, 0.05 * (x1 - x0));
+        const double ox = p * (panel + 30.0);
+        const svg::Scale sx{x0 - pad_x, x1 + pad_x, ox + left, ox + panel}, sy{y0 - pad_y, y1 + pad_y, double(height - 50), double(top)};
+        std::vector<const nlohmann::json*> sorted = curve;
+        std::sort(sorted.begin(), sorted.end(), [&](const auto* a, const auto* b) { return x_of(*a) < x_of(*b); });
+        std::vector<std::pair<double, double>> line;
+        for (const auto* r : sorted) line.push_back({sx(x_of(*r)), sy((*r)["nll"].get<double>())});
+        cv.polyline(line, svg::palette(0), 1.4);
+        for (const auto* r : sorted)
+          cv.circle(sx(x_of(*r)), sy((*r)["nll"].get<double>()), 3, svg::palette(0), true,
+                    (*r)["mode"].get<std::string>() + ": NLL " + fmt("%.4f", (*r)["nll"].get<double>()));
+        for (const auto* r : sweep)
+          cv.circle(sx(x_of(*r)), sy((*r)["nll"].get<double>()), 4, svg::palette(1), false,
+                    (*r)["mode"].get<std::string>() + " (threshold " + fmt("%g", (*r)["threshold"].get<double>()) + "): NLL " +
+                        fmt("%.4f", (*r)["nll"].get<double>()) + ", mean depth " + fmt("%.2f", (*r)["mean_depth"].get<double>()));
+        cv.x_axis(sx, height - 50, p == 0 ? "MFLOP per token (evaluation windows)" : "median latency per batch (ms)");
+        cv.y_axis(sy, ox + left, "NLL (nats/byte)");
+      }
+      cv.text(left, height - 8, "hollow + line: fixed depth m..L (static truncation); filled: live and the threshold sweep", "start", 9,
+              "#666");
+      out += cv.str();
+    }
+  return out;
 }
 
 std::string figure_training(const ReportData& d) {

@@ -137,17 +137,25 @@ std::string execution_text(const nlohmann::json& e, bool& saves_compute) {
     if (!shares.empty()) shares += ")";
     t = "Live execution runs " + fmt("%.3g", live["gflop_per_token"].get<double>() * 1e3) + " MFLOP/token" + shares + " in " +
         fmt("%.2f", 1e3 * live["latency"]["median_s"].get<double>()) + " ms per batch";
+    if (live.contains("mean_depth")) {  // per-token depth (early exit): how deep tokens ran, and the static truncation curve
+      t += ", tokens running " + fmt("%.2f", live["mean_depth"].get<double>()) + " of " +
+           std::to_string(live["total_blocks"].get<int>()) + " blocks on average";
+      if (live.contains("nll_minus_fixed_depth_at_equal_flops") && !live["nll_minus_fixed_depth_at_equal_flops"].is_null())
+        t += " at " + fmt("%+.4f", live["nll_minus_fixed_depth_at_equal_flops"].get<double>()) +
+             " nats against the same weights truncated to a fixed depth of equal FLOPs (negative: dynamic depth is better)";
+    }
     saves_compute = false;
     for (const auto& s : e["savings"]) {
       const bool saves = s["saves"].get<bool>();
-      t += std::string("; against ") + s["against"].get<std::string>() + ": ";
+      const std::string mode = s["mode"].get<std::string>();
+      t += "; " + (mode == "live" ? std::string() : mode + " ") + "against " + s["against"].get<std::string>() + ": ";
       if (s["flop_ratio"].is_null() || s["latency_ratio"]["estimate"].is_null())
         t += "no saving claimed (" + s.value("note", std::string("undefined ratio")) + ")";
       else
         t += (saves ? "saves " + fmt("%.0f%%", 100 * s["flop_saving"].get<double>()) + " FLOPs and time, "
                     : "no saving claimed (FLOPs x" + fmt("%.2f", s["flop_ratio"].get<double>()) + ", ") +
              latency_ratio_words(s["latency_ratio"], "the latency") + (saves ? "" : ")");
-      if (saves && s["against"] == "dense_same_shape") saves_compute = true;
+      if (saves && (s["against"] == "dense_same_shape" || (mode == "live" && s["against"] == "full_depth"))) saves_compute = true;
     }
   }
   if (e.contains("skip_sweep")) {
