@@ -192,6 +192,10 @@ TEST(ExitAudit, EveryConditionReportsItsDepthAndCountedFlopsMatchingItsRecords) 
   EXPECT_GT(mean_depth, 1.0);
   EXPECT_LT(mean_depth, 3.0);
   EXPECT_EQ(j["settings"]["skipped_conditions"].size(), 3u);
+  const auto& agreement = j["routing"]["exit_agreement"];
+  EXPECT_GT(agreement["exited"].get<int64_t>(), 0);
+  EXPECT_GE(agreement["estimate"].get<double>(), 0.0);
+  EXPECT_LE(agreement["estimate"].get<double>(), 1.0);
   // One audit per threshold: the cache written at 0.5 is refused at 0.7.
   model->set_controller_setting("exit_threshold", 0.7);
   a.out_dir = dir.file("audit07");

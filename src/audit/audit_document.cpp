@@ -270,9 +270,21 @@ nlohmann::ordered_json profiles_json(const CalibrationProfiles& profiles, const 
   return out;
 }
 
+// Spec early-exit 7.4: of the evaluation tokens that exit before the last block, the share whose
+// argmax equals their argmax in the identity (full depth) replay.
+nlohmann::ordered_json exit_agreement_json(const std::vector<ConditionRun>& runs) {
+  for (const auto& r : runs) {
+    if (r.name != "identity") continue;
+    if (r.exited == 0) return {{"estimate", nullptr}, {"note", undefined_note("no evaluation token exits before the last block")}};
+    return {{"estimate", double(r.exit_agreeing) / double(r.exited)}, {"agreeing", r.exit_agreeing}, {"exited", r.exited}};
+  }
+  return {{"estimate", nullptr}, {"note", undefined_note("the identity condition did not run")}};
+}
+
 // Exit-depth records (spec early-exit.md 6): the evaluation windows' depth histogram [L], mean depth,
 // mean depth by position [T] and continuation probability P(d > k) per exit point.
-nlohmann::ordered_json exit_routing_json(const CoefficientView& A, const CoefficientShape& sh, const std::string& setting) {
+nlohmann::ordered_json exit_routing_json(const CoefficientView& A, const CoefficientShape& sh, const std::string& setting,
+                                         const std::vector<ConditionRun>& runs) {
   const int T = sh.tokens, L = sh.layers + 1;
   std::vector<double> histogram(size_t(L), 0.0), by_position(size_t(T), 0.0), continuation(size_t(sh.layers), 0.0);
   const double N = double(A.windows) * T;
@@ -292,6 +304,7 @@ nlohmann::ordered_json exit_routing_json(const CoefficientView& A, const Coeffic
           {"continuation", continuation},
           {"controller_setting", setting},
           {"min_exit", sh.min_exit},
+          {"exit_agreement", exit_agreement_json(runs)},
           {"note", "evaluation windows, live pass: exit_histogram[d-1] = share of tokens of depth d; continuation[k-1] = "
                    "P(d > k) at exit point k"}};
 }
@@ -361,7 +374,7 @@ nlohmann::ordered_json audit_document(const AuditableModel& model, const AuditSe
   j["variance"] = variance_json(in.evaluation, s.routing);
   if (s.manifest.shape.kind == RecordKind::exit_depth) {
     j["profiles"] = exit_profiles_json(in.exit_profile);
-    j["routing"] = exit_routing_json(in.evaluation, s.manifest.shape, s.manifest.controller_setting);
+    j["routing"] = exit_routing_json(in.evaluation, s.manifest.shape, s.manifest.controller_setting, runs);
   } else {
     j["profiles"] = profiles_json(in.profiles, s.manifest.shape, s.routing);
     if (s.routing) j["routing"] = routing_json(in.evaluation, s.manifest.shape);

@@ -90,6 +90,9 @@ struct ConditionRun {
   // the exact replay) and by the records' formulas, and blocks run summed over tokens.
   std::optional<RecordCompute> compute;
   std::optional<double> counted_gemm_flops;
+  // Exit-depth records, on identity (FullDepth) only: of the tokens that exit before the last block
+  // in the live records, how many have the same argmax there as at full depth (spec early-exit 7.4).
+  int64_t exit_agreeing = 0, exited = 0;
 };
 
 // The window batches (the units of work, the same on every rank: work_split.h), rank 0's journal

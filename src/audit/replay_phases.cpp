@@ -5,6 +5,8 @@
 
 #include "audit/phases.h"
 
+#include "audit/exit_conditions.h"
+
 #include "core/exec_counters.h"
 #include "audit/work_split.h"
 #include "core/error.h"
@@ -76,6 +78,29 @@ nlohmann::json condition_batch(AuditableModel& model, const AuditSetup& s, const
   const ExecCounters* counters = exec_counters();
   const bool computed = model.record_compute(batch.view(), B).has_value();
   if (computed) record["compute"] = nlohmann::json::array();
+  // Exit-depth records: the argmax of the unchanged records' replay (bitwise the live pass), to
+  // compare with identity's (full depth) for the tokens that exited early (exit agreement).
+  const bool exits = s.manifest.shape.kind == RecordKind::exit_depth;
+  const int V = model.vocab();
+  auto argmax = [&](const float* logits) {
+    std::vector<int32_t> best(size_t(B) * T, 0);
+    for (int64_t n = 0; n < int64_t(B) * T; ++n) {
+      const float* row = logits + n * V;
+      for (int v = 1; v < V; ++v)
+        if (row[v] > row[best[size_t(n)]]) best[size_t(n)] = v;
+    }
+    return best;
+  };
+  std::vector<int32_t> live_argmax;
+  std::vector<int> live_depth;
+  if (exits) {
+    for (int b = 0; b < B; ++b) {
+      batch.copy_window(b, in.evaluation, w0 + b);
+      for (int d : exit_depths(in.evaluation, w0 + b)) live_depth.push_back(d);
+    }
+    model.run_replay(s.eval.inputs.data() + off, s.eval.targets.data() + off, B, T, batch, nll.data());
+    live_argmax = argmax(model.last_logits());
+  }
   for (const auto& c : in.conditions) {
     nlohmann::json reps = nlohmann::json::array();
     int64_t condition_evaluations = 0;
@@ -88,6 +113,13 @@ nlohmann::json condition_batch(AuditableModel& model, const AuditSetup& s, const
       model.run_replay(s.eval.inputs.data() + off, s.eval.targets.data() + off, B, T, batch, nll.data());
       condition_evaluations += model.replay_controller_evaluations() - evaluations;
       reps.push_back(doubles_to_bits(nll.data(), size_t(B)));
+      if (exits && c->name() == "identity") {
+        const std::vector<int32_t> full = argmax(model.last_logits());
+        int64_t agreeing = 0, exited = 0;
+        for (size_t n = 0; n < full.size(); ++n)
+          if (live_depth[n] < s.manifest.shape.layers + 1) ++exited, agreeing += full[n] == live_argmax[n];
+        record["exit_agreement"] = {agreeing, exited};
+      }
       if (computed) {
         counted += counters != nullptr ? double(counters->gemm_flops.load()) - gemm_before : 0.0;
         const RecordCompute f = *model.record_compute(batch.view(), B);
@@ -228,6 +260,10 @@ ConditionResults run_conditions(AuditableModel& model, const AuditSetup& s, cons
       if (!reps.is_array() || reps.size() != run.nll.size()) throw Error(where + ": repetitions of " + run.name + " do not match");
       for (size_t r = 0; r < run.nll.size(); ++r) bits_to_doubles(reps[r], run.nll[r].data() + w0, size_t(B), where);
       run.controller_evaluations += rec["controller_evaluations"][ci].get<int64_t>();
+      if (run.name == "identity" && rec.contains("exit_agreement")) {
+        run.exit_agreeing += rec["exit_agreement"][0].get<int64_t>();
+        run.exited += rec["exit_agreement"][1].get<int64_t>();
+      }
       if (rec.contains("compute")) {
         const nlohmann::json& f = rec["compute"][ci];
         if (!run.compute) run.compute = RecordCompute{};
