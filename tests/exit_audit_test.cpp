@@ -196,6 +196,20 @@ TEST(ExitAudit, EveryConditionReportsItsDepthAndCountedFlopsMatchingItsRecords) 
   EXPECT_GT(agreement["exited"].get<int64_t>(), 0);
   EXPECT_GE(agreement["estimate"].get<double>(), 0.0);
   EXPECT_LE(agreement["estimate"].get<double>(), 1.0);
+  // Prefix reuse (spec 7.2): replays started after block m, and the results are bitwise those of
+  // an audit that recomputes it (the compute check adds what the reused prefix did not run).
+  EXPECT_GT(j["provenance"]["run"]["prefix_reuse"]["replays_reusing_block_0"].get<int64_t>(), 0);
+  AuditOptions no_reuse = a;
+  no_reuse.prefix_reuse = false;
+  no_reuse.out_dir = dir.file("audit-no-reuse");
+  no_reuse.cache_path = dir.file("audit") + "/cache.safetensors";
+  const auto k = run_audit(*model, corpus, no_reuse);
+  EXPECT_EQ(k["provenance"]["run"]["prefix_reuse"]["replays_reusing_block_0"].get<int64_t>(), 0);
+  ASSERT_EQ(k["conditions"].size(), j["conditions"].size());
+  for (size_t i = 0; i < j["conditions"].size(); ++i) {
+    EXPECT_EQ(k["conditions"][i]["delta_nll"], j["conditions"][i]["delta_nll"]) << j["conditions"][i]["name"];
+    EXPECT_EQ(k["conditions"][i]["compute"]["gemm_gflop_per_token_of_record"], j["conditions"][i]["compute"]["gemm_gflop_per_token_of_record"]);
+  }
   // One audit per threshold: the cache written at 0.5 is refused at 0.7.
   model->set_controller_setting("exit_threshold", 0.7);
   a.out_dir = dir.file("audit07");

@@ -93,7 +93,8 @@ nlohmann::ordered_json exact_replay_json(const ExactReplay& exact, double tolera
 
 // What a condition's replays ran (AuditableModel::record_compute), beside its DeltaNLL: mean
 // blocks per token (an exit model's mean depth) and its difference to correct, GEMM GFLOP per
-// token by the records' formulas and as counted, and whether the two agree.
+// token by the records' formulas and as counted (plus the prefix reused replays did not run), and
+// whether the two agree.
 nlohmann::ordered_json compute_json(const ConditionRun& run, const ConditionRun& correct) {
   const RecordCompute& f = *run.compute;
   const double tokens = double(f.tokens), blocks = double(f.token_blocks) / tokens;
@@ -101,8 +102,11 @@ nlohmann::ordered_json compute_json(const ConditionRun& run, const ConditionRun&
   if (correct.compute) j["delta_depth"] = blocks - double(correct.compute->token_blocks) / double(correct.compute->tokens);
   j["gemm_gflop_per_token_of_record"] = f.gemm_flops / 1e9 / tokens;
   if (run.counted_gemm_flops) {
+    // Prefix reuse (models/prefix_reuse.h): a replay that starts after the kept prefix counts only
+    // what it ran; the prefix it reused is added by the records' formula for it.
     j["gemm_gflop_per_token_counted"] = *run.counted_gemm_flops / 1e9 / tokens;
-    j["counted_matches_record"] = *run.counted_gemm_flops == f.gemm_flops;
+    j["gemm_gflop_per_token_reused_prefix"] = run.reused_prefix_gemm_flops / 1e9 / tokens;
+    j["counted_matches_record"] = *run.counted_gemm_flops + run.reused_prefix_gemm_flops == f.gemm_flops;
   } else {
     j["gemm_gflop_per_token_counted"] = nullptr;
     j["note"] = "correct replays the cache: the exact replay, checked bit for bit against the live pass";

@@ -104,13 +104,15 @@ nlohmann::json condition_batch(AuditableModel& model, const AuditSetup& s, const
   for (const auto& c : in.conditions) {
     nlohmann::json reps = nlohmann::json::array();
     int64_t condition_evaluations = 0;
-    double counted = 0, formula = 0;
+    double counted = 0, reused = 0, formula = 0;
     int64_t token_blocks = 0, tokens = 0;
     for (int r = 0; r < (c->randomized() ? s.options.reps : 1); ++r) {
       for (int b = 0; b < B; ++b) c->coefficients(w0 + b, r, batch, b);
       const int64_t evaluations = model.replay_controller_evaluations();
       const double gemm_before = counters != nullptr ? double(counters->gemm_flops.load()) : 0.0;
+      const int64_t reuses = model.prefix_reuses();
       model.run_replay(s.eval.inputs.data() + off, s.eval.targets.data() + off, B, T, batch, nll.data());
+      const bool reused_prefix = model.prefix_reuses() > reuses;
       condition_evaluations += model.replay_controller_evaluations() - evaluations;
       reps.push_back(doubles_to_bits(nll.data(), size_t(B)));
       if (exits && c->name() == "identity") {
@@ -121,8 +123,9 @@ nlohmann::json condition_batch(AuditableModel& model, const AuditSetup& s, const
         record["exit_agreement"] = {agreeing, exited};
       }
       if (computed) {
-        counted += counters != nullptr ? double(counters->gemm_flops.load()) - gemm_before : 0.0;
         const RecordCompute f = *model.record_compute(batch.view(), B);
+        counted += counters != nullptr ? double(counters->gemm_flops.load()) - gemm_before : 0.0;
+        reused += reused_prefix ? f.prefix_gemm_flops : 0.0;
         formula += f.gemm_flops;
         token_blocks += f.token_blocks;
         tokens += f.tokens;
@@ -131,7 +134,7 @@ nlohmann::json condition_batch(AuditableModel& model, const AuditSetup& s, const
     record["nll"].push_back(std::move(reps));
     record["controller_evaluations"].push_back(condition_evaluations);
     if (computed)
-      record["compute"].push_back({{"counted_gemm_flops", counted}, {"record_gemm_flops", formula},
+      record["compute"].push_back({{"counted_gemm_flops", counted}, {"reused_prefix_gemm_flops", reused}, {"record_gemm_flops", formula},
                                    {"token_blocks", token_blocks}, {"tokens", tokens}});
   }
   record["prefix_reuses"] = model.prefix_reuses() - reuses_before;
@@ -271,6 +274,7 @@ ConditionResults run_conditions(AuditableModel& model, const AuditSetup& s, cons
         run.compute->token_blocks += f["token_blocks"].get<int64_t>();
         run.compute->tokens += f["tokens"].get<int64_t>();
         run.counted_gemm_flops = run.counted_gemm_flops.value_or(0.0) + f["counted_gemm_flops"].get<double>();
+        run.reused_prefix_gemm_flops += f.value("reused_prefix_gemm_flops", 0.0);
       }
       done += int64_t(B) * int64_t(run.nll.size());
     }

@@ -27,6 +27,7 @@ struct RecordCompute {
   double gemm_flops = 0;
   int64_t token_blocks = 0;
   int64_t tokens = 0;
+  double prefix_gemm_flops = 0;  // of gemm_flops, what a replay reusing the kept prefix does not run
 };
 
 class AuditableModel {

@@ -51,6 +51,7 @@ std::optional<RecordCompute> ExitAuditable::record_compute(const CoefficientView
   const ExitPassFigures f = exit_pass_figures(model_.config(), depth.data(), windows, T, false);
   RecordCompute r;
   r.gemm_flops = f.gemm();
+  r.prefix_gemm_flops = f.prefix_gemm;
   r.tokens = int64_t(windows) * T;
   for (int32_t d : depth) r.token_blocks += d;
   return r;

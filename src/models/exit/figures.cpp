@@ -37,6 +37,7 @@ ExitPassFigures exit_pass_figures(const ExitConfig& c, const int32_t* depth, int
     f.propagated[size_t(k - 1)] = propagated;
     f.trunk += 24.0 * D * D * double(active);
     f.attention += 4.0 * D * double(pairs);
+    if (k <= m) f.prefix_gemm += 24.0 * D * D * double(active) + 4.0 * D * double(pairs);
     f.propagation += 4.0 * D * D * double(propagated);
     if (live && k >= m && k <= L - 1) {
       f.controller += (9.0 * D + 3.0) * double(active);

@@ -21,6 +21,9 @@ struct ExitPassFigures {
   double trunk = 0, attention = 0, propagation = 0, controller = 0, head = 0;
   // Eager (decode-faithful) propagation: (L - d) 4 D^2 per token.
   double propagation_decode = 0;
+  // The GEMM FLOPs of blocks 1..m (every row, no decision yet): what a replay that reuses the
+  // kept prefix does not run (spec 7.2).
+  double prefix_gemm = 0;
   double gemm() const { return trunk + attention + propagation + head; }
   double total() const { return gemm() + controller; }
 };

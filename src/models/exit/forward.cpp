@@ -45,6 +45,7 @@ void ExitRunState<T>::layout(A& a) {
   losses = a.template take<T>(N);
   tokens_in = a.template take<int32_t>(N);
   targets = a.template take<int32_t>(N);
+  prefix_state = a.template take<T>(N * D);
 }
 
 template <typename T>
@@ -94,11 +95,20 @@ void exit_forward(const ExitModel<T>& model, ExitRunState<T>& rs, const int32_t*
   const int64_t N = int64_t(B) * Tn;
   const auto& w = model.weights();
   ExecCounters* counters = exec_counters();
-  for (int64_t i = 0; i < N; ++i) {
-    if (tokens[i] < 0 || tokens[i] >= kByteVocab) throw Error("token id " + std::to_string(tokens[i]) + " is outside [0, 256)");
-    rs.tokens_in[i] = tokens[i];
+  // A replay of the windows of the last pass starts after block m (nothing before it depends on a
+  // decision); a live pass never reuses (the audit enables reuse for its replays only).
+  const bool reuse = !depths.evaluates_controller() && rs.prefix.reusable(tokens, B, Tn, rs.tokens_in);
+  if (reuse) {
+    ++rs.prefix.reused_passes;
+    std::memcpy(rs.x, rs.prefix_state, sizeof(T) * size_t(N) * size_t(D));
+  } else {
+    rs.prefix.invalidate();
+    for (int64_t i = 0; i < N; ++i) {
+      if (tokens[i] < 0 || tokens[i] >= kByteVocab) throw Error("token id " + std::to_string(tokens[i]) + " is outside [0, 256)");
+      rs.tokens_in[i] = tokens[i];
+    }
+    embedding_forward(rs.x, tokens, w.wte, w.wpe, B, Tn, D);
   }
-  embedding_forward(rs.x, tokens, w.wte, w.wpe, B, Tn, D);
   int64_t n = N;
   for (int64_t i = 0; i < N; ++i) {
     rs.rows[i] = int32_t(i);
@@ -108,7 +118,8 @@ void exit_forward(const ExitModel<T>& model, ExitRunState<T>& rs, const int32_t*
   rs.propagated_rows.assign(size_t(L), 0);
   depths.begin(position);
   BlockActivations<T>& a = rs.block;
-  for (int k = 1; k <= L && n > 0; ++k) {
+  // Block k on the n running rows.
+  auto run_block = [&](int k) {
     const auto& p = w.blocks[size_t(k - 1)];
     if (counters != nullptr) {
       counters->blocks_executed.fetch_add(1, std::memory_order_relaxed);
@@ -147,6 +158,13 @@ void exit_forward(const ExitModel<T>& model, ExitRunState<T>& rs, const int32_t*
     T* x = rs.x;
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < n * D; ++i) x[i] = x[i] + a.update[i];
+    if (k == m && rs.prefix.enabled) {  // every row ran blocks 1..m: keep their output for the next replay
+      std::memcpy(rs.prefix_state, rs.x, sizeof(T) * size_t(N) * size_t(D));
+      rs.prefix.computed(B, Tn);
+    }
+  };
+  for (int k = 1; k <= L && n > 0; ++k) {
+    if (!(reuse && k <= m)) run_block(k);  // blocks 1..m of a reused prefix: the kept state
     if (k < m || k == L) continue;
     // Exit point k: the source decides; exiting rows freeze, the others move up (stable).
     depths.decide(k, position, int(n), rs.rows, rs.x, rs.classifier, rs.exits);

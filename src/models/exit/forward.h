@@ -18,6 +18,7 @@
 #include "models/base/stream.h"
 #include "models/exit/depth_source.h"
 #include "models/exit/model.h"
+#include "models/prefix_reuse.h"
 
 namespace fca {
 
@@ -49,8 +50,13 @@ struct ExitRunState {
   T* losses;                  // [N]
   int32_t* tokens_in;         // [N]
   int32_t* targets;           // [N]
-  // What the last pass ran: rows per block |A_k| [L] and propagated rows |P_k| [L].
+  // What the last pass ran: rows per block |A_k| [L] and propagated rows |P_k| [L] (0 for the
+  // blocks a reused prefix skipped).
   std::vector<int64_t> active_rows, propagated_rows;
+  // Blocks 1..m run on every row before any decision (spec 7.2): a replay of the windows of the
+  // last pass starts from their output, kept in prefix_state [N, D] when reuse is enabled.
+  PrefixReuse prefix;
+  T* prefix_state;
   size_t bytes() const { return arena.capacity(); }
 
  private:
