@@ -8,6 +8,7 @@
 // through. The live pass (classifier included) is timed too, for the trained model.
 //
 //   fca_exit_ragged_bench CHECKPOINT DATA_DIR [--dims 128,256] [--batch 8] [--rounds 30] [--budget 60]
+//                         [--threshold LAMBDA]   (default: the checkpoint's)
 #include <omp.h>
 
 #include <cstdio>
@@ -53,7 +54,7 @@ int run(int argc, char** argv) {
   install_families();
   std::vector<int> dims{128, 256};
   int B = 8, rounds = 30;
-  double budget = 60;
+  double budget = 60, lambda = -1;
   for (int i = 3; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], value = argv[i + 1];
     if (flag == "--dims") {
@@ -66,6 +67,8 @@ int run(int argc, char** argv) {
       rounds = int(parse_integer(value, "--rounds", 3, 100000));
     } else if (flag == "--budget") {
       budget = parse_number(value, "--budget", 0.0, 1e6);
+    } else if (flag == "--threshold") {
+      lambda = parse_number(value, "--threshold", 0.0, 1.0);
     } else {
       throw Error("unknown flag " + flag);
     }
@@ -73,6 +76,7 @@ int run(int argc, char** argv) {
   set_threads(0);
   const ExitModel<float> trained = ExitModel<float>::load(argv[1]);
   const ExitConfig& tc = trained.config();
+  if (lambda < 0) lambda = tc.exit_threshold;
   const int T = tc.seq_len;
   Corpus corpus(argv[2]);
   const TokenWindows windows = load_token_windows(corpus.split("test"), T, B);
@@ -80,14 +84,14 @@ int run(int argc, char** argv) {
   const auto live_record = std::make_shared<CoefficientTensor>(B, exit_record_shape(tc, T));
   {
     ExitRunState<float> rs(tc, B, T);
-    ExitRecordingDepth<float> recording(trained, *live_record);
+    ExitRecordingDepth<float> recording(trained, lambda, *live_record);
     exit_forward(trained, rs, windows.inputs.data(), B, T, recording);
   }
   const std::vector<int32_t> depth = depths_of(*live_record);
   double mean_depth = 0;
   for (int32_t d : depth) mean_depth += double(d) / double(depth.size());
-  std::printf("depths: %s at its threshold %g on %d test windows of %d tokens: mean depth %.3f of %d\n", argv[1],
-              tc.exit_threshold, B, T, mean_depth, tc.n_layer);
+  std::printf("depths: %s at threshold %g on %d test windows of %d tokens: mean depth %.3f of %d\n", argv[1], lambda, B, T,
+              mean_depth, tc.n_layer);
   std::printf("SGEMM peak %.0f GFLOP/s, %d threads\n\n", measure_sgemm_peak_gflops(), omp_get_max_threads());
   std::printf("| D | FLOP ratio (replay / full depth) | latency ratio [95%% interval] | efficiency = latency saving / FLOP saving [interval] | rounds |\n");
   std::printf("|---:|---:|---|---|---:|\n");
@@ -100,7 +104,7 @@ int run(int argc, char** argv) {
     ExitRunState<float> rs(c, B, T);
     const auto full = constant_depth(c, B, T, c.n_layer);
     ExitReplayedDepth<float> replay(c, *live_record), full_depth(c, *full);
-    ExitLiveDepth<float> live(trained);
+    ExitLiveDepth<float> live(trained, lambda);
     std::vector<std::function<void()>> passes{
         [&] { exit_forward(model, rs, windows.inputs.data(), B, T, replay); },
         [&] { exit_forward(model, rs, windows.inputs.data(), B, T, full_depth); }};
