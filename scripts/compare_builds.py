@@ -3,6 +3,7 @@ tensor (name and bytes) plus trace metadata, JSON documents without provenance, 
 Prints one line per file and exits 1 on any difference."""
 import hashlib
 import json
+import os
 import struct
 import sys
 
@@ -33,7 +34,10 @@ def report(name, same):
     print(f"{name:40s} {'same' if same else 'DIFFER'}")
 
 
-for arch in ["gated", "mudd", "moe", "mod", "shc", "dhc", "mhc"]:
+archs = ["gated", "mudd", "moe", "mod", "shc", "dhc", "mhc"]
+if os.path.exists(f"{work}/old/exit.safetensors") and os.path.exists(f"{work}/new/exit.safetensors"):
+    archs.append("exit")
+for arch in archs:
     weights = f"{arch}.safetensors" if arch != "mudd" else "mudd/model.safetensors"
     state = f"{arch}.train-state.safetensors" if arch != "mudd" else "mudd/train-state.safetensors"
     for f in [weights, state]:
@@ -65,7 +69,8 @@ for arch in ["gated", "mudd", "moe", "mod", "shc", "dhc", "mhc"]:
 def exec_figures(p):
     keep = ("mode", "nll", "executed_blocks", "controller_evaluations_per_pass", "routed_rows_per_pass", "gemm_calls_per_pass",
             "gflop_per_pass", "gflop_per_token", "gflop_per_pass_by_kind", "counters_match_graph", "expert_rows", "threshold",
-            "removed_blocks", "total_blocks")
+            "removed_blocks", "total_blocks", "propagated_rows_per_pass", "mean_depth", "exit_histogram", "fixed_depth",
+            "eval_gflop_per_token", "nll_minus_fixed_depth_at_equal_flops")
     out = []
     for m in json.load(open(p))["models"]:
         entry = {k: m[k] for k in m if k in ("family", "gate", "config", "tokens_per_pass", "calibrated_static_gates",

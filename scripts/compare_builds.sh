@@ -18,10 +18,19 @@ for v in old new; do
   rm -rf "$work/$v" && mkdir -p "$work/$v"
   cd "$work"
   printf '[[1,2,3,4,5],[9,8,7,6,5]]' > ids.json
-  for arch in gated mudd moe mod shc dhc mhc; do
+  # exit only where both builds know it (builds before issue 27 do not).
+  archs="gated mudd moe mod shc dhc mhc"
+  # (help captured first: grep -q closing the pipe early would fail it under pipefail)
+  old_help=$("$old" train --help 2>/dev/null || true)
+  new_help=$("$new" train --help 2>/dev/null || true)
+  if [[ "$old_help" == *exit-head-steps* && "$new_help" == *exit-head-steps* ]]; then
+    archs="$archs exit"
+  fi
+  for arch in $archs; do
     case $arch in
       gated) flags="--gate featuregate" ;;
       shc | dhc | mhc) flags="--arch hyper --hc-variant $arch --hc-streams 3" ;;
+      exit) flags="--arch exit --exit-head-steps 10 --exit-threshold 0.95" ;;
       *) flags="--arch $arch" ;;
     esac
     out=$v/$arch.safetensors; [ $arch = mudd ] && out=$v/mudd
@@ -37,7 +46,7 @@ for v in old new; do
       --batch 8 --out $v/audit_$arch > $v/audit_$arch.log 2>&1
   done
   $fca exec --model $v/gated.safetensors --model $v/mudd --model $v/moe.safetensors --model $v/mod.safetensors \
-    --model $v/dhc.safetensors --model $v/mhc.safetensors --data "$data" \
+    --model $v/dhc.safetensors --model $v/mhc.safetensors $([ -f $v/exit.safetensors ] && echo "--model $v/exit.safetensors") --data "$data" \
     --runs 3 --max-runs 3 --warmup 1 --eval-windows 8 --calib-windows 8 --skip-threshold 0.3,0.6 --threads 2 --no-progress \
     --out $v/exec > $v/exec.log 2>&1
 done
