@@ -156,23 +156,32 @@ std::vector<int32_t> random_tokens(int n, uint64_t seed) {
   return x;
 }
 
+// The logits of the gated Dense model made of the exit model's first `layers` blocks (its tensors
+// by name), over windows x [B, T].
+std::vector<float> dense_logits(const ExitModel<float>& model, int layers, const std::vector<int32_t>& x, int B) {
+  const ExitConfig& c = model.config();
+  GatedConfig gc;
+  gc.n_layer = layers, gc.d_model = c.d_model, gc.n_head = c.n_head, gc.seq_len = c.seq_len, gc.gate = GateKind::dense;
+  GatedModel<float> dense(gc);
+  for (const auto& s : dense.layout()) std::memcpy(dense.tensor(s.name), model.tensor(s.name), sizeof(float) * s.numel);
+  const int T = c.seq_len;
+  GatedRunState<float> rs(gc, B, T, false);
+  LiveCoefficients<float> gates(dense);
+  gated_forward(dense, rs, x.data(), B, T, gates);
+  return std::vector<float>(rs.logits, rs.logits + int64_t(B) * T * 256);
+}
+
 TEST(ExitPass, ThresholdOneIsTheDenseForwardOfTheSameWeightsBitForBit) {
   set_threads(2);
   const ExitModel<float> model = random_model();
   const ExitConfig& c = model.config();
-  GatedConfig gc;
-  gc.n_layer = c.n_layer, gc.d_model = c.d_model, gc.n_head = c.n_head, gc.seq_len = c.seq_len, gc.gate = GateKind::dense;
-  GatedModel<float> dense(gc);
-  for (const auto& s : dense.layout()) std::memcpy(dense.tensor(s.name), model.tensor(s.name), sizeof(float) * s.numel);
   const int B = 3, T = c.seq_len;
   const auto x = random_tokens(B * T, 1);
-  GatedRunState<float> grs(gc, B, T, false);
-  LiveCoefficients<float> gates(dense);
-  gated_forward(dense, grs, x.data(), B, T, gates);
+  const std::vector<float> dense = dense_logits(model, c.n_layer, x, B);
   ExitRunState<float> rs(c, B, T);
   ExitLiveDepth<float> never(model, 1.0);
   exit_forward(model, rs, x.data(), B, T, never);
-  EXPECT_EQ(std::memcmp(rs.logits, grs.logits, sizeof(float) * size_t(B) * T * 256), 0);
+  EXPECT_EQ(std::memcmp(rs.logits, dense.data(), sizeof(float) * dense.size()), 0);
   for (int n = 0; n < B * T; ++n) ASSERT_EQ(rs.depth[n], c.n_layer);
   // The classifier still ran at every exit point (spec 7.0).
   EXPECT_EQ(rs.controller_evaluations, c.n_layer - c.min_exit);
@@ -182,19 +191,13 @@ TEST(ExitPass, ThresholdZeroIsTheDenseModelCutAtMinExit) {
   set_threads(2);
   const ExitModel<float> model = random_model(5, 24, 2);
   const ExitConfig& c = model.config();
-  GatedConfig gc;
-  gc.n_layer = c.min_exit, gc.d_model = c.d_model, gc.n_head = c.n_head, gc.seq_len = c.seq_len, gc.gate = GateKind::dense;
-  GatedModel<float> cut(gc);
-  for (const auto& s : cut.layout()) std::memcpy(cut.tensor(s.name), model.tensor(s.name), sizeof(float) * s.numel);
   const int B = 2, T = c.seq_len;
   const auto x = random_tokens(B * T, 2);
-  GatedRunState<float> grs(gc, B, T, false);
-  LiveCoefficients<float> gates(cut);
-  gated_forward(cut, grs, x.data(), B, T, gates);
+  const std::vector<float> cut = dense_logits(model, c.min_exit, x, B);
   ExitRunState<float> rs(c, B, T);
   ExitLiveDepth<float> always(model, 0.0);
   exit_forward(model, rs, x.data(), B, T, always);
-  EXPECT_EQ(std::memcmp(rs.logits, grs.logits, sizeof(float) * size_t(B) * T * 256), 0);
+  EXPECT_EQ(std::memcmp(rs.logits, cut.data(), sizeof(float) * cut.size()), 0);
   for (int n = 0; n < B * T; ++n) ASSERT_EQ(rs.depth[n], c.min_exit);
   for (int k = c.min_exit; k < c.n_layer; ++k) EXPECT_EQ(rs.active_rows[size_t(k)], 0) << "block " << k + 1 << " ran";
   for (int64_t p : rs.propagated_rows) EXPECT_EQ(p, 0);  // a constant depth needs no propagation

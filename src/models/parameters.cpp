@@ -32,6 +32,14 @@ void LayoutBuilder::add_attention_half(const std::string& p, int64_t D) {
   add(p + "ln2.bias", {D});
 }
 
+void LayoutBuilder::add_dense_block(const std::string& p, int64_t D) {
+  add_attention_half(p, D);
+  add(p + "mlp.fc.weight", {4 * D, D});
+  add(p + "mlp.fc.bias", {4 * D});
+  add(p + "mlp.proj.weight", {D, 4 * D});
+  add(p + "mlp.proj.bias", {D});
+}
+
 template <typename T>
 ParameterBuffer<T>::ParameterBuffer(std::vector<TensorSlot> layout) : layout_(std::move(layout)) {
   const auto& last = layout_.back();

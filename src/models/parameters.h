@@ -25,6 +25,9 @@ class LayoutBuilder {
   void add(std::string name, std::vector<int64_t> shape) { add(std::move(name), shape, shape.size() == 2); }
   // ln1, attn.qkv, attn.proj and ln2 of block `prefix` ("blocks.{l}."), width D.
   void add_attention_half(const std::string& prefix, int64_t D);
+  // The attention half and the dense MLP (mlp.fc [4D, D], mlp.proj [D, 4D] and their biases): the
+  // gated family's Dense block, in its order.
+  void add_dense_block(const std::string& prefix, int64_t D);
   std::vector<TensorSlot> slots;
 
  private:
@@ -113,6 +116,23 @@ class StrictConfig {
   std::string where_;
   JsonFields fields_;
 };
+
+// The shape fields of every pre-norm family's config (n_layer, d_model, n_head, seq_len): written
+// first into its JSON, and read from its StrictConfig.
+template <typename Config>
+void write_shape_fields(nlohmann::ordered_json& j, const Config& c) {
+  j["n_layer"] = c.n_layer;
+  j["d_model"] = c.d_model;
+  j["n_head"] = c.n_head;
+  j["seq_len"] = c.seq_len;
+}
+template <typename Config>
+void read_shape_fields(const StrictConfig& j, Config& c) {
+  c.n_layer = j.integer("n_layer");
+  c.d_model = j.integer("d_model");
+  c.n_head = j.integer("n_head");
+  c.seq_len = j.integer("seq_len");
+}
 
 // The shape fields the transformer families share, bounded so that no product of them overflows
 // and a layout stays small: 1 <= n_layer <= 4096, 1 <= d_model <= 65536, 1 <= n_head <= d_model,

@@ -33,10 +33,7 @@ void ExitConfig::validate(const std::string& where) const {
 
 std::string ExitConfig::to_json() const {
   nlohmann::ordered_json j;
-  j["n_layer"] = n_layer;
-  j["d_model"] = d_model;
-  j["n_head"] = n_head;
-  j["seq_len"] = seq_len;
+  write_shape_fields(j, *this);
   j["min_exit"] = min_exit;
   j["exit_threshold"] = exit_threshold;
   j["exit_head_steps"] = exit_head_steps;
@@ -48,10 +45,7 @@ ExitConfig ExitConfig::from_json(const std::string& text, const std::string& whe
                        {"n_layer", "d_model", "n_head", "seq_len", "min_exit", "exit_threshold", "exit_head_steps"},
                        kExitFormat);
   ExitConfig c;
-  c.n_layer = j.integer("n_layer");
-  c.d_model = j.integer("d_model");
-  c.n_head = j.integer("n_head");
-  c.seq_len = j.integer("seq_len");
+  read_shape_fields(j, c);
   c.min_exit = j.integer("min_exit");
   c.exit_threshold = j.number("exit_threshold");
   c.exit_head_steps = j.integer("exit_head_steps");
@@ -68,11 +62,7 @@ std::vector<TensorSlot> exit_tensor_layout(const ExitConfig& c) {
   b.add("wpe", {c.seq_len, D});
   for (int l = 0; l < c.n_layer; ++l) {
     const std::string p = "blocks." + std::to_string(l) + ".";
-    b.add_attention_half(p, D);
-    b.add(p + "mlp.fc.weight", {4 * D, D});
-    b.add(p + "mlp.fc.bias", {4 * D});
-    b.add(p + "mlp.proj.weight", {D, 4 * D});
-    b.add(p + "mlp.proj.bias", {D});
+    b.add_dense_block(p, D);
   }
   b.add("ln_f.weight", {D});
   b.add("ln_f.bias", {D});

@@ -28,10 +28,7 @@ void ModConfig::validate(const std::string& where) const {
 
 std::string ModConfig::to_json() const {
   nlohmann::ordered_json j;
-  j["n_layer"] = n_layer;
-  j["d_model"] = d_model;
-  j["n_head"] = n_head;
-  j["seq_len"] = seq_len;
+  write_shape_fields(j, *this);
   j["capacity"] = capacity;
   j["routed_every"] = routed_every;
   return j.dump();
@@ -40,10 +37,7 @@ std::string ModConfig::to_json() const {
 ModConfig ModConfig::from_json(const std::string& text, const std::string& where) {
   const StrictConfig j(text, where, {"n_layer", "d_model", "n_head", "seq_len", "capacity", "routed_every"}, kModFormat);
   ModConfig c;
-  c.n_layer = j.integer("n_layer");
-  c.d_model = j.integer("d_model");
-  c.n_head = j.integer("n_head");
-  c.seq_len = j.integer("seq_len");
+  read_shape_fields(j, c);
   c.routed_every = j.integer("routed_every");
   c.capacity = j.number("capacity");
   c.validate(where);
@@ -57,11 +51,7 @@ std::vector<TensorSlot> mod_tensor_layout(const ModConfig& c) {
   b.add("wpe", {c.seq_len, D});
   for (int l = 0; l < c.n_layer; ++l) {
     const std::string p = "blocks." + std::to_string(l) + ".";
-    b.add_attention_half(p, D);
-    b.add(p + "mlp.fc.weight", {4 * D, D});
-    b.add(p + "mlp.fc.bias", {4 * D});
-    b.add(p + "mlp.proj.weight", {D, 4 * D});
-    b.add(p + "mlp.proj.bias", {D});
+    b.add_dense_block(p, D);
     if (c.routed(l)) {
       b.add(p + "router.weight", {D}, false);
       b.add(p + "router.bias", {1}, false);

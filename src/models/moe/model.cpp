@@ -30,10 +30,7 @@ void MoeConfig::validate(const std::string& where) const {
 
 std::string MoeConfig::to_json() const {
   nlohmann::ordered_json j;
-  j["n_layer"] = n_layer;
-  j["d_model"] = d_model;
-  j["n_head"] = n_head;
-  j["seq_len"] = seq_len;
+  write_shape_fields(j, *this);
   j["n_expert"] = n_expert;
   j["top_k"] = top_k;
   j["expert_hidden"] = hidden();
@@ -45,10 +42,7 @@ MoeConfig MoeConfig::from_json(const std::string& text, const std::string& where
   const StrictConfig j(text, where, {"n_layer", "d_model", "n_head", "seq_len", "n_expert", "top_k", "expert_hidden", "aux_loss"},
                        kMoeFormat);
   MoeConfig c;
-  c.n_layer = j.integer("n_layer");
-  c.d_model = j.integer("d_model");
-  c.n_head = j.integer("n_head");
-  c.seq_len = j.integer("seq_len");
+  read_shape_fields(j, c);
   c.n_expert = j.integer("n_expert");
   c.top_k = j.integer("top_k");
   c.expert_hidden = j.integer("expert_hidden");
