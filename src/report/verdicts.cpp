@@ -152,7 +152,8 @@ std::string execution_text(const nlohmann::json& e, bool& saves_compute) {
       if (s["flop_ratio"].is_null() || s["latency_ratio"]["estimate"].is_null())
         t += "no saving claimed (" + s.value("note", std::string("undefined ratio")) + ")";
       else
-        t += (saves ? "saves " + fmt("%.0f%%", 100 * s["flop_saving"].get<double>()) + " FLOPs and time, "
+        t += (saves ? "saves " + fmt("%.0f%%", 100 * s["flop_saving"].get<double>()) + " of the FLOPs and " +
+                          fmt("%.0f%%", 100 * s["latency_saving"].get<double>()) + " of the time, "
                     : "no saving claimed (FLOPs x" + fmt("%.2f", s["flop_ratio"].get<double>()) + ", ") +
              latency_ratio_words(s["latency_ratio"], "the latency") + (saves ? "" : ")");
       if (saves && (s["against"] == "dense_same_shape" || (mode == "live" && s["against"] == "full_depth"))) saves_compute = true;
