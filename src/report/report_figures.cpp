@@ -196,15 +196,15 @@ std::string figure_depths(const ReportData& d, const ReportData::Named& a) {
   if (!h.is_array() || h.empty() || !by_position.is_array() || by_position.empty())
     throw Error(a.path + ": routing.exit_histogram and routing.mean_depth_by_position must be non-empty arrays");
   const int L = int(h.size()), T = int(by_position.size());
-  const int left = 60, top = 34, bar_w = 40, plot_h = 120, gap = 80;
+  const int left = 60, top = 48, bar_w = 40, plot_h = 120, gap = 80;
   const int pos_left = left + L * bar_w + gap, pos_w = std::max(200, std::min(640, 4 * T));
-  svg::Canvas cv(pos_left + pos_w + 40, top + plot_h + 50, "Depths: " + report_util::audit_heading(d, a.doc));
+  svg::Canvas cv(std::max(pos_left + pos_w + 40, 760), top + plot_h + 50, "Depths: " + report_util::audit_heading(d, a.doc));
   std::string agreement;
   if (r.contains("exit_agreement") && r["exit_agreement"]["estimate"].is_number())
     agreement = "; exit agreement " + fmt("%.1f%%", 100 * r["exit_agreement"]["estimate"].get<double>());
-  cv.text(left, 16, report_util::audit_heading(d, a.doc) + ": share of tokens by depth (mean " +
-                        fmt("%.3f", r["mean_depth"].get<double>()) + " blocks" + agreement + "), and mean depth by position",
-          "start", 11, "#333", true);
+  cv.text(left, 16, report_util::audit_heading(d, a.doc), "start", 11, "#333", true);
+  cv.text(left, 32, "share of tokens by depth (mean " + fmt("%.3f", r["mean_depth"].get<double>()) + " blocks" + agreement +
+                        "), and mean depth by position", "start", 10, "#333");
   double mx = 1e-12;
   for (const auto& x : h) mx = std::max(mx, x.get<double>());
   for (int k = 0; k < L; ++k) {
