@@ -111,20 +111,23 @@ BENCHMARK(BM_SgemmStreamedWeights)
     ->Args({256, 6144, 2048})->Args({256, 2048, 2048})->Args({256, 8192, 2048})->Args({256, 2048, 8192})
     ->Unit(benchmark::kMillisecond)->UseRealTime();
 
+// Arg 0: probabilities kept for a backward; 1: kept, with featuregate's statistics; 2: an inference
+// pass (no probabilities buffer, no statistics).
 void BM_AttentionForward(benchmark::State& state) {
-  const bool with_stats = state.range(0) != 0;
+  const bool with_stats = state.range(0) == 1, keep_probs = state.range(0) != 2;
   auto qkv = random_vector(size_t(kN) * 3 * kD, 3);
   std::vector<float> out(size_t(kN) * kD), probs(size_t(kB) * kH * kT * kT), logp(probs.size()), prev(probs.size()),
       feats(size_t(kB) * kH * kT * 3);
   std::vector<float> scratch(size_t(thread_count() * attention_scratch_per_thread(kT, kD / kH, false)));
   AttentionStats<float> stats{logp.data(), prev.data(), feats.data()};
   for (auto _ : state)
-    attention_forward(out.data(), probs.data(), scratch.data(), with_stats ? &stats : nullptr, qkv.data(), kB, kT, kD, kH);
+    attention_forward(out.data(), keep_probs ? probs.data() : nullptr, scratch.data(), with_stats ? &stats : nullptr, qkv.data(),
+                      kB, kT, kD, kH);
   // The products' executed work: Q K^T and P V over the executed (query, key) pairs.
   state.counters["GFLOP/s"] = benchmark::Counter(4.0 * kB * double(attention_executed_pairs(kT)) * kD,
                                                  benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
 }
-BENCHMARK(BM_AttentionForward)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_AttentionForward)->Arg(0)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 void BM_AttentionBackward(benchmark::State& state) {
   auto qkv = random_vector(size_t(kN) * 3 * kD, 3), dout = random_vector(size_t(kN) * kD, 4);

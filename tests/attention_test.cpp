@@ -133,6 +133,19 @@ TEST(Attention, BlockedKernelMatchesDirectFormulas) {
   attention_forward<double>(out2.data(), probs2.data(), scratch.data(), nullptr, qkv.data(), B, T, D, H);
   EXPECT_EQ(out, out2);
   EXPECT_EQ(probs, probs2);
+
+  // An inference pass (probs null: each tile's probabilities stay in the scratch) gives bitwise the
+  // same output and statistics, with and without the statistics.
+  std::vector<double> out3(out.size()), logp3(logp.size()), feats3(feats.size());
+  AttentionStats<double> stats3{logp3.data(), prev.data(), feats3.data()};
+  attention_forward<double>(out3.data(), nullptr, scratch.data(), &stats3, qkv.data(), B, T, D, H);
+  EXPECT_EQ(out, out3);
+  EXPECT_EQ(feats, feats3);
+  for (int t = 0; t < T; ++t)  // logp is written for u <= t only
+    for (int u = 0; u <= t; ++u) ASSERT_EQ(logp[size_t(t) * T + u], logp3[size_t(t) * T + u]);
+  std::fill(out3.begin(), out3.end(), 0.0);
+  attention_forward<double>(out3.data(), nullptr, scratch.data(), nullptr, qkv.data(), B, T, D, H);
+  EXPECT_EQ(out, out3);
 }
 
 TEST(Attention, FloatKernelsMatchDirectFormulasAndDoNotDependOnTheBatch) {
@@ -168,6 +181,14 @@ TEST(Attention, FloatKernelsMatchDirectFormulasAndDoNotDependOnTheBatch) {
     run(B, qkv_f.data(), dout_f.data(), out_nan, probs_nan, dqkv_nan, std::nanf(""));
     EXPECT_EQ(0, std::memcmp(out_nan.data(), out.data(), sizeof(float) * out.size()));
     EXPECT_EQ(0, std::memcmp(dqkv_nan.data(), dqkv.data(), sizeof(float) * dqkv.size()));
+  }
+
+  // Without probs (an inference pass) the output is bitwise the same.
+  {
+    std::vector<float> out_inference(out.size(), 0.0f);
+    std::vector<float> scratch(size_t(thread_count() * attention_scratch_per_thread(T, dh, false)));
+    attention_forward<float>(out_inference.data(), nullptr, scratch.data(), nullptr, qkv_f.data(), B, T, D, H);
+    EXPECT_EQ(0, std::memcmp(out_inference.data(), out.data(), sizeof(float) * out.size()));
   }
 
   // The second window alone (batch 1) gives bitwise its results in the batch of two: each (window,

@@ -60,7 +60,7 @@ void causal_softmax_row(T* row, int t, int zero_to, T* logp, const T* prev_logp,
 // tile's rows is zeroed by the softmax. P V runs over the same keys (the zeros add nothing). At
 // T = 256 that executes 1.06x the causal triangle's pairs.
 constexpr int kRowTile = 8;
-static_assert(kRowTile == 8, "attention_rows_scratch_per_thread (attention.h) sizes one tile of 8 rows");
+static_assert(kRowTile == 8, "attention_scratch_per_thread (attention.h) sizes one tile of 8 rows");
 template <typename T>
 constexpr const T* kNoAddend = nullptr;  // tile_matmul writes its products, adding nothing
 constexpr int kKeyRound = 16;
@@ -133,13 +133,14 @@ void attention_forward(T* out, T* probs, T* scratch, const AttentionStats<T>* st
     T* own = scratch + omp_get_thread_num() * attention_scratch_per_thread(Tn, dh, false);
     const T* kt = transposed_head(own, q + D, ld, Tn, dh);  // [dh, Tn]
     const T* v = q + 2 * D;
-    T* p = probs + bh * TT;
+    T* p = probs != nullptr ? probs + bh * TT : nullptr;
+    T* p_tile = own + int64_t(dh) * Tn;  // [kRowTile, Tn]: the tile's probabilities when probs is null
     T* y = out + int64_t(b) * Tn * D + h * dh;
     int64_t pairs = 0;  // (query, key) pairs of the tiles that ran
     for (int r0 = 0; r0 < Tn; r0 += kRowTile) {
       const int r1 = std::min(Tn, r0 + kRowTile), rows = r1 - r0, keys = keys_of_tile(r1, Tn);
       pairs += int64_t(rows) * keys;
-      T* pb = p + int64_t(r0) * Tn;
+      T* pb = p != nullptr ? p + int64_t(r0) * Tn : p_tile;  // row t of the tile at pb + (t - r0) Tn
       tile_matmul(pb, Tn, q + int64_t(r0) * ld, ld, 1, kt, Tn, rows, keys, dh, scale, kNoAddend<T>, 0);  // S = scale Q K^T
       for (int t = r0; t < r1; ++t) {
         T* logp = stats ? stats->logp + bh * TT + int64_t(t) * Tn : nullptr;
@@ -149,7 +150,7 @@ void attention_forward(T* out, T* probs, T* scratch, const AttentionStats<T>* st
         if (logp != nullptr && t + 1 < Tn)  // and the next row this layer's logp goes to
           for (int u = 0; u <= t + 1; u += int(64 / sizeof(T))) __builtin_prefetch(logp + Tn + u, 1);
         T* feat = stats ? stats->head_features + (int64_t(bh) * Tn + t) * 3 : nullptr;
-        causal_softmax_row(p + int64_t(t) * Tn, t, keys, logp, prev, feat);
+        causal_softmax_row(pb + int64_t(t - r0) * Tn, t, keys, logp, prev, feat);
       }
       tile_matmul(y + int64_t(r0) * D, D, pb, Tn, 1, v, ld, rows, dh, keys, T(1), kNoAddend<T>, 0);  // Y = P V
     }
@@ -173,7 +174,7 @@ void attention_rows_forward(T* out, int64_t ldo, T* scratch, const T* q, int64_t
     const int b = bh / H, h = bh % H;
     const int64_t first = row_begin[b], last = row_begin[b + 1];
     if (first == last) continue;  // no active query in this window
-    T* own = scratch + omp_get_thread_num() * attention_rows_scratch_per_thread(Tn, dh);
+    T* own = scratch + omp_get_thread_num() * attention_scratch_per_thread(Tn, dh, false);
     // Keys up to the last active query's tile: no row reads beyond them.
     const int key_count = int(attention_row_pairs(pos[last - 1], Tn));
     const T* k = kv + int64_t(b) * Tn * ldkv + h * dh;

@@ -5,7 +5,9 @@
 // h*dh .. h*dh+dh-1 of each), out [B*T, D] (heads concatenated), probs [B, H, T, T] (row t holds
 // p[t, u] for u <= t and exact zeros for t < u < the keys its tile computes, attention.cpp; what
 // lies beyond is left as it was: only attention itself reads probs, and never there). Scores are
-// s[t,u] = q_t . k_u / sqrt(dh).
+// s[t,u] = q_t . k_u / sqrt(dh). Only the backward pass reads probs: an inference pass passes null,
+// and each tile's probabilities then live in the thread's scratch (the same arithmetic, so out is
+// bitwise the same) instead of going to a [B, H, T, T] buffer in memory and back.
 #pragma once
 #include <cstdint>
 
@@ -34,17 +36,19 @@ void causal_softmax(T* scores, int heads, int Tn);
 // core/exec_counters.h); with_kl when the previous layer's logp is given.
 int64_t attention_statistics_flops(int B, int H, int Tn, bool with_kl);
 
-// Scratch values attention_forward (backward false) or attention_backward (true) needs per OpenMP
-// thread at Tn tokens and head width dh: a head's K^T or V^T [dh, Tn], and backward's dS [Tn, Tn].
+// Scratch values the attention kernels need per OpenMP thread at Tn tokens and head width dh: a
+// head's K^T or V^T [dh, Tn], one row tile's scores [8, Tn] (forward passes without probs and
+// attention_rows_forward), and for attention_backward (backward true) its dS [Tn, Tn].
 inline int64_t attention_scratch_per_thread(int Tn, int dh, bool backward) {
-  return int64_t(dh) * Tn + (backward ? int64_t(Tn) * Tn : 0);
+  return int64_t(dh) * Tn + int64_t(8) * Tn + (backward ? int64_t(Tn) * Tn : 0);
 }
 
 // Throws unless the current OpenMP thread count fits scratch sized for `sized_for` threads.
 void check_attention_scratch_threads(int sized_for);
 
 // stats may be null: then no statistic is computed, and out/probs are bitwise the same as with it.
-// scratch: attention_scratch_per_thread(Tn, D / H, false) values per OpenMP thread.
+// probs may be null (no backward to follow). scratch: attention_scratch_per_thread(Tn, D / H, false)
+// values per OpenMP thread.
 template <typename T>
 void attention_forward(T* out, T* probs, T* scratch, const AttentionStats<T>* stats, const T* qkv, int B, int Tn, int D,
                        int H);
@@ -55,12 +59,11 @@ void attention_forward(T* out, T* probs, T* scratch, const AttentionStats<T>* st
 // positions come from kv [B*T', 2D] (K in columns 0..D-1, V in D..2D-1; rows that no query reaches
 // are never read). Each row runs the dense kernel's arithmetic for its position (the same key count,
 // the same product chains and softmax), so out row i (row stride ldo) is bitwise attention_forward's
-// row pos[i], whatever other rows are active. scratch: attention_rows_scratch_per_thread values per
-// OpenMP thread. Executed (query, key) pairs are counted as the tiles run.
+// row pos[i], whatever other rows are active. scratch: attention_scratch_per_thread(Tn, dh, false)
+// values per OpenMP thread. Executed (query, key) pairs are counted as the tiles run.
 template <typename T>
 void attention_rows_forward(T* out, int64_t ldo, T* scratch, const T* q, int64_t ldq, const T* kv, const int32_t* pos,
                             const int64_t* row_begin, int B, int Tn, int D, int H);
-inline int64_t attention_rows_scratch_per_thread(int Tn, int dh) { return int64_t(dh) * Tn + int64_t(8) * Tn; }
 // Keys the tiled kernels run for the query at position t (its tile's causal range, rounded up):
 // attention_executed_pairs(Tn) is its sum over t.
 int64_t attention_row_pairs(int t, int Tn);

@@ -20,7 +20,7 @@ struct BlockActivations {
   T* ln1_out;  // [N, D]
   T* ln1_mean; T* ln1_rstd;  // [N]
   T* qkv;      // [N, 3D]
-  T* probs;    // [B, H, T', T'] attention probabilities (exact zeros above the diagonal)
+  T* probs;    // [B, H, T', T'] attention probabilities (exact zeros above the diagonal); null without backward
   T* attn_out; // [N, D] heads concatenated, before the output projection
   T* u;        // [N, D] attention update u_l
   T* ln2_in;   // [N, D] h_l + u_l
@@ -32,7 +32,8 @@ struct BlockActivations {
 };
 
 // Carves one block's activations from an arena (or ArenaMeasure) for `rows` rows of width D, with
-// attention probabilities of `attn` entries ([B, H, T', T']); dense_mlp adds fc_pre and fc_act
+// attention probabilities of `attn` entries ([B, H, T', T']; 0 for a run state without backward:
+// probs is then null and attention keeps each tile's probabilities in its scratch); dense_mlp adds fc_pre and fc_act
 // [rows, 4D] (the MoE's experts keep their own row buffers). Shared by every family built from
 // the pre-norm block (gated, moe, mod), so that no buffer can be forgotten in one of them.
 template <typename T, typename A>
@@ -41,7 +42,7 @@ void take_block_activations(A& a, BlockActivations<T>& b, int64_t rows, int64_t 
   b.ln1_mean = a.template take<T>(rows);
   b.ln1_rstd = a.template take<T>(rows);
   b.qkv = a.template take<T>(rows * 3 * D);
-  b.probs = a.template take<T>(attn);
+  b.probs = attn > 0 ? a.template take<T>(attn) : nullptr;
   b.attn_out = a.template take<T>(rows * D);
   b.u = a.template take<T>(rows * D);
   b.ln2_in = a.template take<T>(rows * D);

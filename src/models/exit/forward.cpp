@@ -37,7 +37,7 @@ void ExitRunState<T>::layout(A& a) {
   classifier.scores = a.template take<T>(N);
   exits = a.template take<uint8_t>(N);
   scratch_threads = omp_get_max_threads();
-  attn_scratch = a.template take<T>(scratch_threads * attention_rows_scratch_per_thread(max_tokens, config.head_dim()));
+  attn_scratch = a.template take<T>(scratch_threads * attention_scratch_per_thread(max_tokens, config.head_dim(), false));
   ln_f_out = a.template take<T>(N * D);
   ln_f_mean = a.template take<T>(N);
   ln_f_rstd = a.template take<T>(N);

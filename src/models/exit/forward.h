@@ -44,7 +44,7 @@ struct ExitRunState {
   T *propagated_ln, *propagated_kv;  // [N, D], [N, 2D]
   ExitClassifierScratch<T> classifier;  // z [N, D], mean/rstd/scores [N]
   uint8_t* exits;             // [N]
-  T* attn_scratch;            // attention_rows_scratch_per_thread per thread
+  T* attn_scratch;            // attention_scratch_per_thread(T, dh, false) per thread
   T *ln_f_out, *ln_f_mean, *ln_f_rstd;  // head
   T* logits;                  // [N, 256]
   T* losses;                  // [N]

@@ -21,7 +21,7 @@ void ExitTrainState<T>::layout(A& a) {
   const int kept = backward ? int(L) : 1;
   blocks.assign(size_t(L), {});
   for (int l = 0; l < kept; ++l)
-    take_block_activations(a, blocks[size_t(l)], N, int64_t(max_batch) * config.n_head * max_tokens * max_tokens, D, true);
+    take_block_activations(a, blocks[size_t(l)], N, backward ? int64_t(max_batch) * config.n_head * max_tokens * max_tokens : 0, D, true);
   for (int l = kept; l < L; ++l) blocks[size_t(l)] = blocks[0];
   this->take_stream(a, int(L), N, D, config.head_dim(), max_tokens, backward);
   const int E = config.supervised_exits();

@@ -10,11 +10,11 @@ template <typename T>
 template <typename A>
 void GatedRunState<T>::layout(A& a) {
   const int64_t N = int64_t(max_batch) * max_tokens, D = config.d_model, L = config.n_layer;
-  const int64_t attn = int64_t(max_batch) * config.n_head * max_tokens * max_tokens;
+  const int64_t attn = int64_t(max_batch) * config.n_head * max_tokens * max_tokens;  // the controller's logp
   const bool featuregate = config.gate == GateKind::featuregate;
   const int kept = keep_all_layers ? int(L) : std::min<int>(int(L), 2);
   blocks.assign(L, {});
-  for (int l = 0; l < kept; ++l) take_block_activations(a, blocks[l], N, attn, D, true);
+  for (int l = 0; l < kept; ++l) take_block_activations(a, blocks[l], N, keep_all_layers ? attn : 0, D, true);
   for (int l = kept; l < L; ++l) blocks[l] = blocks[kept - 1];
   this->take_stream(a, int(L), N, D, int(D / config.n_head), max_tokens, keep_all_layers);  // backward buffers only where backward can run
   gates = a.template take<T>(L * N);

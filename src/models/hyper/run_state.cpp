@@ -15,7 +15,7 @@ void HyperRunState<T>::layout(A& a) {
   blocks.assign(size_t(L), {});
   attention_read.assign(size_t(L), nullptr);
   for (int l = 0; l < kept; ++l) {
-    take_block_activations(a, blocks[size_t(l)], N, attn, D, true);
+    take_block_activations(a, blocks[size_t(l)], N, keep_all_layers ? attn : 0, D, true);
     attention_read[size_t(l)] = a.template take<T>(N * D);
   }
   for (int l = kept; l < L; ++l) blocks[size_t(l)] = blocks[size_t(kept - 1)], attention_read[size_t(l)] = attention_read[size_t(kept - 1)];

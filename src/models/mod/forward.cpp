@@ -28,7 +28,7 @@ void ModRunState<T>::layout(A& a) {
     // Inference reuses one full-size set for every block (a routed block needs fewer rows).
     const bool sub = keep_all_layers && config.routed(l);
     const int64_t seq = sub ? K : max_tokens;
-    take_block_activations(a, blocks[size_t(l)], sub ? Ns : N, int64_t(max_batch) * config.n_head * seq * seq, D, true);
+    take_block_activations(a, blocks[size_t(l)], sub ? Ns : N, keep_all_layers ? int64_t(max_batch) * config.n_head * seq * seq : 0, D, true);
   }
   for (int l = kept; l < L; ++l) blocks[size_t(l)] = blocks[0];
   for (int l = 0; l < L; ++l) {

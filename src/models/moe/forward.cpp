@@ -32,7 +32,7 @@ void MoeRunState<T>::layout(A& a) {
   blocks.assign(size_t(L), {});
   layers.assign(size_t(L), {});
   for (int l = 0; l < kept; ++l) {
-    take_block_activations(a, blocks[size_t(l)], N, attn, D, false);
+    take_block_activations(a, blocks[size_t(l)], N, keep_all_layers ? attn : 0, D, false);
     auto& s = layers[size_t(l)];
     s.x = a.template take<T>(R * D);
     s.pre = a.template take<T>(R * F);

@@ -38,7 +38,7 @@ void MuddRunState<T>::layout(A& a) {
     l.q_rstd = a.template take<T>(N * config.n_head);
     l.k_rstd = a.template take<T>(N * config.n_head);
     l.qkv = a.template take<T>(N * 3 * D);
-    l.probs = a.template take<T>(int64_t(max_batch) * config.n_head * max_tokens * max_tokens);
+    l.probs = keep_all_layers ? a.template take<T>(int64_t(max_batch) * config.n_head * max_tokens * max_tokens) : nullptr;
     l.attn_out = a.template take<T>(N * D);
     l.attn_proj = a.template take<T>(N * D);
     l.ffn_mean = a.template take<T>(N);

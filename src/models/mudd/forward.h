@@ -21,7 +21,7 @@ struct MuddLayerActivations {
   T *q_raw, *k_raw;        // [N, D] projections before the QK-norm
   T *q_rstd, *k_rstd;      // [N * H] QK-norm statistics
   T* qkv;                  // [N, 3D] normed and rotated q, k; v
-  T* probs;                // [B, H, T, T]
+  T* probs;                // [B, H, T, T]; null without keep_all_layers (no backward)
   T* attn_out;             // [N, D] heads concatenated
   T* attn_proj;            // [N, D] A
   T *ffn_mean, *ffn_rstd;  // [N]
