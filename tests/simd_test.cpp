@@ -230,6 +230,25 @@ TEST_F(SimdTargets, PackTransposedCopiesEveryValueOnEveryTarget) {
   }
 }
 
+TEST_F(SimdTargets, PackRowsCopiesEveryValueOnEveryTarget) {
+  // Whole vectors and lane tails, widths below one vector.
+  const int64_t ldb = 71;
+  const auto b = random_values(size_t(ldb) * 70, 1.0f, 45);
+  for (const auto& target : simd::available_targets()) {
+    simd::force_target(target.bit);
+    SCOPED_TRACE(target.name);
+    for (int w : {1, 7, 8, 16, 17, 32, 33})
+      for (int kb : {1, 15, 64}) {
+        std::vector<float> panel(size_t(w) * kb + 1, -1.0f);
+        simd::pack_rows(panel.data(), w, b.data() + 3, ldb, kb);
+        for (int r = 0; r < kb; ++r)
+          for (int j = 0; j < w; ++j)
+            ASSERT_EQ(bits(panel[size_t(r) * w + j]), bits(b[3 + r * ldb + j])) << "w " << w << " kb " << kb << " r " << r << " j " << j;
+        ASSERT_EQ(panel.back(), -1.0f) << "written past the panel";
+      }
+  }
+}
+
 TEST_F(SimdTargets, MixStreamsIsScaleThenAxpyPerStream) {
   // MUDD's fused mixing against the per-stream scale + axpy it replaces, on every target, with a
   // vector tail (n = 131) and up to 4 streams over 7 sources.

@@ -66,10 +66,7 @@ void pack_b_block(float* panels, bool trans_b, const float* B, int ldb, int p0, 
     if (trans_b) {
       simd::pack_transposed(panel, wq, B + int64_t(j0) * ldb + p0, ldb, kb);  // B [N, K]: row j0 + j is column j
     } else {
-      for (int r = 0; r < kb; ++r) {
-        const float* src = B + int64_t(p0 + r) * ldb + j0;
-        std::copy(src, src + wq, panel + int64_t(r) * wq);
-      }
+      simd::pack_rows(panel, wq, B + int64_t(p0) * ldb + j0, ldb, kb);
     }
   }
 }
@@ -125,8 +122,7 @@ void gemm_float(bool trans_a, bool trans_b, int M, int N, int K, float alpha, co
           const float* a = A + (trans_a ? i0 + int64_t(p0) * lda : int64_t(i0) * lda + p0);
           int64_t a_row = lda, a_col = 1;
           if (trans_a) {
-            for (int p = 0; p < kb; ++p)
-              std::copy(a + int64_t(p) * lda, a + int64_t(p) * lda + rows, packed_a.data() + int64_t(p) * rows);
+            simd::pack_rows(packed_a.data(), rows, a, lda, kb);
             a = packed_a.data(), a_row = 1, a_col = rows;
           }
           for (int j0 = c0; j0 < c1; j0 += W) {

@@ -170,6 +170,16 @@ void PackTransposed(float* panel, int w, const float* b, int64_t ldb, int kb) {
     for (int r = 0; r < kb; ++r) panel[int64_t(r) * w + j] = b[j * ldb + r];
 }
 
+void PackRows(float* panel, int w, const float* b, int64_t ldb, int kb) {
+  const hn::ScalableTag<float> d;
+  const int N = int(hn::Lanes(d));
+  for (int r = 0; r < kb; ++r, panel += w, b += ldb) {
+    int j = 0;
+    for (; j + N <= w; j += N) hn::StoreU(hn::LoadU(d, b + j), d, panel + j);
+    for (; j < w; ++j) panel[j] = b[j];
+  }
+}
+
 }  // namespace fca::simd::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
@@ -179,11 +189,16 @@ namespace fca::simd {
 HWY_EXPORT(TileMatmul);
 HWY_EXPORT(TilePanelWidth);
 HWY_EXPORT(PackTransposed);
+HWY_EXPORT(PackRows);
 
 int tile_panel_width() { return HWY_DYNAMIC_DISPATCH(TilePanelWidth)(); }
 
 void pack_transposed(float* panel, int w, const float* b, int64_t ldb, int kb) {
   HWY_DYNAMIC_DISPATCH(PackTransposed)(panel, w, b, ldb, kb);
+}
+
+void pack_rows(float* panel, int w, const float* b, int64_t ldb, int kb) {
+  HWY_DYNAMIC_DISPATCH(PackRows)(panel, w, b, ldb, kb);
 }
 
 void tile_matmul(float* c, int64_t ldc, const float* a, int64_t a_row, int64_t a_col, const float* b, int64_t ldb,
