@@ -13,6 +13,7 @@
 #include "core/threads.h"
 #include "ops/elementwise.h"
 #include "ops/gemm.h"
+#include "ops/norms.h"
 
 namespace fca {
 namespace {
@@ -103,6 +104,19 @@ TEST(Gemm, LinearEpiloguesAreBitwiseTheUnfusedLayers) {
     EXPECT_EQ(0, std::memcmp(got.data(), want.data(), sizeof(float) * got.size()));
     EXPECT_EQ(0, std::memcmp(pre.data(), want.data(), sizeof(float) * pre.size()));
     EXPECT_EQ(0, std::memcmp(act.data(), want_act.data(), sizeof(float) * act.size()));
+    // The erf GELU (MUDD) as the epilogue, and a Linear writing a column block of a wider buffer.
+    std::vector<float> want_erf(size_t(N) * out), act_erf(size_t(N) * out, 7.0f), pre_erf(size_t(N) * out, 7.0f);
+    gelu_erf_forward<float>(want_erf.data(), want.data(), int64_t(N) * out);
+    linear_gelu_forward<float>(pre_erf.data(), act_erf.data(), x.data(), w.data(), bias.data(), N, in, out, GeluForm::erf);
+    EXPECT_EQ(0, std::memcmp(pre_erf.data(), want.data(), sizeof(float) * pre_erf.size()));
+    EXPECT_EQ(0, std::memcmp(act_erf.data(), want_erf.data(), sizeof(float) * act_erf.size()));
+    const int ld = out + 5;
+    std::vector<float> wide(size_t(N) * ld, 7.0f);
+    linear_forward<float>(wide.data() + 3, x.data(), w.data(), bias.data(), N, in, out, ld);
+    for (int n = 0; n < N; ++n) {
+      EXPECT_EQ(0, std::memcmp(wide.data() + int64_t(n) * ld + 3, want.data() + int64_t(n) * out, sizeof(float) * out)) << n;
+      for (int j : {0, 1, 2, out + 3, out + 4}) ASSERT_EQ(wide[size_t(n) * ld + size_t(j)], 7.0f) << "written outside the block";
+    }
   }
 }
 

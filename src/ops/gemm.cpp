@@ -11,6 +11,7 @@
 #include "core/exec_counters.h"
 #include "core/phase_timer.h"
 #include "ops/elementwise.h"
+#include "ops/norms.h"
 #include "ops/simd.h"
 
 namespace fca {
@@ -74,10 +75,13 @@ void pack_b_block(float* panels, bool trans_b, const float* B, int ldb, int p0, 
 // The float GEMM with two optional fusions for Linear layers (beta 0 only): `bias` [N] is the
 // addend of the first inner block in place of zero, so C = bias + chain, bitwise what a fill with
 // the bias and a GEMM with beta 1 give (one addition, commutative); and `gelu_out` (row stride ldc)
-// receives GELU_tanh of each row chunk's column block of C as its last inner block finishes it, in cache,
-// the operations of simd::gelu_tanh_forward (element-wise, so the tiling cannot change a value).
+// receives the GELU of each row chunk's column block of C as its last inner block finishes it, in
+// cache, the operations of simd::gelu_tanh_forward or simd::gelu_erf_forward (element-wise, so the
+// tiling cannot change a value).
 void gemm_float(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
-                int ldb, float beta, float* C, int ldc, const float* bias, float* gelu_out) {
+                int ldb, float beta, float* C, int ldc, const float* bias, float* gelu_out,
+                GeluForm gelu_form = GeluForm::tanh) {
+  const auto gelu = gelu_form == GeluForm::tanh ? simd::gelu_tanh_forward : simd::gelu_erf_forward;
   const PhaseScope phase_scope(Phase::gemm);
   count_gemm_flops(2 * int64_t(M) * N * K, 1);
   if (M <= 0 || N <= 0) return;
@@ -93,7 +97,7 @@ void gemm_float(bool trans_a, bool trans_b, int M, int N, int K, float alpha, co
       for (int i = 0; i < M; ++i) {
         float* row = C + int64_t(i) * ldc;
         for (int j = 0; j < N; ++j) row[j] = bias != nullptr ? bias[j] : 0.0f;
-        if (gelu_out != nullptr) simd::gelu_tanh_forward(gelu_out + int64_t(i) * ldc, row, N);
+        if (gelu_out != nullptr) gelu(gelu_out + int64_t(i) * ldc, row, N);
       }
     return;
   }
@@ -136,7 +140,7 @@ void gemm_float(bool trans_a, bool trans_b, int M, int N, int K, float alpha, co
           // per row: per register tile the dispatch would cost as much as the GELU.
           if (gelu_out != nullptr && last_block)
             for (int r = i0; r < i0 + rows; ++r)
-              simd::gelu_tanh_forward(gelu_out + int64_t(r) * ldc + c0, C + int64_t(r) * ldc + c0, c1 - c0);
+              gelu(gelu_out + int64_t(r) * ldc + c0, C + int64_t(r) * ldc + c0, c1 - c0);
         }
       }
     }
@@ -177,27 +181,31 @@ void add_column_sums(T* out, const T* in, int64_t N, int C) {
 }
 
 template <typename T>
-void linear_forward(T* y, const T* x, const T* weight, const T* bias, int N, int in, int out) {
+void linear_forward(T* y, const T* x, const T* weight, const T* bias, int N, int in, int out, int ldy) {
   if constexpr (std::is_same_v<T, float>) {
-    gemm_float(false, true, N, out, in, 1.0f, x, in, weight, in, 0.0f, y, out, bias, nullptr);
+    gemm_float(false, true, N, out, in, 1.0f, x, in, weight, in, 0.0f, y, ldy, bias, nullptr);
   } else {
     if (bias != nullptr) {
       const PhaseScope phase_scope(Phase::elementwise);
 #pragma omp parallel for schedule(static)
       for (int n = 0; n < N; ++n)
-        for (int o = 0; o < out; ++o) y[int64_t(n) * out + o] = bias[o];
+        for (int o = 0; o < out; ++o) y[int64_t(n) * ldy + o] = bias[o];
     }
-    gemm<T>(false, true, N, out, in, T(1), x, in, weight, in, bias != nullptr ? T(1) : T(0), y, out);
+    gemm<T>(false, true, N, out, in, T(1), x, in, weight, in, bias != nullptr ? T(1) : T(0), y, ldy);
   }
 }
 
 template <typename T>
-void linear_gelu_forward(T* pre, T* act, const T* x, const T* weight, const T* bias, int N, int in, int out) {
+void linear_gelu_forward(T* pre, T* act, const T* x, const T* weight, const T* bias, int N, int in, int out,
+                         GeluForm form) {
   if constexpr (std::is_same_v<T, float>) {
-    gemm_float(false, true, N, out, in, 1.0f, x, in, weight, in, 0.0f, pre, out, bias, act);
-  } else {
+    gemm_float(false, true, N, out, in, 1.0f, x, in, weight, in, 0.0f, pre, out, bias, act, form);
+  } else if (form == GeluForm::tanh) {
     gemm<T>(false, true, N, out, in, T(1), x, in, weight, in, T(0), pre, out);
     bias_gelu_tanh_forward(pre, act, bias, N, out);
+  } else {
+    linear_forward(pre, x, weight, bias, N, in, out);
+    gelu_erf_forward(act, pre, int64_t(N) * out);
   }
 }
 
@@ -212,8 +220,8 @@ void linear_backward(T* dx, T* dweight, T* dbias, const T* dy, const T* x, const
 
 #define FCA_INSTANTIATE(T)                                                                       \
   template void add_column_sums<T>(T*, const T*, int64_t, int);                                 \
-  template void linear_forward<T>(T*, const T*, const T*, const T*, int, int, int);             \
-  template void linear_gelu_forward<T>(T*, T*, const T*, const T*, const T*, int, int, int);    \
+  template void linear_forward<T>(T*, const T*, const T*, const T*, int, int, int, int);        \
+  template void linear_gelu_forward<T>(T*, T*, const T*, const T*, const T*, int, int, int, GeluForm); \
   template void linear_backward<T>(T*, T*, T*, const T*, const T*, const T*, int, int, int, bool);
 FCA_INSTANTIATE(float)
 FCA_INSTANTIATE(double)

@@ -25,15 +25,26 @@ template <typename T>
 void gemm(bool trans_a, bool trans_b, int M, int N, int K, T alpha, const T* A, int lda, const T* B,
           int ldb, T beta, T* C, int ldc);
 
-// y[N, out] = x[N, in] W[out, in]^T + b[out]  (b may be null): a Linear layer's forward.
+// y[N, out] = x[N, in] W[out, in]^T + b[out]  (b may be null): a Linear layer's forward; y's rows
+// are ldy apart (a column block of a wider buffer), out by default. In float the bias is the
+// GEMM's first addend: bitwise a fill with the bias and a GEMM with beta 1.
 template <typename T>
-void linear_forward(T* y, const T* x, const T* weight, const T* bias, int N, int in, int out);
+void linear_forward(T* y, const T* x, const T* weight, const T* bias, int N, int in, int out, int ldy);
+template <typename T>
+void linear_forward(T* y, const T* x, const T* weight, const T* bias, int N, int in, int out) {
+  linear_forward(y, x, weight, bias, N, in, out, out);
+}
 
-// The fc layer's forward: pre[N, out] = x W^T + b, act = GELU_tanh(pre) (ops/elementwise.h). In
-// float the bias and the GELU are the GEMM's epilogue, applied to each tile while it is in cache;
-// the values are bitwise those of linear_forward then gelu_tanh_forward.
+// Which GELU an MLP applies: the tanh approximation (the gated family, ops/elementwise.h) or the
+// exact erf form (MUDDPythia, ops/norms.h).
+enum class GeluForm { tanh, erf };
+
+// The fc layer's forward: pre[N, out] = x W^T + b, act = GELU(pre). In float the bias and the GELU
+// are the GEMM's epilogue, applied to each tile while it is in cache; the values are bitwise those
+// of linear_forward then gelu_tanh_forward (gelu_erf_forward).
 template <typename T>
-void linear_gelu_forward(T* pre, T* act, const T* x, const T* weight, const T* bias, int N, int in, int out);
+void linear_gelu_forward(T* pre, T* act, const T* x, const T* weight, const T* bias, int N, int in, int out,
+                         GeluForm form = GeluForm::tanh);
 
 // Linear backward. dx[N,in] = dy W (overwritten when accumulate_dx is false, else added);
 // dW[out,in] += dy^T x; db[out] += sum over rows of dy (db may be null). dx may be null.

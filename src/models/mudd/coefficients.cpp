@@ -27,12 +27,8 @@ void mudd_da_generator(const MuddConfig& c, const MuddDaWeights<T>& da, const T*
   // exact GELU 5 per hidden unit (x/sqrt2, erf, 1 +, x *, 0.5 *), the static bias `width`.
   count_controller_flops(N * (3 * int64_t(D) + 4 + 5 * int64_t(da.hidden) + width));
   rmsnorm_forward<T>(saved.normed, saved.rstd, newest, nullptr, N, 1, D, D, c.norm_eps);
-  gemm<T>(false, true, int(N), da.hidden, D, T(1), saved.normed, D, da.w1, D, T(0), saved.pre, da.hidden);
-  gelu_erf_forward(saved.act, saved.pre, N * da.hidden);
-  gemm<T>(false, true, int(N), width, da.hidden, T(1), saved.act, da.hidden, da.w2, da.hidden, T(0), alpha, width);
-#pragma omp parallel for schedule(static)
-  for (int64_t n = 0; n < N; ++n)
-    for (int k = 0; k < width; ++k) alpha[n * width + k] += da.beta[k];
+  linear_gelu_forward<T>(saved.pre, saved.act, saved.normed, da.w1, nullptr, int(N), D, da.hidden, GeluForm::erf);
+  linear_forward<T>(alpha, saved.act, da.w2, da.beta, int(N), da.hidden, width);  // the static bias beta as the addend
 }
 
 template <typename T>

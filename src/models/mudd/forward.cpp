@@ -33,8 +33,8 @@ void MuddRunState<T>::layout(A& a) {
       l.ln_mean[s] = a.template take<T>(N);
       l.ln_rstd[s] = a.template take<T>(N);
     }
-    l.q_raw = a.template take<T>(N * D);
-    l.k_raw = a.template take<T>(N * D);
+    l.q_raw = keep_all_layers ? a.template take<T>(N * D) : nullptr;  // the backward's; inference projects into qkv
+    l.k_raw = keep_all_layers ? a.template take<T>(N * D) : nullptr;
     l.q_rstd = a.template take<T>(N * config.n_head);
     l.k_rstd = a.template take<T>(N * config.n_head);
     l.qkv = a.template take<T>(N * 3 * D);
@@ -94,14 +94,6 @@ MuddRunState<T>::MuddRunState(const MuddConfig& c, int max_batch_, int max_token
 
 namespace {
 
-// y[n, :] = x[n, :] W^T + b, written with row stride ldy.
-template <typename T>
-void linear_rows(T* y, int ldy, const T* x, const T* W, const T* b, int N, int in, int out) {
-#pragma omp parallel for schedule(static)
-  for (int n = 0; n < N; ++n) std::memcpy(y + int64_t(n) * ldy, b, sizeof(T) * size_t(out));
-  gemm<T>(false, true, N, out, in, T(1), x, in, W, in, T(1), y, ldy);
-}
-
 // Block i: X_{i+1} from its input streams (X_0 for block 0; the Q, K, V, R streams of DA i-1).
 template <typename T>
 void block_forward(const MuddModel<T>& model, MuddRunState<T>& rs, int i, int B, int Tn) {
@@ -119,29 +111,33 @@ void block_forward(const MuddModel<T>& model, MuddRunState<T>& rs, int i, int B,
   const T* q_in = a.normed[0];
   const T* k_in = i == 0 ? a.normed[0] : a.normed[1];
   const T* v_in = i == 0 ? a.normed[0] : a.normed[2];
-  linear_rows(a.q_raw, D, q_in, p.wq, p.bq, N, D, D);
-  linear_rows(a.k_raw, D, k_in, p.wk, p.bk, N, D, D);
-  linear_rows(a.qkv + 2 * D, 3 * D, v_in, p.wv, p.bv, N, D, D);
-  // QK RMSNorm per head (scale shared by heads) into the packed buffer, then partial rotary.
   T* q = a.qkv;
   T* k = a.qkv + D;
+  linear_forward(a.qkv + 2 * D, v_in, p.wv, p.bv, N, D, D, 3 * D);
+  if (rs.keep_all_layers) {  // the backward reads the projections before the QK-norm
+    linear_forward(a.q_raw, q_in, p.wq, p.bq, N, D, D);
+    linear_forward(a.k_raw, k_in, p.wk, p.bk, N, D, D);
 #pragma omp parallel for schedule(static)
-  for (int n = 0; n < N; ++n) {
-    std::memcpy(q + int64_t(n) * 3 * D, a.q_raw + int64_t(n) * D, sizeof(T) * D);
-    std::memcpy(k + int64_t(n) * 3 * D, a.k_raw + int64_t(n) * D, sizeof(T) * D);
+    for (int n = 0; n < N; ++n) {
+      std::memcpy(q + int64_t(n) * 3 * D, a.q_raw + int64_t(n) * D, sizeof(T) * D);
+      std::memcpy(k + int64_t(n) * 3 * D, a.k_raw + int64_t(n) * D, sizeof(T) * D);
+    }
+  } else {  // inference: straight into the packed buffer
+    linear_forward(q, q_in, p.wq, p.bq, N, D, D, 3 * D);
+    linear_forward(k, k_in, p.wk, p.bk, N, D, D, 3 * D);
   }
+  // QK RMSNorm per head (scale shared by heads) in the packed buffer, then partial rotary.
   rmsnorm_forward<T>(q, a.q_rstd, q, p.q_norm, N, H, dh, 3 * D, c.norm_eps);
   rmsnorm_forward<T>(k, a.k_rstd, k, p.k_norm, N, H, dh, 3 * D, c.norm_eps);
   rope_forward(q, rs.rope_cos, rs.rope_sin, B, Tn, H, dh, c.rotary_dims(), 3 * D);
   rope_forward(k, rs.rope_cos, rs.rope_sin, B, Tn, H, dh, c.rotary_dims(), 3 * D);
   attention_forward<T>(a.attn_out, a.probs, rs.attn_scratch, nullptr, a.qkv, B, Tn, D, H);
-  linear_rows(a.attn_proj, D, a.attn_out, p.wo, p.bo, N, D, D);
+  linear_forward(a.attn_proj, a.attn_out, p.wo, p.bo, N, D, D);
   // FFN on the R stream (parallel residual), width F_i.
   const int F = p.ffn_width;
   layernorm_forward(a.ffn_in, a.ffn_mean, a.ffn_rstd, R, p.ffn_norm_weight, p.ffn_norm_bias, N, D);
-  linear_rows(a.ffn_pre, F, a.ffn_in, p.w1, p.b1, N, D, F);
-  gelu_erf_forward(a.ffn_act, a.ffn_pre, int64_t(N) * F);
-  linear_rows(a.ffn_out, D, a.ffn_act, p.w2, p.b2, N, F, D);
+  linear_gelu_forward(a.ffn_pre, a.ffn_act, a.ffn_in, p.w1, p.b1, N, D, F, GeluForm::erf);
+  linear_forward(a.ffn_out, a.ffn_act, p.w2, p.b2, N, F, D);
   T* X = rs.hidden[size_t(i + 1)];
 #pragma omp parallel for schedule(static)
   for (int64_t e = 0; e < int64_t(N) * D; ++e) X[e] = (R[e] + a.attn_proj[e]) + a.ffn_out[e];  // the reference's order

@@ -18,7 +18,7 @@ struct MuddLayerActivations {
   T* normed[3];            // [N, D] LayerNorm outputs feeding q, k, v (block 0: only [0])
   T* ln_mean[3];           // [N]
   T* ln_rstd[3];           // [N]
-  T *q_raw, *k_raw;        // [N, D] projections before the QK-norm
+  T *q_raw, *k_raw;        // [N, D] projections before the QK-norm (keep_all_layers only: the backward's)
   T *q_rstd, *k_rstd;      // [N * H] QK-norm statistics
   T* qkv;                  // [N, 3D] normed and rotated q, k; v
   T* probs;                // [B, H, T, T]; null without keep_all_layers (no backward)
