@@ -46,11 +46,14 @@ void BM_SgemmOpenBLAS(benchmark::State& state) {
 }
 // The default model's Linear layers (N = B*T rows): qkv, proj, fc, mlp proj; a square peak probe; and
 // the MUDDPythia-1.4B Linear layers at batch 1 x 256 tokens (qkv, attention out, fc, mlp proj): few
-// rows against large weights, where packing the weights costs most per FLOP.
+// rows against large weights, where packing the weights costs most per FLOP; and the audit's small model.
 void gemm_shapes(benchmark::internal::Benchmark* b) {
   b->Args({kN, 3 * kD, kD})->Args({kN, kD, kD})->Args({kN, 4 * kD, kD})->Args({kN, kD, 4 * kD});
   b->Args({2048, 2048, 2048});
   b->Args({256, 6144, 2048})->Args({256, 2048, 2048})->Args({256, 8192, 2048})->Args({256, 2048, 8192});
+  // The audit benchmark's L4 D128 model at 4 windows of 128 tokens (bench/compare_audit_pytorch.py):
+  // qkv, proj, fc, mlp proj with 128 and 512 inner values.
+  b->Args({512, 384, 128})->Args({512, 128, 128})->Args({512, 512, 128})->Args({512, 128, 512});
   b->Unit(benchmark::kMillisecond)->UseRealTime();
 }
 BENCHMARK(BM_Sgemm)->Apply(gemm_shapes);

@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <string>
 #include <utility>
 
@@ -25,80 +26,132 @@ constexpr int kLanes = int(HWY_LANES(float));  // 16 (AVX3), 8 (AVX2), 4 (SSE4, 
 constexpr int kVectors = 16 / kLanes;           // vectors making up the 16 virtual lanes
 static_assert(16 % kLanes == 0, "16 virtual lanes must be a whole number of vectors");
 
-// exp_approx of ops/fast_math.h, lane by lane: the same operations in the same order.
-HWY_INLINE V ExpApprox(D d, V x) {
+// The approximations below work on U independent vectors at once, each step applied to all U
+// before the next: one vector's chain of 30-40 dependent operations then overlaps the others'
+// (element-wise kernels run U = 4: GELU 1.5x faster than one vector at a time). Every lane goes
+// through exactly the same operations whatever U, so the results do not depend on it.
+template <int U, class F>
+HWY_INLINE void EachU(F f) {
+  for (int u = 0; u < U; ++u) f(u);
+}
+
+// exp_approx of ops/fast_math.h, lane by lane: the same operations in the same order (in place).
+template <int U>
+HWY_INLINE void ExpApproxU(D d, V (&x)[U]) {
   const hn::RebindToSigned<D> di;
-  x = hn::Min(hn::Max(x, hn::Set(d, -87.3f)), hn::Set(d, 88.3f));
   const V magic = hn::Set(d, 12582912.0f);
-  const V n = hn::Sub(hn::Add(hn::Mul(x, hn::Set(d, 1.44269504088896341f)), magic), magic);
-  const V r = hn::Sub(hn::Sub(x, hn::Mul(n, hn::Set(d, 0.693359375f))), hn::Mul(n, hn::Set(d, -2.12194440e-4f)));
-  V p = hn::Set(d, 1.9875691500e-4f);
-  p = hn::Add(hn::Mul(p, r), hn::Set(d, 1.3981999507e-3f));
-  p = hn::Add(hn::Mul(p, r), hn::Set(d, 8.3334519073e-3f));
-  p = hn::Add(hn::Mul(p, r), hn::Set(d, 4.1665795894e-2f));
-  p = hn::Add(hn::Mul(p, r), hn::Set(d, 1.6666665459e-1f));
-  p = hn::Add(hn::Mul(p, r), hn::Set(d, 5.0000001201e-1f));
-  const V y = hn::Add(hn::Add(hn::Mul(hn::Mul(p, r), r), r), hn::Set(d, 1.0f));
-  const auto exponent = hn::ShiftLeft<23>(hn::Add(hn::ConvertTo(di, n), hn::Set(di, 127)));
-  return hn::Mul(y, hn::BitCast(d, exponent));
+  V n[U], r[U];
+  EachU<U>([&](int u) HWY_ATTR { x[u] = hn::Min(hn::Max(x[u], hn::Set(d, -87.3f)), hn::Set(d, 88.3f)); });
+  EachU<U>([&](int u) HWY_ATTR { n[u] = hn::Sub(hn::Add(hn::Mul(x[u], hn::Set(d, 1.44269504088896341f)), magic), magic); });
+  EachU<U>([&](int u) HWY_ATTR {
+    r[u] = hn::Sub(hn::Sub(x[u], hn::Mul(n[u], hn::Set(d, 0.693359375f))), hn::Mul(n[u], hn::Set(d, -2.12194440e-4f)));
+  });
+  EachU<U>([&](int u) HWY_ATTR { x[u] = hn::Set(d, 1.9875691500e-4f); });
+  for (const float c : {1.3981999507e-3f, 8.3334519073e-3f, 4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f})
+    EachU<U>([&](int u) HWY_ATTR { x[u] = hn::Add(hn::Mul(x[u], r[u]), hn::Set(d, c)); });
+  EachU<U>([&](int u) HWY_ATTR { x[u] = hn::Add(hn::Add(hn::Mul(hn::Mul(x[u], r[u]), r[u]), r[u]), hn::Set(d, 1.0f)); });
+  EachU<U>([&](int u) HWY_ATTR {
+    const auto exponent = hn::ShiftLeft<23>(hn::Add(hn::ConvertTo(di, n[u]), hn::Set(di, 127)));
+    x[u] = hn::Mul(x[u], hn::BitCast(d, exponent));
+  });
+}
+HWY_INLINE V ExpApprox(D d, V x) {
+  V one[1] = {x};
+  ExpApproxU(d, one);
+  return one[0];
 }
 
 // tanh_approx: x clamped to [-kTanhSaturation, kTanhSaturation] (no subnormals: ops/fast_math.h),
-// then 1 - 2 / (e^{2x} + 1).
-HWY_INLINE V TanhApprox(D d, V x) {
-  x = hn::Min(hn::Max(x, hn::Set(d, -kTanhSaturation)), hn::Set(d, kTanhSaturation));
-  const V e = ExpApprox(d, hn::Mul(hn::Set(d, 2.0f), x));
-  return hn::Sub(hn::Set(d, 1.0f), hn::Div(hn::Set(d, 2.0f), hn::Add(e, hn::Set(d, 1.0f))));
+// then 1 - 2 / (e^{2x} + 1) (in place).
+template <int U>
+HWY_INLINE void TanhApproxU(D d, V (&x)[U]) {
+  EachU<U>([&](int u) HWY_ATTR {
+    x[u] = hn::Mul(hn::Set(d, 2.0f), hn::Min(hn::Max(x[u], hn::Set(d, -kTanhSaturation)), hn::Set(d, kTanhSaturation)));
+  });
+  ExpApproxU(d, x);
+  EachU<U>([&](int u) HWY_ATTR { x[u] = hn::Sub(hn::Set(d, 1.0f), hn::Div(hn::Set(d, 2.0f), hn::Add(x[u], hn::Set(d, 1.0f)))); });
 }
 
 constexpr float kSqrt2OverPi = float(0.7978845608028654);
 
-// one_plus_erf_approx of ops/fast_math.h, lane by lane: both branches, then a select.
-HWY_INLINE V OnePlusErf(D d, V z) {
+// one_plus_erf_approx of ops/fast_math.h, lane by lane: both branches, then a select (z in place).
+template <int U>
+HWY_INLINE void OnePlusErfU(D d, V (&z)[U]) {
   const V zero = hn::Zero(d), one = hn::Set(d, 1.0f), two = hn::Set(d, 2.0f);
-  const V a = hn::Abs(z);
-  const auto negative = hn::Lt(z, zero);
-  const V a2 = hn::Mul(a, a);
-  V p = hn::Set(d, kErfSmall[5]);
-  for (int k = 4; k >= 0; --k) p = hn::Add(hn::Mul(p, a2), hn::Set(d, kErfSmall[k]));
-  const V e = hn::Mul(a, p);
-  const V small = hn::IfThenElse(negative, hn::Sub(one, e), hn::Add(one, e));
-  const V b = hn::Min(a, hn::Set(d, 9.0f));
-  const V t = hn::Div(one, hn::Add(one, hn::Mul(hn::Set(d, 0.5f), b)));
-  V q = hn::Set(d, kErfcLarge[9]);
-  for (int k = 8; k >= 0; --k) q = hn::Add(hn::Mul(q, t), hn::Set(d, kErfcLarge[k]));
-  const V c = hn::Mul(ExpApprox(d, hn::Neg(hn::Mul(b, b))), q);
-  const V large = hn::IfThenElse(negative, c, hn::Sub(two, c));
-  return hn::IfThenElse(hn::Lt(a, one), small, large);
+  V a[U], a2[U], p[U], small[U], t[U], q[U], c[U];
+  EachU<U>([&](int u) HWY_ATTR { a[u] = hn::Abs(z[u]); });
+  EachU<U>([&](int u) HWY_ATTR { a2[u] = hn::Mul(a[u], a[u]); });
+  EachU<U>([&](int u) HWY_ATTR { p[u] = hn::Set(d, kErfSmall[5]); });
+  for (int k = 4; k >= 0; --k) EachU<U>([&](int u) HWY_ATTR { p[u] = hn::Add(hn::Mul(p[u], a2[u]), hn::Set(d, kErfSmall[k])); });
+  EachU<U>([&](int u) HWY_ATTR {
+    const V e = hn::Mul(a[u], p[u]);
+    small[u] = hn::IfThenElse(hn::Lt(z[u], zero), hn::Sub(one, e), hn::Add(one, e));
+  });
+  EachU<U>([&](int u) HWY_ATTR { c[u] = hn::Min(a[u], hn::Set(d, 9.0f)); });
+  EachU<U>([&](int u) HWY_ATTR { t[u] = hn::Div(one, hn::Add(one, hn::Mul(hn::Set(d, 0.5f), c[u]))); });
+  EachU<U>([&](int u) HWY_ATTR { q[u] = hn::Set(d, kErfcLarge[9]); });
+  for (int k = 8; k >= 0; --k) EachU<U>([&](int u) HWY_ATTR { q[u] = hn::Add(hn::Mul(q[u], t[u]), hn::Set(d, kErfcLarge[k])); });
+  EachU<U>([&](int u) HWY_ATTR { c[u] = hn::Neg(hn::Mul(c[u], c[u])); });
+  ExpApproxU(d, c);
+  EachU<U>([&](int u) HWY_ATTR {
+    const V tail = hn::Mul(c[u], q[u]);
+    const V large = hn::IfThenElse(hn::Lt(z[u], zero), tail, hn::Sub(two, tail));
+    z[u] = hn::IfThenElse(hn::Lt(a[u], one), small[u], large);
+  });
 }
 
 constexpr float kInvSqrt2 = float(0.70710678118654752);
 constexpr float kInvSqrt2Pi = float(0.39894228040143268);
 
-// The exact GELU 0.5 x (1 + erf(x / sqrt 2)) and its derivative (1 + erf) / 2 + x pdf(x).
-HWY_INLINE V GeluErfForwardV(D d, V x) {
-  return hn::Mul(hn::Mul(hn::Set(d, 0.5f), x), OnePlusErf(d, hn::Mul(x, hn::Set(d, kInvSqrt2))));
+// The exact GELU 0.5 x (1 + erf(x / sqrt 2)) (x in place) and its derivative (1 + erf) / 2 + x
+// pdf(x) times dy (into dy).
+template <int U>
+HWY_INLINE void GeluErfForwardU(D d, V (&x)[U]) {
+  V e[U];
+  EachU<U>([&](int u) HWY_ATTR { e[u] = hn::Mul(x[u], hn::Set(d, kInvSqrt2)); });
+  OnePlusErfU(d, e);
+  EachU<U>([&](int u) HWY_ATTR { x[u] = hn::Mul(hn::Mul(hn::Set(d, 0.5f), x[u]), e[u]); });
 }
-HWY_INLINE V GeluErfBackwardV(D d, V dy, V x) {
-  const V cdf = hn::Mul(hn::Set(d, 0.5f), OnePlusErf(d, hn::Mul(x, hn::Set(d, kInvSqrt2))));
-  const V pdf = hn::Mul(hn::Set(d, kInvSqrt2Pi), ExpApprox(d, hn::Mul(hn::Mul(hn::Set(d, -0.5f), x), x)));
-  return hn::Mul(dy, hn::Add(cdf, hn::Mul(x, pdf)));
+template <int U>
+HWY_INLINE void GeluErfBackwardU(D d, V (&dy)[U], const V (&x)[U]) {
+  V cdf[U], pdf[U];
+  EachU<U>([&](int u) HWY_ATTR { cdf[u] = hn::Mul(x[u], hn::Set(d, kInvSqrt2)); });
+  OnePlusErfU(d, cdf);
+  EachU<U>([&](int u) HWY_ATTR { pdf[u] = hn::Mul(hn::Mul(hn::Set(d, -0.5f), x[u]), x[u]); });
+  ExpApproxU(d, pdf);
+  EachU<U>([&](int u) HWY_ATTR {
+    const V c = hn::Mul(hn::Set(d, 0.5f), cdf[u]), p = hn::Mul(hn::Set(d, kInvSqrt2Pi), pdf[u]);
+    dy[u] = hn::Mul(dy[u], hn::Add(c, hn::Mul(x[u], p)));
+  });
 }
 
-HWY_INLINE V GeluForward(D d, V x) {
-  const V cube = hn::Mul(hn::Mul(hn::Mul(hn::Set(d, 0.044715f), x), x), x);
-  const V th = TanhApprox(d, hn::Mul(hn::Set(d, kSqrt2OverPi), hn::Add(x, cube)));
-  return hn::Mul(hn::Mul(hn::Set(d, 0.5f), x), hn::Add(hn::Set(d, 1.0f), th));
+// GELU_tanh (x in place) and its derivative times dy (into dy).
+template <int U>
+HWY_INLINE void GeluForwardU(D d, V (&x)[U]) {
+  V th[U];
+  EachU<U>([&](int u) HWY_ATTR {
+    const V cube = hn::Mul(hn::Mul(hn::Mul(hn::Set(d, 0.044715f), x[u]), x[u]), x[u]);
+    th[u] = hn::Mul(hn::Set(d, kSqrt2OverPi), hn::Add(x[u], cube));
+  });
+  TanhApproxU(d, th);
+  EachU<U>([&](int u) HWY_ATTR { x[u] = hn::Mul(hn::Mul(hn::Set(d, 0.5f), x[u]), hn::Add(hn::Set(d, 1.0f), th[u])); });
 }
-
-HWY_INLINE V GeluBackward(D d, V dy, V x) {
+template <int U>
+HWY_INLINE void GeluBackwardU(D d, V (&dy)[U], const V (&x)[U]) {
   const V half = hn::Set(d, 0.5f), one = hn::Set(d, 1.0f);
-  const V cube = hn::Mul(hn::Mul(hn::Mul(hn::Set(d, 0.044715f), x), x), x);
-  const V th = TanhApprox(d, hn::Mul(hn::Set(d, kSqrt2OverPi), hn::Add(x, cube)));
-  const V dtanh_arg = hn::Mul(hn::Set(d, kSqrt2OverPi), hn::Add(one, hn::Mul(hn::Mul(hn::Set(d, float(3 * 0.044715)), x), x)));
-  const V left = hn::Mul(half, hn::Add(one, th));
-  const V right = hn::Mul(hn::Mul(hn::Mul(half, x), hn::Sub(one, hn::Mul(th, th))), dtanh_arg);
-  return hn::Mul(dy, hn::Add(left, right));
+  V th[U];
+  EachU<U>([&](int u) HWY_ATTR {
+    const V cube = hn::Mul(hn::Mul(hn::Mul(hn::Set(d, 0.044715f), x[u]), x[u]), x[u]);
+    th[u] = hn::Mul(hn::Set(d, kSqrt2OverPi), hn::Add(x[u], cube));
+  });
+  TanhApproxU(d, th);
+  EachU<U>([&](int u) HWY_ATTR {
+    const V dtanh_arg =
+        hn::Mul(hn::Set(d, kSqrt2OverPi), hn::Add(one, hn::Mul(hn::Mul(hn::Set(d, float(3 * 0.044715)), x[u]), x[u])));
+    const V left = hn::Mul(half, hn::Add(one, th[u]));
+    const V right = hn::Mul(hn::Mul(hn::Mul(half, x[u]), hn::Sub(one, hn::Mul(th[u], th[u]))), dtanh_arg);
+    dy[u] = hn::Mul(dy[u], hn::Add(left, right));
+  });
 }
 
 // The 16 virtual lanes: accumulators stored in lane order, then summed in lane order as the scalar
@@ -236,49 +289,62 @@ float LaneCenteredProductSum(const float* a, const float* b, const float* x, int
   });
 }
 
-// Element-wise over n values in vectors, the tail through LoadFirst/StoreFirst (the same lane
-// operations); `f(d, v)` maps the loaded inputs v[0 .. kIn) to the output.
+// Element-wise over n values: `f(d, v)` maps the loaded inputs v[k][u] (input k < kIn, vector u <
+// U) to the outputs, written into v[0]. Four vectors at a time (the approximations' chains overlap,
+// above), then one at a time, the tail through LoadFirst/StoreFirst (the same lane operations).
 template <int kIn, class F>
 HWY_INLINE void MapN(float* out, const float* const (&in)[kIn], int64_t n, F f) {
   const D d;
-  auto apply = [&](int64_t i, int m) HWY_ATTR {
-    V v[kIn];
-    for (int k = 0; k < kIn; ++k) v[k] = LoadFirst(d, in[k] + i, m);
-    StoreFirst(d, f(d, v), out + i, m);
-  };
+  constexpr int U = 4;
   int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) apply(i, kLanes);
-  if (i < n) apply(i, int(n - i));
+  for (; i + U * kLanes <= n; i += U * kLanes) {
+    V v[kIn][U];
+    for (int k = 0; k < kIn; ++k)
+      for (int u = 0; u < U; ++u) v[k][u] = hn::LoadU(d, in[k] + i + u * kLanes);
+    f(d, v);
+    for (int u = 0; u < U; ++u) hn::StoreU(v[0][u], d, out + i + u * kLanes);
+  }
+  for (; i < n; i += kLanes) {
+    const int m = n - i < kLanes ? int(n - i) : kLanes;
+    V v[kIn][1];
+    for (int k = 0; k < kIn; ++k) v[k][0] = LoadFirst(d, in[k] + i, m);
+    f(d, v);
+    StoreFirst(d, v[0][0], out + i, m);
+  }
 }
 
 void GeluTanhForward(float* out, const float* inp, int64_t n) {
   const float* const in[1] = {inp};
-  MapN<1>(out, in, n, [](D d, const V* x) HWY_ATTR { return GeluForward(d, x[0]); });
+  MapN<1>(out, in, n, [](D d, auto& v) HWY_ATTR { GeluForwardU(d, v[0]); });
 }
 
 void GeluTanhBackward(float* dinp, const float* dout, const float* inp, int64_t n) {
   const float* const in[2] = {dout, inp};
-  MapN<2>(dinp, in, n, [](D d, const V* v) HWY_ATTR { return GeluBackward(d, v[0], v[1]); });
+  MapN<2>(dinp, in, n, [](D d, auto& v) HWY_ATTR { GeluBackwardU(d, v[0], v[1]); });
 }
 
 void GeluErfForward(float* out, const float* inp, int64_t n) {
   const float* const in[1] = {inp};
-  MapN<1>(out, in, n, [](D d, const V* x) HWY_ATTR { return GeluErfForwardV(d, x[0]); });
+  MapN<1>(out, in, n, [](D d, auto& v) HWY_ATTR { GeluErfForwardU(d, v[0]); });
 }
 
 void GeluErfBackward(float* dinp, const float* dout, const float* inp, int64_t n) {
   const float* const in[2] = {dout, inp};
-  MapN<2>(dinp, in, n, [](D d, const V* v) HWY_ATTR { return GeluErfBackwardV(d, v[0], v[1]); });
+  MapN<2>(dinp, in, n, [](D d, auto& v) HWY_ATTR { GeluErfBackwardU(d, v[0], v[1]); });
 }
 
 void Scale(float* y, const float* x, float a, int64_t n) {
   const float* const in[1] = {x};
-  MapN<1>(y, in, n, [a](D d, const V* v) HWY_ATTR { return hn::Mul(hn::Set(d, a), v[0]); });
+  MapN<1>(y, in, n, [a](D d, auto& v) HWY_ATTR {
+    for (V& x : v[0]) x = hn::Mul(hn::Set(d, a), x);
+  });
 }
 
 void ResidualRow(float* y, const float* h, float a, const float* f, int64_t n) {
   const float* const in[2] = {h, f};
-  MapN<2>(y, in, n, [a](D d, const V* v) HWY_ATTR { return hn::Add(v[0], hn::Mul(hn::Set(d, a), v[1])); });
+  MapN<2>(y, in, n, [a](D d, auto& v) HWY_ATTR {
+    for (size_t u = 0; u < std::size(v[0]); ++u) v[0][u] = hn::Add(v[0][u], hn::Mul(hn::Set(d, a), v[1][u]));
+  });
 }
 
 void MixStreams(float* const* y, int streams, const float* const* x, int sources, const float* alpha, int64_t n) {
