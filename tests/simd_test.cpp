@@ -8,6 +8,8 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <string>
+#include <vector>
 
 #include "ops/elementwise.h"
 #include "ops/fast_math.h"
@@ -211,42 +213,32 @@ TEST_F(SimdTargets, TileMatmulIsOneFusedChainPerOutputOnEveryTarget) {
   }
 }
 
-TEST_F(SimdTargets, PackTransposedCopiesEveryValueOnEveryTarget) {
-  // Whole transpose squares (16 x 16, 8 x 8), row and column tails, panels narrower than a square.
+TEST_F(SimdTargets, PackersCopyEveryValueOnEveryTarget) {
+  // pack_transposed: whole transpose squares (16 x 16, 8 x 8), row and column tails, panels
+  // narrower than a square; pack_rows: whole vectors, lane tails, widths below one vector.
   const int64_t ldb = 71;
-  const auto b = random_values(size_t(ldb) * 40, 1.0f, 44);
-  for (const auto& target : simd::available_targets()) {
-    simd::force_target(target.bit);
-    SCOPED_TRACE(target.name);
-    for (int w : {1, 7, 8, 16, 17, 32})
-      for (int kb : {1, 8, 15, 16, 33, 64}) {
-        std::vector<float> panel(size_t(w) * kb + 1, -1.0f);
-        simd::pack_transposed(panel.data(), w, b.data() + 3, ldb, kb);
-        for (int r = 0; r < kb; ++r)
-          for (int j = 0; j < w; ++j)
-            ASSERT_EQ(bits(panel[size_t(r) * w + j]), bits(b[3 + j * ldb + r])) << "w " << w << " kb " << kb << " r " << r << " j " << j;
-        ASSERT_EQ(panel.back(), -1.0f) << "written past the panel";
-      }
-  }
-}
-
-TEST_F(SimdTargets, PackRowsCopiesEveryValueOnEveryTarget) {
-  // Whole vectors and lane tails, widths below one vector.
-  const int64_t ldb = 71;
-  const auto b = random_values(size_t(ldb) * 70, 1.0f, 45);
-  for (const auto& target : simd::available_targets()) {
-    simd::force_target(target.bit);
-    SCOPED_TRACE(target.name);
-    for (int w : {1, 7, 8, 16, 17, 32, 33})
-      for (int kb : {1, 15, 64}) {
-        std::vector<float> panel(size_t(w) * kb + 1, -1.0f);
-        simd::pack_rows(panel.data(), w, b.data() + 3, ldb, kb);
-        for (int r = 0; r < kb; ++r)
-          for (int j = 0; j < w; ++j)
-            ASSERT_EQ(bits(panel[size_t(r) * w + j]), bits(b[3 + r * ldb + j])) << "w " << w << " kb " << kb << " r " << r << " j " << j;
-        ASSERT_EQ(panel.back(), -1.0f) << "written past the panel";
-      }
-  }
+  const auto b = random_values(size_t(ldb) * 70, 1.0f, 44);
+  using Packer = void (*)(float*, int, const float*, int64_t, int);
+  struct Case {
+    const char* name;
+    Packer pack;
+    int64_t row_step, column_step;  // panel[r * w + j] = b[3 + r * row_step + j * column_step]
+  };
+  for (const Case& c : {Case{"pack_transposed", simd::pack_transposed, 1, ldb}, Case{"pack_rows", simd::pack_rows, ldb, 1}})
+    for (const auto& target : simd::available_targets()) {
+      simd::force_target(target.bit);
+      SCOPED_TRACE(std::string(c.name) + " " + target.name);
+      for (int w : {1, 7, 8, 16, 17, 32, 33})
+        for (int kb : {1, 8, 15, 16, 33, 64}) {
+          std::vector<float> panel(size_t(w) * kb + 1, -1.0f);
+          c.pack(panel.data(), w, b.data() + 3, ldb, kb);
+          for (int r = 0; r < kb; ++r)
+            for (int j = 0; j < w; ++j)
+              ASSERT_EQ(bits(panel[size_t(r) * w + j]), bits(b[size_t(3 + r * c.row_step + j * c.column_step)]))
+                  << "w " << w << " kb " << kb << " r " << r << " j " << j;
+          ASSERT_EQ(panel.back(), -1.0f) << "written past the panel";
+        }
+    }
 }
 
 TEST_F(SimdTargets, MixStreamsIsScaleThenAxpyPerStream) {
