@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "core/error.h"
@@ -14,8 +15,14 @@
 
 namespace fca {
 
+namespace {
+
+// The bodies, inlined into one clone per instruction set below: the binary's baseline is SSE2 (4
+// float lanes), AVX-512 runs the 16 lanes of a call in one vector. Every clone does the same IEEE
+// operations per lane (no contraction: -ffp-contract=off; lanes never mix), so the results are
+// bitwise the same whichever runs (HyperSinkhorn tests, compare_builds).
 template <typename T>
-void hyper_sinkhorn_lanes(T* Z, int n, int iters, T eps) {
+[[gnu::always_inline]] inline void sinkhorn_lanes(T* Z, int n, int iters, T eps) {
   // Every lane loop is `omp simd`: the lanes are independent (no reduction across them), so the
   // vector code does per lane exactly what the scalar code would.
   constexpr int W = kSinkhornLanes;
@@ -67,7 +74,8 @@ void hyper_sinkhorn_lanes(T* Z, int n, int iters, T eps) {
 }
 
 template <typename T>
-void hyper_sinkhorn_backward_lanes(const T* Z, int n, int iters, T eps, const T* dM, T* dZ, T* work) {
+[[gnu::always_inline]] inline void sinkhorn_backward_lanes(const T* Z, int n, int iters, T eps, const T* dM, T* dZ,
+                                                           T* work) {
   constexpr int W = kSinkhornLanes;
   const int nn = n * n, steps = 2 * iters;
   auto entry = [&](T* m, int at) { return m + int64_t(at) * W; };
@@ -169,6 +177,28 @@ void hyper_sinkhorn_backward_lanes(const T* Z, int n, int iters, T eps, const T*
       for (int q = 0; q < W; ++q) dz[q] = p[q] * (g[q] - a[q]);
     }
   }
+}
+
+#define FCA_SINKHORN_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+FCA_SINKHORN_CLONES void sinkhorn_lanes_f32(float* Z, int n, int iters, float eps) { sinkhorn_lanes(Z, n, iters, eps); }
+FCA_SINKHORN_CLONES void sinkhorn_backward_lanes_f32(const float* Z, int n, int iters, float eps, const float* dM,
+                                                     float* dZ, float* work) {
+  sinkhorn_backward_lanes(Z, n, iters, eps, dM, dZ, work);
+}
+#undef FCA_SINKHORN_CLONES
+
+}  // namespace
+
+template <typename T>
+void hyper_sinkhorn_lanes(T* Z, int n, int iters, T eps) {
+  if constexpr (std::is_same_v<T, float>) sinkhorn_lanes_f32(Z, n, iters, eps);
+  else sinkhorn_lanes(Z, n, iters, eps);  // double: the finite-difference checks
+}
+
+template <typename T>
+void hyper_sinkhorn_backward_lanes(const T* Z, int n, int iters, T eps, const T* dM, T* dZ, T* work) {
+  if constexpr (std::is_same_v<T, float>) sinkhorn_backward_lanes_f32(Z, n, iters, eps, dM, dZ, work);
+  else sinkhorn_backward_lanes(Z, n, iters, eps, dM, dZ, work);
 }
 
 namespace {
