@@ -241,6 +241,28 @@ TEST_F(SimdTargets, PackersCopyEveryValueOnEveryTarget) {
     }
 }
 
+TEST_F(SimdTargets, ColumnSumsAreTheRowOrderSumsOnEveryTarget) {
+  // Widths below, at and beyond one vector and one 8-vector group; a row stride wider than C.
+  for (const auto& target : simd::available_targets()) {
+    simd::force_target(target.bit);
+    SCOPED_TRACE(target.name);
+    for (int C : {1, 15, 16, 17, 128, 130, 300})
+      for (int64_t N : {1, 7, 50}) {
+        const int64_t ld = C + 3;
+        const auto in = random_values(size_t(N * ld), 2.0f, 46);
+        const auto start = random_values(size_t(C) + 1, 1.0f, 47);
+        std::vector<float> got = start, want = start;
+        for (int c = 0; c < C; ++c) {
+          float acc = 0;
+          for (int64_t n = 0; n < N; ++n) acc += in[size_t(n * ld + c)];
+          want[size_t(c)] += acc;
+        }
+        simd::column_sums_add(got.data(), in.data(), N, C, ld);
+        for (int c = 0; c <= C; ++c) ASSERT_EQ(bits(got[size_t(c)]), bits(want[size_t(c)])) << "C " << C << " N " << N << " c " << c;
+      }
+  }
+}
+
 TEST_F(SimdTargets, MixStreamsIsScaleThenAxpyPerStream) {
   // MUDD's fused mixing against the per-stream scale + axpy it replaces, on every target, with a
   // vector tail (n = 131) and up to 4 streams over 7 sources.

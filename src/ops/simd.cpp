@@ -6,6 +6,7 @@
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <iterator>
@@ -347,6 +348,25 @@ void ResidualRow(float* y, const float* h, float a, const float* f, int64_t n) {
   });
 }
 
+void ColumnSumsAdd(float* out, const float* in, int64_t N, int C, int64_t ld) {
+  const D d;
+  constexpr int kGroup = 8;  // vectors of columns per pass over the rows
+  for (int j0 = 0; j0 < C; j0 += kGroup * kLanes) {
+    const int vectors = std::min(kGroup, (C - j0 + kLanes - 1) / kLanes);
+    V acc[kGroup];
+    for (auto& a : acc) a = hn::Zero(d);
+    auto live = [&](int v) { return std::min(kLanes, C - j0 - v * kLanes); };
+    for (int64_t n = 0; n < N; ++n) {
+      const float* row = in + n * ld + j0;
+      for (int v = 0; v < vectors; ++v) acc[v] = hn::Add(acc[v], LoadFirst(d, row + v * kLanes, live(v)));
+    }
+    for (int v = 0; v < vectors; ++v) {
+      float* o = out + j0 + v * kLanes;
+      StoreFirst(d, hn::Add(LoadFirst(d, o, live(v)), acc[v]), o, live(v));
+    }
+  }
+}
+
 void MixStreams(float* const* y, int streams, const float* const* x, int sources, const float* alpha, int64_t n) {
   const D d;
   constexpr int kMaxStreams = kMixStreamsMaxOutputs;
@@ -454,6 +474,7 @@ HWY_EXPORT(GeluErfBackward);
 HWY_EXPORT(Scale);
 HWY_EXPORT(ResidualRow);
 HWY_EXPORT(MixStreams);
+HWY_EXPORT(ColumnSumsAdd);
 HWY_EXPORT(AdamWUpdate);
 HWY_EXPORT(CurrentTarget);
 
@@ -479,6 +500,9 @@ SoftmaxRowStats softmax_row(float* row, int n, float* logp, const float* prev_lo
 }
 float lane_squared_deviation_sum(const float* x, int n, float mean) {
   return HWY_DYNAMIC_DISPATCH(LaneSquaredDeviationSum)(x, n, mean);
+}
+void column_sums_add(float* out, const float* in, int64_t N, int C, int64_t ld) {
+  HWY_DYNAMIC_DISPATCH(ColumnSumsAdd)(out, in, N, C, ld);
 }
 void gelu_tanh_forward(float* out, const float* inp, int64_t n) { HWY_DYNAMIC_DISPATCH(GeluTanhForward)(out, inp, n); }
 void gelu_tanh_backward(float* dinp, const float* dout, const float* inp, int64_t n) {

@@ -64,6 +64,11 @@ void scale(float* y, const float* x, float a, int64_t n);
 void axpy(float* y, const float* x, float a, int64_t n);
 void residual_row(float* y, const float* h, float a, const float* f, int64_t n);
 
+// out[c] += sum over rows n < N of in[n * ld + c], for c < C: each column's sum starts at zero and
+// adds the rows in order (a bias gradient), up to 8 vectors of columns held in registers while the
+// rows stream by.
+void column_sums_add(float* out, const float* in, int64_t N, int C, int64_t ld);
+
 // Small matrix products for attention's per-head tiles (ops/attention.cpp), where OpenBLAS's
 // packing costs more than the product: for i < m, j < n,
 //   C[i * ldc + j] = Z(i, j) + alpha * sum_{p < k} A(i, p) B(p, j)  (Z(i, j) = 0 when addend is null),
