@@ -35,7 +35,10 @@ TEST(Gemm, FloatMatchesADoubleProductInEveryLayout) {
   set_threads(2);
   // M crosses row chunks of 32 with a partial one, N the 256-column block (and, in the second
   // shape, the 2048 columns packed at a time), K the 256 inner block.
-  for (const auto [M, N, K] : {std::array<int, 3>{45, 300, 520}, std::array<int, 3>{9, 2100, 37}})
+  // The third: more rows than columns (rows split over threads), a transposed A packed in several
+  // groups of 16 chunks with a partial last chunk.
+  for (const auto [M, N, K] : {std::array<int, 3>{45, 300, 520}, std::array<int, 3>{9, 2100, 37},
+                               std::array<int, 3>{1100, 40, 300}})
   for (bool ta : {false, true})
     for (bool tb : {false, true})
       for (float beta : {0.0f, 1.0f, 0.5f}) {
