@@ -114,18 +114,17 @@ void block_forward(const MuddModel<T>& model, MuddRunState<T>& rs, int i, int B,
   T* q = a.qkv;
   T* k = a.qkv + D;
   linear_forward(a.qkv + 2 * D, v_in, p.wv, p.bv, N, D, D, 3 * D);
-  if (rs.keep_all_layers) {  // the backward reads the projections before the QK-norm
-    linear_forward(a.q_raw, q_in, p.wq, p.bq, N, D, D);
-    linear_forward(a.k_raw, k_in, p.wk, p.bk, N, D, D);
+  // The backward reads the projections before the QK-norm (q_raw, k_raw), copied into the packed
+  // buffer; inference projects straight into it.
+  const bool keep_raw = rs.keep_all_layers;
+  linear_forward(keep_raw ? a.q_raw : q, q_in, p.wq, p.bq, N, D, D, keep_raw ? D : 3 * D);
+  linear_forward(keep_raw ? a.k_raw : k, k_in, p.wk, p.bk, N, D, D, keep_raw ? D : 3 * D);
+  if (keep_raw)
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; ++n) {
       std::memcpy(q + int64_t(n) * 3 * D, a.q_raw + int64_t(n) * D, sizeof(T) * D);
       std::memcpy(k + int64_t(n) * 3 * D, a.k_raw + int64_t(n) * D, sizeof(T) * D);
     }
-  } else {  // inference: straight into the packed buffer
-    linear_forward(q, q_in, p.wq, p.bq, N, D, D, 3 * D);
-    linear_forward(k, k_in, p.wk, p.bk, N, D, D, 3 * D);
-  }
   // QK RMSNorm per head (scale shared by heads) in the packed buffer, then partial rotary.
   rmsnorm_forward<T>(q, a.q_rstd, q, p.q_norm, N, H, dh, 3 * D, c.norm_eps);
   rmsnorm_forward<T>(k, a.k_rstd, k, p.k_norm, N, H, dh, 3 * D, c.norm_eps);
