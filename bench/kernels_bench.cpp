@@ -13,6 +13,7 @@
 #include "ops/elementwise.h"
 #include "ops/gemm.h"
 #include "ops/layernorm.h"
+#include "ops/norms.h"
 
 namespace fca {
 namespace {
@@ -170,6 +171,15 @@ void BM_GeluForward(benchmark::State& state) {
   state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(x.size()) * 8);
 }
 BENCHMARK(BM_GeluForward)->Arg(1)->Arg(16)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+// The exact (erf) GELU of MUDD's FFN, inputs N(0, 1).
+void BM_GeluErfForward(benchmark::State& state) {
+  auto x = random_vector(size_t(kN) * 4 * kD, 5);
+  std::vector<float> y(x.size());
+  for (auto _ : state) gelu_erf_forward(y.data(), x.data(), int64_t(x.size()));
+  state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(x.size()) * 8);
+}
+BENCHMARK(BM_GeluErfForward)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 void BM_LayerNormForward(benchmark::State& state) {
   auto x = random_vector(size_t(kN) * kD, 6), w = random_vector(kD, 7), b = random_vector(kD, 8);

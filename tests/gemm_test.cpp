@@ -123,5 +123,42 @@ TEST(Gemm, LinearEpiloguesAreBitwiseTheUnfusedLayers) {
   }
 }
 
+TEST(Gemm, LinearGroupIsBitwiseTheSeparateLayers) {
+  // Layers of different widths, one writing a column block of a wider buffer, one with the erf
+  // GELU as its epilogue, one without a bias, over rows split over threads (N 200) and columns
+  // split (N 20); in float (one parallel region) and in double (the layers one after the other).
+  set_threads(2);
+  for (const int N : {200, 20}) {
+    SCOPED_TRACE("N " + std::to_string(N));
+    const int in = 96, wide = 3 * 64, F = 300;
+    const auto x = random_values(size_t(N) * in, 11), x2 = random_values(size_t(N) * in, 12);
+    const auto wa = random_values(size_t(64) * in, 13), wb = random_values(size_t(F) * in, 14);
+    const auto wc = random_values(size_t(40) * in, 15), ba = random_values(64, 16), bb = random_values(size_t(F), 17);
+    std::vector<float> want_a(size_t(N) * wide, 7.0f), want_pre(size_t(N) * F), want_act(size_t(N) * F),
+        want_c(size_t(N) * 40);
+    linear_forward<float>(want_a.data() + 64, x.data(), wa.data(), ba.data(), N, in, 64, wide);
+    linear_gelu_forward<float>(want_pre.data(), want_act.data(), x2.data(), wb.data(), bb.data(), N, in, F, GeluForm::erf);
+    linear_forward<float>(want_c.data(), x.data(), wc.data(), nullptr, N, in, 40);
+    std::vector<float> a(size_t(N) * wide, 7.0f), pre(size_t(N) * F, 7.0f), act(size_t(N) * F, 7.0f),
+        c(size_t(N) * 40, 7.0f);
+    linear_forward_group<float>({{a.data() + 64, x.data(), wa.data(), ba.data(), in, 64, wide},
+                                 {pre.data(), x2.data(), wb.data(), bb.data(), in, F, F, act.data(), GeluForm::erf},
+                                 {c.data(), x.data(), wc.data(), nullptr, in, 40, 40}},
+                                N);
+    EXPECT_EQ(0, std::memcmp(a.data(), want_a.data(), sizeof(float) * a.size()));  // the other columns untouched
+    EXPECT_EQ(0, std::memcmp(pre.data(), want_pre.data(), sizeof(float) * pre.size()));
+    EXPECT_EQ(0, std::memcmp(act.data(), want_act.data(), sizeof(float) * act.size()));
+    EXPECT_EQ(0, std::memcmp(c.data(), want_c.data(), sizeof(float) * c.size()));
+
+    const std::vector<double> xd(x2.begin(), x2.end()), wd(wb.begin(), wb.end()), bd(bb.begin(), bb.end());
+    std::vector<double> want_d(size_t(N) * F), want_act_d(size_t(N) * F), pre_d(size_t(N) * F), act_d(size_t(N) * F);
+    linear_forward<double>(want_d.data(), xd.data(), wd.data(), bd.data(), N, in, F);
+    gelu_erf_forward<double>(want_act_d.data(), want_d.data(), int64_t(N) * F);
+    linear_forward_group<double>({{pre_d.data(), xd.data(), wd.data(), bd.data(), in, F, F, act_d.data(), GeluForm::erf}}, N);
+    EXPECT_EQ(0, std::memcmp(pre_d.data(), want_d.data(), sizeof(double) * pre_d.size()));
+    EXPECT_EQ(0, std::memcmp(act_d.data(), want_act_d.data(), sizeof(double) * act_d.size()));
+  }
+}
+
 }  // namespace
 }  // namespace fca

@@ -136,7 +136,7 @@ TEST_F(SimdTargets, EveryTargetIsBitwiseTheScalarDefinition) {
         ASSERT_EQ(bits(out[size_t(i)]), bits(gelu_scalar(a[size_t(i)]))) << "GELU at " << i;
         ASSERT_EQ(bits(grad[size_t(i)]), bits(gelu_grad_scalar(y[size_t(i)], a[size_t(i)]))) << "GELU' at " << i;
       }
-      // The erf GELU, forward and backward, over a range that crosses both branches and the clamp.
+      // The erf GELU, forward and backward, over a range that crosses both signs and the clamp.
       const auto wide = random_values(size_t(n), 14.0f, uint32_t(n) + 31);
       simd::gelu_erf_forward(out.data(), wide.data(), n);
       simd::gelu_erf_backward(grad.data(), y.data(), wide.data(), n);
@@ -152,7 +152,7 @@ TEST_F(SimdTargets, EveryTargetIsBitwiseTheScalarDefinition) {
 }
 
 // The erf GELU's 1 + erf(z) = erfc(-z) against libm in double: within a few float ulp of the value, relative,
-// on both sides of the branch at |z| = 1 and far into the negative tail where 1 + erf is tiny.
+// near 0, in the bulk and far into the negative tail where 1 + erf is tiny.
 TEST(ErfApprox, OnePlusErfIsWithinAFewUlpOfLibm) {
   double worst = 0;
   float worst_z = 0;
@@ -164,7 +164,7 @@ TEST(ErfApprox, OnePlusErfIsWithinAFewUlpOfLibm) {
     if (err > worst) worst = err, worst_z = z;
   }
   std::printf("1 + erf: max relative error %.3g at z = %g\n", worst, double(worst_z));
-  // exp_approx is within about 2 ulp and the erfc polynomial is exact to 4e-10, but a^2 rounds
+  // exp_approx is within about 2 ulp and the erfc polynomial is exact to 6.4e-8, but a^2 rounds
   // (relative 6e-8), which exp(-a^2) multiplies by a^2 <= 81: about 5e-6 at the far tail, where
   // the GELU's value is below 1e-30 times x. Near the bulk (|z| < 3) the error is a few ulp.
   EXPECT_LT(worst, 1e-5);

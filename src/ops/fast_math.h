@@ -48,32 +48,23 @@ inline float tanh_approx(float x) {
   return tanh_approx_unclamped(std::min(std::max(x, -kTanhSaturation), kTanhSaturation));
 }
 
-// 1 + erf(z), the factor of the exact (erf) GELU, 0.5 x (1 + erf(x / sqrt 2)), in float:
-//   |z| < 1:  1 +- a P(a^2), a = |z|;
-//   |z| >= 1: 2 - c for z > 0 and c for z < 0, c = erfc(a) = exp_approx(-a^2) Q(1 / (1 + a/2)), a
-//             clamped to 9 (erfc(9) is below float's smallest normal).
-// The polynomials come from scripts/fit_erf.py (relative error 4.4e-8 and 4.1e-10 in exact
-// arithmetic); the float evaluation stays within a few ulp of 1 + erf, and the erfc branch keeps
-// relative accuracy for negative z, where 1 + erf is small (tests/simd_test.cpp).
-inline constexpr float kErfSmall[] = {1.1283791471e+00f, -3.7612390676e-01f, 1.1280578875e-01f,
-                                      -2.6720893575e-02f, 4.9274198308e-03f, -5.6679951096e-04f};
-inline constexpr float kErfcLarge[] = {3.4947741005e-06f, 2.8198847138e-01f, 2.8351632324e-01f, 2.3585183758e-01f,
-                                       2.3041753216e-01f, -9.2845910196e-02f, 3.7685281313e-01f, -5.7585393853e-01f,
-                                       3.2779812507e-01f, -6.7688161196e-02f};
+// 1 + erf(z), the factor of the exact (erf) GELU, 0.5 x (1 + erf(x / sqrt 2)), in float, from
+// c = erfc(a), a = |z| clamped to 9 (erfc(9) is below float's smallest normal):
+//   c = exp_approx(-a^2) Q(1 / (1 + a/2)), and 1 + erf(z) = c for z < 0, 2 - c for z >= 0.
+// One formula for every z (no branch for small |z|: the SIMD kernel would compute both and
+// select). The polynomial comes from scripts/fit_erf.py (relative error 6.4e-8 with its float
+// coefficients); the float evaluation stays within a few ulp of 1 + erf, relative also for
+// negative z, where 1 + erf is small (tests/simd_test.cpp).
+inline constexpr float kErfc[] = {-5.8793625612e-06f, 2.8221297264e-01f, 2.8122648597e-01f, 2.4888369441e-01f,
+                                  1.8488083780e-01f,  8.3187390119e-03f, 2.3422504961e-01f, -4.5316937566e-01f,
+                                  2.6969495416e-01f,  -5.6267492473e-02f};
 
 inline float one_plus_erf_approx(float z) {
   const float a = z < 0.0f ? -z : z;
-  if (a < 1.0f) {
-    const float a2 = a * a;
-    float p = kErfSmall[5];
-    for (int k = 4; k >= 0; --k) p = p * a2 + kErfSmall[k];
-    const float e = a * p;
-    return z < 0.0f ? 1.0f - e : 1.0f + e;
-  }
   const float b = a < 9.0f ? a : 9.0f;
   const float t = 1.0f / (1.0f + 0.5f * b);
-  float q = kErfcLarge[9];
-  for (int k = 8; k >= 0; --k) q = q * t + kErfcLarge[k];
+  float q = kErfc[9];
+  for (int k = 8; k >= 0; --k) q = q * t + kErfc[k];
   const float c = exp_approx(-(b * b)) * q;
   return z < 0.0f ? c : 2.0f - c;
 }

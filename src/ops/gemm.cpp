@@ -72,87 +72,125 @@ void pack_b_block(float* panels, bool trans_b, const float* B, int ldb, int p0, 
   }
 }
 
-// The float GEMM with two optional fusions for Linear layers (beta 0 only): `bias` [N] is the
+// One float GEMM with two optional fusions for Linear layers (beta 0 only): `bias` [N] is the
 // addend of the first inner block in place of zero, so C = bias + chain, bitwise what a fill with
 // the bias and a GEMM with beta 1 give (one addition, commutative); and `gelu_out` (row stride ldc)
 // receives the GELU of each row chunk's column block of C as its last inner block finishes it, in
 // cache, the operations of simd::gelu_tanh_forward or simd::gelu_erf_forward (element-wise, so the
 // tiling cannot change a value).
-void gemm_float(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
-                int ldb, float beta, float* C, int ldc, const float* bias, float* gelu_out,
-                GeluForm gelu_form = GeluForm::tanh) {
-  const auto gelu = gelu_form == GeluForm::tanh ? simd::gelu_tanh_forward : simd::gelu_erf_forward;
-  const PhaseScope phase_scope(Phase::gemm);
-  count_gemm_flops(2 * int64_t(M) * N * K, 1);
-  if (M <= 0 || N <= 0) return;
-  if (beta != 0.0f && beta != 1.0f) {
+struct FloatGemm {
+  bool trans_a, trans_b;
+  int M, N, K;
+  float alpha;
+  const float* A;
+  int lda;
+  const float* B;
+  int ldb;
+  float beta;
+  float* C;
+  int ldc;
+  const float* bias = nullptr;
+  float* gelu_out = nullptr;
+  GeluForm gelu_form = GeluForm::tanh;
+};
+
+// What gemm_float does before its blocked products (one thread): beta's scaling, and the whole of
+// a GEMM with an empty inner dimension. Returns whether the blocked products remain to be run.
+bool gemm_float_prologue(const FloatGemm& g) {
+  count_gemm_flops(2 * int64_t(g.M) * g.N * g.K, 1);
+  if (g.M <= 0 || g.N <= 0) return false;
+  if (g.beta != 0.0f && g.beta != 1.0f)
 #pragma omp parallel for schedule(static)
-    for (int i = 0; i < M; ++i)
-      for (int j = 0; j < N; ++j) C[int64_t(i) * ldc + j] *= beta;
-  }
-  if (K <= 0) {
-    // C = bias (or 0), then the GELU: the same values as the blocked path with an empty chain.
-    if (beta == 0.0f)
+    for (int i = 0; i < g.M; ++i)
+      for (int j = 0; j < g.N; ++j) g.C[int64_t(i) * g.ldc + j] *= g.beta;
+  if (g.K > 0) return true;
+  // C = bias (or 0), then the GELU: the same values as the blocked path with an empty chain.
+  const auto gelu = g.gelu_form == GeluForm::tanh ? simd::gelu_tanh_forward : simd::gelu_erf_forward;
+  if (g.beta == 0.0f)
 #pragma omp parallel for schedule(static)
-      for (int i = 0; i < M; ++i) {
-        float* row = C + int64_t(i) * ldc;
-        for (int j = 0; j < N; ++j) row[j] = bias != nullptr ? bias[j] : 0.0f;
-        if (gelu_out != nullptr) gelu(gelu_out + int64_t(i) * ldc, row, N);
-      }
-    return;
-  }
+    for (int i = 0; i < g.M; ++i) {
+      float* row = g.C + int64_t(i) * g.ldc;
+      for (int j = 0; j < g.N; ++j) row[j] = g.bias != nullptr ? g.bias[j] : 0.0f;
+      if (g.gelu_out != nullptr) gelu(g.gelu_out + int64_t(i) * g.ldc, row, g.N);
+    }
+  return false;
+}
+
+// Thread `me` of `threads`'s rectangle of C (the split described above), computed with no
+// synchronisation: called by every thread of a parallel region, the rectangles tile C.
+void gemm_float_share(const FloatGemm& g, int me, int threads) {
+  const auto gelu = g.gelu_form == GeluForm::tanh ? simd::gelu_tanh_forward : simd::gelu_erf_forward;
+  const int M = g.M, N = g.N, K = g.K, ldc = g.ldc;
   const int W = simd::tile_panel_width();  // divides kColumnBlock (2 .. 32)
   const bool split_columns = N >= M;
   const int row_chunks = (M + kRowChunk - 1) / kRowChunk, panels = (N + W - 1) / W;
-#pragma omp parallel
-  {
-    thread_local std::vector<float> packed_b;  // [kColumnBlock / W panels][kInnerBlock][W]
-    thread_local std::vector<float> packed_a;  // this thread's chunk of a transposed A: [kInnerBlock, kRowChunk]
-    if (packed_b.size() < size_t(kInnerBlock) * kColumnBlock) packed_b.resize(size_t(kInnerBlock) * kColumnBlock);
-    if (trans_a && packed_a.size() < size_t(kInnerBlock) * kRowChunk) packed_a.resize(size_t(kInnerBlock) * kRowChunk);
-    const int threads = omp_get_num_threads(), me = omp_get_thread_num();
-    const int units = split_columns ? panels : row_chunks;
-    const int first = int(int64_t(units) * me / threads), last = int(int64_t(units) * (me + 1) / threads);
-    const int col_begin = split_columns ? std::min(N, first * W) : 0, col_end = split_columns ? std::min(N, last * W) : N;
-    const int chunk_begin = split_columns ? 0 : first, chunk_end = split_columns ? row_chunks : last;
-    for (int c0 = col_begin; c0 < col_end; c0 += kColumnBlock) {
-      const int c1 = std::min(col_end, c0 + kColumnBlock);
-      for (int p0 = 0; p0 < K; p0 += kInnerBlock) {
-        const int kb = std::min(kInnerBlock, K - p0);
-        const bool onto_c = beta != 0.0f || p0 > 0, last_block = p0 + kb == K;
-        pack_b_block(packed_b.data(), trans_b, B, ldb, p0, kb, c0, c1, W);
-        for (int chunk = chunk_begin; chunk < chunk_end; ++chunk) {
-          const int i0 = chunk * kRowChunk, rows = std::min(kRowChunk, M - i0);
-          const float* a = A + (trans_a ? i0 + int64_t(p0) * lda : int64_t(i0) * lda + p0);
-          int64_t a_row = lda, a_col = 1;
-          if (trans_a) {
-            simd::pack_rows(packed_a.data(), rows, a, lda, kb);
-            a = packed_a.data(), a_row = 1, a_col = rows;
-          }
-          for (int j0 = c0; j0 < c1; j0 += W) {
-            const int wq = std::min(W, c1 - j0);
-            float* c = C + int64_t(i0) * ldc + j0;
-            const float* addend = onto_c ? c : bias != nullptr ? bias + j0 : nullptr;
-            simd::tile_matmul(c, ldc, a, a_row, a_col, packed_b.data() + int64_t(j0 - c0) * kb, wq, rows, wq, kb, alpha,
-                              addend, onto_c ? ldc : 0);
-          }
-          // The chunk's rows of this column block (at most 32 x 256 values, in L1/L2), one call
-          // per row: per register tile the dispatch would cost as much as the GELU.
-          if (gelu_out != nullptr && last_block)
-            for (int r = i0; r < i0 + rows; ++r)
-              gelu(gelu_out + int64_t(r) * ldc + c0, C + int64_t(r) * ldc + c0, c1 - c0);
+  thread_local std::vector<float> packed_b;  // [kColumnBlock / W panels][kInnerBlock][W]
+  thread_local std::vector<float> packed_a;  // this thread's chunk of a transposed A: [kInnerBlock, kRowChunk]
+  if (packed_b.size() < size_t(kInnerBlock) * kColumnBlock) packed_b.resize(size_t(kInnerBlock) * kColumnBlock);
+  if (g.trans_a && packed_a.size() < size_t(kInnerBlock) * kRowChunk) packed_a.resize(size_t(kInnerBlock) * kRowChunk);
+  const int units = split_columns ? panels : row_chunks;
+  const int first = int(int64_t(units) * me / threads), last = int(int64_t(units) * (me + 1) / threads);
+  const int col_begin = split_columns ? std::min(N, first * W) : 0, col_end = split_columns ? std::min(N, last * W) : N;
+  const int chunk_begin = split_columns ? 0 : first, chunk_end = split_columns ? row_chunks : last;
+  for (int c0 = col_begin; c0 < col_end; c0 += kColumnBlock) {
+    const int c1 = std::min(col_end, c0 + kColumnBlock);
+    for (int p0 = 0; p0 < K; p0 += kInnerBlock) {
+      const int kb = std::min(kInnerBlock, K - p0);
+      const bool onto_c = g.beta != 0.0f || p0 > 0, last_block = p0 + kb == K;
+      pack_b_block(packed_b.data(), g.trans_b, g.B, g.ldb, p0, kb, c0, c1, W);
+      for (int chunk = chunk_begin; chunk < chunk_end; ++chunk) {
+        const int i0 = chunk * kRowChunk, rows = std::min(kRowChunk, M - i0);
+        const float* a = g.A + (g.trans_a ? i0 + int64_t(p0) * g.lda : int64_t(i0) * g.lda + p0);
+        int64_t a_row = g.lda, a_col = 1;
+        if (g.trans_a) {
+          simd::pack_rows(packed_a.data(), rows, a, g.lda, kb);
+          a = packed_a.data(), a_row = 1, a_col = rows;
         }
+        for (int j0 = c0; j0 < c1; j0 += W) {
+          const int wq = std::min(W, c1 - j0);
+          float* c = g.C + int64_t(i0) * ldc + j0;
+          const float* addend = onto_c ? c : g.bias != nullptr ? g.bias + j0 : nullptr;
+          simd::tile_matmul(c, ldc, a, a_row, a_col, packed_b.data() + int64_t(j0 - c0) * kb, wq, rows, wq, kb, g.alpha,
+                            addend, onto_c ? ldc : 0);
+        }
+        // The chunk's rows of this column block (at most 32 x 256 values, in L1/L2), one call
+        // per row: per register tile the dispatch would cost as much as the GELU.
+        if (g.gelu_out != nullptr && last_block)
+          for (int r = i0; r < i0 + rows; ++r)
+            gelu(g.gelu_out + int64_t(r) * ldc + c0, g.C + int64_t(r) * ldc + c0, c1 - c0);
       }
     }
   }
 }
+
+// Independent GEMMs (no output is another's input) in one parallel region: each thread computes
+// its share of each in turn and goes on to the next without waiting for the other threads, so a
+// group of small products pays for one fork and one join, not one per product.
+constexpr int kMaxGroup = 8;
+void gemm_float_group(const FloatGemm* gemms, int count) {
+  const PhaseScope phase_scope(Phase::gemm);
+  for (int q0 = 0; q0 < count; q0 += kMaxGroup) {
+    const FloatGemm* blocked[kMaxGroup];
+    int n = 0;
+    for (int q = q0; q < std::min(count, q0 + kMaxGroup); ++q)
+      if (gemm_float_prologue(gemms[q])) blocked[n++] = &gemms[q];
+    if (n == 0) continue;
+#pragma omp parallel
+    {
+      const int threads = omp_get_num_threads(), me = omp_get_thread_num();
+      for (int q = 0; q < n; ++q) gemm_float_share(*blocked[q], me, threads);
+    }
+  }
+}
+
+void gemm_float(const FloatGemm& g) { gemm_float_group(&g, 1); }
 
 }  // namespace
 
 template <>
 void gemm<float>(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
                  const float* B, int ldb, float beta, float* C, int ldc) {
-  gemm_float(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, nullptr, nullptr);
+  gemm_float({trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc});
 }
 
 template <>
@@ -190,7 +228,7 @@ void add_column_sums(T* out, const T* in, int64_t N, int C) {
 template <typename T>
 void linear_forward(T* y, const T* x, const T* weight, const T* bias, int N, int in, int out, int ldy) {
   if constexpr (std::is_same_v<T, float>) {
-    gemm_float(false, true, N, out, in, 1.0f, x, in, weight, in, 0.0f, y, ldy, bias, nullptr);
+    gemm_float({false, true, N, out, in, 1.0f, x, in, weight, in, 0.0f, y, ldy, bias});
   } else {
     if (bias != nullptr) {
       const PhaseScope phase_scope(Phase::elementwise);
@@ -203,10 +241,37 @@ void linear_forward(T* y, const T* x, const T* weight, const T* bias, int N, int
 }
 
 template <typename T>
+void linear_forward_group(std::initializer_list<LinearOperands<T>> layers, int N) {
+  if constexpr (std::is_same_v<T, float>) {
+    FloatGemm gemms[kMaxGroup];
+    int n = 0;
+    for (const LinearOperands<T>& l : layers) {
+      gemms[n++] = {false, true, N, l.out, l.in, 1.0f, l.x, l.in, l.weight, l.in, 0.0f, l.y, l.ldy, l.bias, l.act, l.form};
+      if (n == kMaxGroup) gemm_float_group(gemms, n), n = 0;
+    }
+    gemm_float_group(gemms, n);
+  } else {
+    for (const LinearOperands<T>& l : layers) {
+      linear_forward(l.y, l.x, l.weight, l.bias, N, l.in, l.out, l.ldy);
+      if (l.act != nullptr) {
+        for (int n = 0; n < N; ++n) {
+          const T* pre = l.y + int64_t(n) * l.ldy;
+          T* act = l.act + int64_t(n) * l.ldy;
+          if (l.form == GeluForm::tanh)
+            gelu_tanh_forward(act, pre, l.out);
+          else
+            gelu_erf_forward(act, pre, l.out);
+        }
+      }
+    }
+  }
+}
+
+template <typename T>
 void linear_gelu_forward(T* pre, T* act, const T* x, const T* weight, const T* bias, int N, int in, int out,
                          GeluForm form) {
   if constexpr (std::is_same_v<T, float>) {
-    gemm_float(false, true, N, out, in, 1.0f, x, in, weight, in, 0.0f, pre, out, bias, act, form);
+    gemm_float({false, true, N, out, in, 1.0f, x, in, weight, in, 0.0f, pre, out, bias, act, form});
   } else if (form == GeluForm::tanh) {
     gemm<T>(false, true, N, out, in, T(1), x, in, weight, in, T(0), pre, out);
     bias_gelu_tanh_forward(pre, act, bias, N, out);
@@ -228,6 +293,7 @@ void linear_backward(T* dx, T* dweight, T* dbias, const T* dy, const T* x, const
 #define FCA_INSTANTIATE(T)                                                                       \
   template void add_column_sums<T>(T*, const T*, int64_t, int);                                 \
   template void linear_forward<T>(T*, const T*, const T*, const T*, int, int, int, int);        \
+  template void linear_forward_group<T>(std::initializer_list<LinearOperands<T>>, int);            \
   template void linear_gelu_forward<T>(T*, T*, const T*, const T*, const T*, int, int, int, GeluForm); \
   template void linear_backward<T>(T*, T*, T*, const T*, const T*, const T*, int, int, int, bool);
 FCA_INSTANTIATE(float)

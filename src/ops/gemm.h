@@ -4,6 +4,7 @@
 // Called outside OpenMP regions it uses all threads; inside one it runs in the calling thread.
 #pragma once
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 
 namespace fca {
@@ -38,6 +39,25 @@ void linear_forward(T* y, const T* x, const T* weight, const T* bias, int N, int
 // Which GELU an MLP applies: the tanh approximation (the gated family, ops/elementwise.h) or the
 // exact erf form (MUDDPythia, ops/norms.h).
 enum class GeluForm { tanh, erf };
+
+// One Linear layer of linear_forward_group: y[N, out] (rows ldy apart) = x[N, in] W[out, in]^T + b,
+// and with `act` (same layout as y) also act = GELU(y) of the given form, as linear_gelu_forward.
+template <typename T>
+struct LinearOperands {
+  T* y;
+  const T* x;
+  const T* weight;
+  const T* bias;  // may be null
+  int in, out, ldy;
+  T* act = nullptr;
+  GeluForm form = GeluForm::tanh;
+};
+// Independent Linear layers over the same N rows (no layer reads another's output): bitwise
+// linear_forward (linear_gelu_forward) on each. In float they share one parallel region, each
+// thread going from its share of one layer to its share of the next without waiting (the small
+// projections of one block then pay for one fork and join).
+template <typename T>
+void linear_forward_group(std::initializer_list<LinearOperands<T>> layers, int N);
 
 // The fc layer's forward: pre[N, out] = x W^T + b, act = GELU(pre). In float the bias and the GELU
 // are the GEMM's epilogue, applied to each tile while it is in cache; the values are bitwise those

@@ -29,6 +29,19 @@ void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, 
 }
 
 template <typename T>
+void layernorm_forward_group(std::initializer_list<LayerNormOperands<T>> norms, int64_t N, int C) {
+  const PhaseScope phase_scope(Phase::elementwise);
+  const LayerNormOperands<T>* first = norms.begin();
+  const int count = int(norms.size());
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n)
+    for (int q = 0; q < count; ++q) {
+      const LayerNormOperands<T>& l = first[q];
+      layernorm_row(l.out + n * C, l.mean + n, l.rstd + n, l.inp + n * C, l.weight, l.bias, C);
+    }
+}
+
+template <typename T>
 void residual_layernorm_forward(T* sum, T* out, T* mean, T* rstd, const T* a, const T* b, const T* weight, const T* bias,
                                 int64_t N, int C) {
   const PhaseScope phase_scope(Phase::elementwise);
@@ -88,6 +101,8 @@ template void residual_layernorm_forward<double>(double*, double*, double*, doub
                                                  const double*, const double*, int64_t, int);
 template void layernorm_forward<float>(float*, float*, float*, const float*, const float*, const float*, int64_t, int);
 template void layernorm_forward<double>(double*, double*, double*, const double*, const double*, const double*, int64_t, int);
+template void layernorm_forward_group<float>(std::initializer_list<LayerNormOperands<float>>, int64_t, int);
+template void layernorm_forward_group<double>(std::initializer_list<LayerNormOperands<double>>, int64_t, int);
 template void layernorm_backward<float>(float*, float*, float*, const float*, const float*, const float*, const float*,
                                         const float*, int64_t, int);
 template void layernorm_backward<double>(double*, double*, double*, const double*, const double*, const double*,

@@ -11,21 +11,62 @@
 
 namespace fca {
 
+namespace {
+
+// One group of C values at xr (out may alias): the rmsnorm_forward of one (token, head); returns r.
+template <typename T>
+inline T rmsnorm_group(T* yr, const T* xr, const T* scale, int C, double eps) {
+  const T sq = lane_dot(xr, xr, C);  // 16-lane sum of squares (ops/fast_math.h): vectorised, fixed order
+  const T r = T(1) / std::sqrt(sq / T(C) + T(eps));
+  if (scale != nullptr)
+    for (int c = 0; c < C; ++c) yr[c] = (xr[c] * r) * scale[c];
+  else
+    for (int c = 0; c < C; ++c) yr[c] = xr[c] * r;
+  return r;
+}
+
+// The rotation of one token's H heads (row x) at position t, by `direction` (1 forward, -1 the
+// inverse).
+template <typename T>
+inline void rotate_token(T* x, const T* cos_table, const T* sin_table, int t, int H, int dh, int rot, T direction) {
+  const int half = rot / 2;
+  const T* c = cos_table + int64_t(t) * half;
+  const T* s = sin_table + int64_t(t) * half;
+  for (int h = 0; h < H; ++h) {
+    T* v = x + int64_t(h) * dh;
+    for (int m = 0; m < half; ++m) {
+      const T a = v[m], b = v[m + half], sn = direction * s[m];
+      v[m] = a * c[m] - b * sn;
+      v[m + half] = b * c[m] + a * sn;
+    }
+  }
+}
+
+}  // namespace
+
 template <typename T>
 void rmsnorm_forward(T* out, T* rstd, const T* x, const T* scale, int64_t N, int G, int C, int64_t stride, double eps) {
   const PhaseScope phase_scope(Phase::elementwise);
 #pragma omp parallel for schedule(static)
   for (int64_t row = 0; row < N * G; ++row) {
     const int64_t off = (row / G) * stride + (row % G) * C;
-    const T* xr = x + off;
-    T* yr = out + off;
-    const T sq = lane_dot(xr, xr, C);  // 16-lane sum of squares (ops/fast_math.h): vectorised, fixed order
-    const T r = T(1) / std::sqrt(sq / T(C) + T(eps));
+    const T r = rmsnorm_group(out + off, x + off, scale, C, eps);
     if (rstd != nullptr) rstd[row] = r;
-    if (scale != nullptr)
-      for (int c = 0; c < C; ++c) yr[c] = (xr[c] * r) * scale[c];
-    else
-      for (int c = 0; c < C; ++c) yr[c] = xr[c] * r;
+  }
+}
+
+template <typename T>
+void rmsnorm_rope_forward(T* x, T* rstd, const T* scale, const T* cos_table, const T* sin_table, int B, int Tn, int H,
+                          int dh, int rot, int64_t stride, double eps) {
+  const PhaseScope phase_scope(Phase::elementwise);
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < int64_t(B) * Tn; ++n) {
+    T* row = x + n * stride;
+    for (int h = 0; h < H; ++h) {
+      const T r = rmsnorm_group(row + int64_t(h) * dh, row + int64_t(h) * dh, scale, dh, eps);
+      if (rstd != nullptr) rstd[n * H + h] = r;
+    }
+    rotate_token(row, cos_table, sin_table, int(n % Tn), H, dh, rot, T(1));
   }
 }
 
@@ -122,21 +163,9 @@ float round_to_half(float f) {
 template <typename T>
 void rotate(T* x, const T* cos_table, const T* sin_table, int B, int Tn, int H, int dh, int rot, int64_t stride,
             T direction) {
-  const int half = rot / 2;
 #pragma omp parallel for schedule(static)
-  for (int64_t n = 0; n < int64_t(B) * Tn; ++n) {
-    const int t = int(n % Tn);
-    const T* c = cos_table + int64_t(t) * half;
-    const T* s = sin_table + int64_t(t) * half;
-    for (int h = 0; h < H; ++h) {
-      T* v = x + n * stride + int64_t(h) * dh;
-      for (int m = 0; m < half; ++m) {
-        const T a = v[m], b = v[m + half], sn = direction * s[m];
-        v[m] = a * c[m] - b * sn;
-        v[m + half] = b * c[m] + a * sn;
-      }
-    }
-  }
+  for (int64_t n = 0; n < int64_t(B) * Tn; ++n)
+    rotate_token(x + n * stride, cos_table, sin_table, int(n % Tn), H, dh, rot, direction);
 }
 }  // namespace
 
@@ -173,6 +202,7 @@ void rope_backward(T* dx, const T* cos_table, const T* sin_table, int B, int Tn,
   template void gelu_erf_forward<T>(T*, const T*, int64_t);                                                       \
   template void gelu_erf_backward<T>(T*, const T*, const T*, int64_t);                                            \
   template void rope_forward<T>(T*, const T*, const T*, int, int, int, int, int, int64_t);                        \
+  template void rmsnorm_rope_forward<T>(T*, T*, const T*, const T*, const T*, int, int, int, int, int, int64_t, double); \
   template void rope_backward<T>(T*, const T*, const T*, int, int, int, int, int, int64_t);                       \
   template void rope_tables<T>(T*, T*, int, int, double);
 FCA_INSTANTIATE(float)

@@ -32,6 +32,12 @@ void rope_forward(T* x, const T* cos_table, const T* sin_table, int B, int Tn, i
 template <typename T>
 void rope_backward(T* dx, const T* cos_table, const T* sin_table, int B, int Tn, int H, int dh, int rot, int64_t stride);
 
+// The QK-norm then the rotary embedding of the same heads in one pass over the tokens, in place:
+// bitwise rmsnorm_forward(x, rstd, x, scale, B * Tn, H, dh, stride, eps) then rope_forward(x, ...).
+template <typename T>
+void rmsnorm_rope_forward(T* x, T* rstd, const T* scale, const T* cos_table, const T* sin_table, int B, int Tn, int H,
+                          int dh, int rot, int64_t stride, double eps);
+
 // The reference's tables: w_m = 1 / base^(2m/rot) and theta = t w_m in float, cos/sin in float,
 // then rounded to IEEE half precision (an artefact of the PyTorch port kept for parity).
 template <typename T>

@@ -75,29 +75,20 @@ HWY_INLINE void TanhApproxU(D d, V (&x)[U]) {
 
 constexpr float kSqrt2OverPi = float(0.7978845608028654);
 
-// one_plus_erf_approx of ops/fast_math.h, lane by lane: both branches, then a select (z in place).
+// one_plus_erf_approx of ops/fast_math.h, lane by lane (z in place).
 template <int U>
 HWY_INLINE void OnePlusErfU(D d, V (&z)[U]) {
   const V zero = hn::Zero(d), one = hn::Set(d, 1.0f), two = hn::Set(d, 2.0f);
-  V a[U], a2[U], p[U], small[U], t[U], q[U], c[U];
-  EachU<U>([&](int u) HWY_ATTR { a[u] = hn::Abs(z[u]); });
-  EachU<U>([&](int u) HWY_ATTR { a2[u] = hn::Mul(a[u], a[u]); });
-  EachU<U>([&](int u) HWY_ATTR { p[u] = hn::Set(d, kErfSmall[5]); });
-  for (int k = 4; k >= 0; --k) EachU<U>([&](int u) HWY_ATTR { p[u] = hn::Add(hn::Mul(p[u], a2[u]), hn::Set(d, kErfSmall[k])); });
+  V b[U], t[U], q[U];
+  EachU<U>([&](int u) HWY_ATTR { b[u] = hn::Min(hn::Abs(z[u]), hn::Set(d, 9.0f)); });
+  EachU<U>([&](int u) HWY_ATTR { t[u] = hn::Div(one, hn::Add(one, hn::Mul(hn::Set(d, 0.5f), b[u]))); });
+  EachU<U>([&](int u) HWY_ATTR { q[u] = hn::Set(d, kErfc[9]); });
+  for (int k = 8; k >= 0; --k) EachU<U>([&](int u) HWY_ATTR { q[u] = hn::Add(hn::Mul(q[u], t[u]), hn::Set(d, kErfc[k])); });
+  EachU<U>([&](int u) HWY_ATTR { b[u] = hn::Neg(hn::Mul(b[u], b[u])); });
+  ExpApproxU(d, b);
   EachU<U>([&](int u) HWY_ATTR {
-    const V e = hn::Mul(a[u], p[u]);
-    small[u] = hn::IfThenElse(hn::Lt(z[u], zero), hn::Sub(one, e), hn::Add(one, e));
-  });
-  EachU<U>([&](int u) HWY_ATTR { c[u] = hn::Min(a[u], hn::Set(d, 9.0f)); });
-  EachU<U>([&](int u) HWY_ATTR { t[u] = hn::Div(one, hn::Add(one, hn::Mul(hn::Set(d, 0.5f), c[u]))); });
-  EachU<U>([&](int u) HWY_ATTR { q[u] = hn::Set(d, kErfcLarge[9]); });
-  for (int k = 8; k >= 0; --k) EachU<U>([&](int u) HWY_ATTR { q[u] = hn::Add(hn::Mul(q[u], t[u]), hn::Set(d, kErfcLarge[k])); });
-  EachU<U>([&](int u) HWY_ATTR { c[u] = hn::Neg(hn::Mul(c[u], c[u])); });
-  ExpApproxU(d, c);
-  EachU<U>([&](int u) HWY_ATTR {
-    const V tail = hn::Mul(c[u], q[u]);
-    const V large = hn::IfThenElse(hn::Lt(z[u], zero), tail, hn::Sub(two, tail));
-    z[u] = hn::IfThenElse(hn::Lt(a[u], one), small[u], large);
+    const V c = hn::Mul(b[u], q[u]);
+    z[u] = hn::IfThenElse(hn::Lt(z[u], zero), c, hn::Sub(two, c));
   });
 }
 

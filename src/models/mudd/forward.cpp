@@ -105,20 +105,32 @@ void block_forward(const MuddModel<T>& model, MuddRunState<T>& rs, int i, int B,
   const T* in[4];
   for (int s = 0; s < 4; ++s) in[s] = i == 0 ? rs.hidden[0] : rs.layers[size_t(i - 1)].streams[s];
   const T* R = in[3];
-  for (int s = 0; s < (i == 0 ? 1 : 3); ++s)
-    layernorm_forward(a.normed[s], a.ln_mean[s], a.ln_rstd[s], in[s], p.attention_norm_weight[s],
-                      p.attention_norm_bias[s], N, D);
+  // The block's LayerNorms read only its inputs: the attention's (one stream for block 0, else
+  // three) and the FFN's of R (parallel residual), one pass over the rows for all.
+  const LayerNormOperands<T> ffn_norm{a.ffn_in, a.ffn_mean, a.ffn_rstd, R, p.ffn_norm_weight, p.ffn_norm_bias};
+  auto attention_norm = [&](int s) {
+    return LayerNormOperands<T>{a.normed[s], a.ln_mean[s], a.ln_rstd[s], in[s], p.attention_norm_weight[s], p.attention_norm_bias[s]};
+  };
+  if (i == 0)
+    layernorm_forward_group<T>({attention_norm(0), ffn_norm}, N, D);
+  else
+    layernorm_forward_group<T>({attention_norm(0), attention_norm(1), attention_norm(2), ffn_norm}, N, D);
   const T* q_in = a.normed[0];
   const T* k_in = i == 0 ? a.normed[0] : a.normed[1];
   const T* v_in = i == 0 ? a.normed[0] : a.normed[2];
   T* q = a.qkv;
   T* k = a.qkv + D;
-  linear_forward(a.qkv + 2 * D, v_in, p.wv, p.bv, N, D, D, 3 * D);
   // The backward reads the projections before the QK-norm (q_raw, k_raw), copied into the packed
   // buffer; inference projects straight into it.
   const bool keep_raw = rs.keep_all_layers;
-  linear_forward(keep_raw ? a.q_raw : q, q_in, p.wq, p.bq, N, D, D, keep_raw ? D : 3 * D);
-  linear_forward(keep_raw ? a.k_raw : k, k_in, p.wk, p.bk, N, D, D, keep_raw ? D : 3 * D);
+  const int ld_qk = keep_raw ? D : 3 * D;
+  // The FFN's first layer reads only its LayerNorm: it runs with the attention's projections.
+  const int F = p.ffn_width;
+  linear_forward_group<T>({{a.qkv + 2 * D, v_in, p.wv, p.bv, D, D, 3 * D},
+                           {keep_raw ? a.q_raw : q, q_in, p.wq, p.bq, D, D, ld_qk},
+                           {keep_raw ? a.k_raw : k, k_in, p.wk, p.bk, D, D, ld_qk},
+                           {a.ffn_pre, a.ffn_in, p.w1, p.b1, D, F, F, a.ffn_act, GeluForm::erf}},
+                          N);
   if (keep_raw)
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; ++n) {
@@ -126,17 +138,11 @@ void block_forward(const MuddModel<T>& model, MuddRunState<T>& rs, int i, int B,
       std::memcpy(k + int64_t(n) * 3 * D, a.k_raw + int64_t(n) * D, sizeof(T) * D);
     }
   // QK RMSNorm per head (scale shared by heads) in the packed buffer, then partial rotary.
-  rmsnorm_forward<T>(q, a.q_rstd, q, p.q_norm, N, H, dh, 3 * D, c.norm_eps);
-  rmsnorm_forward<T>(k, a.k_rstd, k, p.k_norm, N, H, dh, 3 * D, c.norm_eps);
-  rope_forward(q, rs.rope_cos, rs.rope_sin, B, Tn, H, dh, c.rotary_dims(), 3 * D);
-  rope_forward(k, rs.rope_cos, rs.rope_sin, B, Tn, H, dh, c.rotary_dims(), 3 * D);
+  rmsnorm_rope_forward<T>(q, a.q_rstd, p.q_norm, rs.rope_cos, rs.rope_sin, B, Tn, H, dh, c.rotary_dims(), 3 * D, c.norm_eps);
+  rmsnorm_rope_forward<T>(k, a.k_rstd, p.k_norm, rs.rope_cos, rs.rope_sin, B, Tn, H, dh, c.rotary_dims(), 3 * D, c.norm_eps);
   attention_forward<T>(a.attn_out, a.probs, rs.attn_scratch, nullptr, a.qkv, B, Tn, D, H);
-  linear_forward(a.attn_proj, a.attn_out, p.wo, p.bo, N, D, D);
-  // FFN on the R stream (parallel residual), width F_i.
-  const int F = p.ffn_width;
-  layernorm_forward(a.ffn_in, a.ffn_mean, a.ffn_rstd, R, p.ffn_norm_weight, p.ffn_norm_bias, N, D);
-  linear_gelu_forward(a.ffn_pre, a.ffn_act, a.ffn_in, p.w1, p.b1, N, D, F, GeluForm::erf);
-  linear_forward(a.ffn_out, a.ffn_act, p.w2, p.b2, N, F, D);
+  // The attention's output projection and the FFN's second layer (parallel residual: R feeds both).
+  linear_forward_group<T>({{a.attn_proj, a.attn_out, p.wo, p.bo, D, D, D}, {a.ffn_out, a.ffn_act, p.w2, p.b2, F, D, D}}, N);
   T* X = rs.hidden[size_t(i + 1)];
 #pragma omp parallel for schedule(static)
   for (int64_t e = 0; e < int64_t(N) * D; ++e) X[e] = (R[e] + a.attn_proj[e]) + a.ffn_out[e];  // the reference's order
