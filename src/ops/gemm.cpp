@@ -38,9 +38,9 @@ void openblas_sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha
 }
 
 // Float GEMM on fca's register-tiled kernel (simd::tile_matmul), blocked as GotoBLAS does, without
-// barriers. When C has at least as many columns as rows the threads split its columns: a thread
-// claims a range of columns (all rows) at a time. Otherwise they split its rows: a thread claims a
-// chunk of kRowChunk rows (all columns of a column block) at a time. For each block of at most
+// barriers. When C has at least as many columns as rows the threads split its columns: each takes
+// an equal range of them (all rows). Otherwise they split its rows: a thread claims a chunk of
+// kRowChunk rows (all columns of a column block) at a time (GemmClaims). For each block of at most
 // kColumnBlock of its columns and kInnerBlock of the inner dimension, a thread copies that block of
 // op(B) into its own panels as wide as the kernel's register tile (simd::tile_panel_width()), each
 // panel kInnerBlock rows of contiguous values (256 x 256 values, 256 KB: written into and read back
@@ -119,36 +119,28 @@ bool gemm_float_prologue(const FloatGemm& g) {
   return false;
 }
 
-// The units of work of one GEMM, claimed by the threads as they come (an atomic counter per
-// column block), so that a thread slowed down for a while (a neighbour on its core, an interrupt)
-// takes fewer of them instead of making the other wait: with a fixed split, the two threads of an
-// audit finished its GEMM calls on average 13% of a call apart. Which thread computes a unit
-// changes no value (above).
+// How the threads share one GEMM. With the columns split, each thread takes an equal range of
+// register panels. With the rows split, the threads claim row chunks as they come (an atomic
+// counter per column block), so that a thread slowed down for a while (a neighbour on its core, an
+// interrupt) takes fewer of them instead of making the other wait: with a fixed split, the two
+// threads of an audit finished its GEMM calls on average 13% of a call apart. Claiming column ranges
+// the same way was measured too, and made the 1.4B-shape forward (columns split) 4% slower.
+// Which thread computes a unit changes no value (above).
 struct GemmClaims {
-  explicit GemmClaims(const FloatGemm& g, int threads)
+  explicit GemmClaims(const FloatGemm& g)
       : split_columns(g.N >= g.M),
         row_chunks((g.M + kRowChunk - 1) / kRowChunk),
-        unit_columns(column_unit(g.N, threads)),
-        next(size_t(split_columns ? 1 : (g.N + kColumnBlock - 1) / kColumnBlock)) {}
-  // Columns per unit when splitting columns: about four units per thread, at least two register
-  // panels (so a unit's row chunks reuse each A value from L1) and at most one column block; a
-  // whole number of panels.
-  static int column_unit(int N, int threads) {
-    const int W = simd::tile_panel_width();
-    const int wanted = std::clamp(N / std::max(1, 4 * threads), 2 * W, kColumnBlock);
-    return std::max(W, wanted / W * W);
-  }
+        next_chunk(size_t(split_columns ? 0 : (g.N + kColumnBlock - 1) / kColumnBlock)) {}
   const bool split_columns;
-  const int row_chunks, unit_columns;
-  std::vector<std::atomic<int>> next;  // per column block (rows split) or one (columns split)
+  const int row_chunks;
+  std::vector<std::atomic<int>> next_chunk;  // per column block, when the rows are split
 };
 
-// This thread's part of one GEMM: the units it claims. With the columns split, a unit is a range
-// of unit_columns columns over all rows, every inner block in order, so its values are done by one
-// thread. With the rows split, every thread copies each (column block, inner block) of op(B) and
-// runs row chunks over it; the chunks of a column block are claimed during its first inner block
-// and the same thread runs them over the later inner blocks (each value's blocks stay in order,
-// on one thread).
+// This thread's part of one GEMM. With the columns split, its panels over all rows, every inner
+// block in order. With the rows split, every thread copies each (column block, inner block) of
+// op(B) and runs row chunks over it; the chunks of a column block are claimed during its first
+// inner block and the same thread runs them over the later ones (each value's blocks stay in
+// order, on one thread).
 void gemm_float_share(const FloatGemm& g, GemmClaims& claims) {
   const auto gelu = g.gelu_form == GeluForm::tanh ? simd::gelu_tanh_forward : simd::gelu_erf_forward;
   const int M = g.M, N = g.N, K = g.K, ldc = g.ldc;
@@ -181,9 +173,11 @@ void gemm_float_share(const FloatGemm& g, GemmClaims& claims) {
       for (int r = i0; r < i0 + rows; ++r) gelu(g.gelu_out + int64_t(r) * ldc + c0, g.C + int64_t(r) * ldc + c0, c1 - c0);
   };
   if (claims.split_columns) {
-    const int units = (N + claims.unit_columns - 1) / claims.unit_columns;
-    for (int u = claims.next[0]++; u < units; u = claims.next[0]++) {
-      const int c0 = u * claims.unit_columns, c1 = std::min(N, c0 + claims.unit_columns);
+    const int threads = omp_get_num_threads(), me = omp_get_thread_num(), panels = (N + W - 1) / W;
+    const int first = int(int64_t(panels) * me / threads), last = int(int64_t(panels) * (me + 1) / threads);
+    const int col_end = std::min(N, last * W);
+    for (int c0 = std::min(N, first * W); c0 < col_end; c0 += kColumnBlock) {
+      const int c1 = std::min(col_end, c0 + kColumnBlock);
       for (int p0 = 0; p0 < K; p0 += kInnerBlock) {
         const int kb = std::min(kInnerBlock, K - p0);
         pack_b_block(packed_b.data(), g.trans_b, g.B, g.ldb, p0, kb, c0, c1, W);
@@ -194,7 +188,7 @@ void gemm_float_share(const FloatGemm& g, GemmClaims& claims) {
   }
   for (int c0 = 0; c0 < N; c0 += kColumnBlock) {
     const int c1 = std::min(N, c0 + kColumnBlock);
-    std::atomic<int>& next_chunk = claims.next[size_t(c0 / kColumnBlock)];
+    std::atomic<int>& next_chunk = claims.next_chunk[size_t(c0 / kColumnBlock)];
     my_chunks.clear();
     for (int p0 = 0; p0 < K; p0 += kInnerBlock) {
       const int kb = std::min(kInnerBlock, K - p0);
@@ -212,19 +206,18 @@ void gemm_float_share(const FloatGemm& g, GemmClaims& claims) {
   }
 }
 
-// Independent GEMMs (no output is another's input) in one parallel region: each thread claims
-// units of each in turn and goes on to the next without waiting for the other threads, so a
+// Independent GEMMs (no output is another's input) in one parallel region: each thread does its
+// part of each in turn and goes on to the next without waiting for the other threads, so a
 // group of small products pays for one fork and one join, not one per product.
 constexpr int kMaxGroup = 8;
 void gemm_float_group(const FloatGemm* gemms, int count) {
   const PhaseScope phase_scope(Phase::gemm);
-  const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
   for (int q0 = 0; q0 < count; q0 += kMaxGroup) {
     const FloatGemm* blocked[kMaxGroup];
     std::optional<GemmClaims> claims[kMaxGroup];
     int n = 0;
     for (int q = q0; q < std::min(count, q0 + kMaxGroup); ++q)
-      if (gemm_float_prologue(gemms[q])) blocked[n] = &gemms[q], claims[n].emplace(gemms[q], threads), ++n;
+      if (gemm_float_prologue(gemms[q])) blocked[n] = &gemms[q], claims[n].emplace(gemms[q]), ++n;
     if (n == 0) continue;
 #pragma omp parallel
     for (int q = 0; q < n; ++q) gemm_float_share(*blocked[q], *claims[q]);
