@@ -36,8 +36,8 @@ TEST(Gemm, FloatMatchesADoubleProductInEveryLayout) {
   // M crosses row chunks of 32 with a partial one, N the 256-column block (and, in the second
   // shape, the 2048 columns packed at a time), K the 256 inner block.
   // The third: more rows than columns (rows split over threads), a transposed A of 35 chunks with a
-  // partial last one. The fourth: rows split over two column blocks and three inner blocks (the row
-  // chunks a thread claims in a column block's first inner block, run again over the later ones).
+  // partial last one. The fourth: rows split over threads, across two column blocks and three inner
+  // blocks.
   for (const auto [M, N, K] : {std::array<int, 3>{45, 300, 520}, std::array<int, 3>{9, 2100, 37},
                                std::array<int, 3>{1100, 40, 300}, std::array<int, 3>{700, 300, 520}})
   for (bool ta : {false, true})

@@ -4,8 +4,6 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <atomic>
-#include <optional>
 #include <cstdlib>
 #include <type_traits>
 #include <vector>
@@ -38,18 +36,17 @@ void openblas_sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha
 }
 
 // Float GEMM on fca's register-tiled kernel (simd::tile_matmul), blocked as GotoBLAS does, without
-// barriers. When C has at least as many columns as rows the threads split its columns: each takes
-// an equal range of them (all rows). Otherwise they split its rows: a thread claims a chunk of
-// kRowChunk rows (all columns of a column block) at a time (GemmClaims). For each block of at most
-// kColumnBlock of its columns and kInnerBlock of the inner dimension, a thread copies that block of
-// op(B) into its own panels as wide as the kernel's register tile (simd::tile_panel_width()), each
-// panel kInnerBlock rows of contiguous values (256 x 256 values, 256 KB: written into and read back
-// from its L2 cache, whatever B's row stride, a power of two in every model), then runs each row
-// chunk over the block's panels, the chunk's values of op(A) staying in L1 across the panels (a
-// transposed A is copied per chunk into contiguous columns first). Splitting the longer side means
-// that few rows against wide weights (a 1.4B model at batch 1) copy each weight once, by the thread
-// that uses it, into the cache it is used from; with more rows than columns each thread copies all
-// of op(B), one copy per M / threads multiply-adds of its own.
+// barriers. Each thread owns a rectangle of C: a share of the columns (all rows) when C has at least
+// as many columns as rows, else a share of the rows (all columns). For each block of kColumnBlock
+// of its columns and kInnerBlock of the inner dimension, a thread copies that block of op(B) into
+// its own panels as wide as the kernel's register tile (simd::tile_panel_width()), each panel
+// kInnerBlock rows of contiguous values (256 x 256 values, 256 KB: written into and read back from
+// its L2 cache, whatever B's row stride, a power of two in every model), then runs each chunk of
+// kRowChunk of its rows over the block's panels, the chunk's values of op(A) staying in L1 across
+// the panels (a transposed A is copied per chunk into contiguous columns first). Splitting the
+// longer side means that few rows against wide weights (a 1.4B model at batch 1) copy each weight
+// once, by its owner, into the cache it is used from; with more rows than columns each thread
+// copies all of op(B), one copy per M / threads multiply-adds of its own.
 //
 // Each value of C is alpha times one multiply-add chain per inner block, the blocks in order, added
 // to C (after beta): it depends on its own row of op(A) and on op(B), never on M, on the other rows
@@ -119,108 +116,70 @@ bool gemm_float_prologue(const FloatGemm& g) {
   return false;
 }
 
-// How the threads share one GEMM. With the columns split, each thread takes an equal range of
-// register panels. With the rows split, the threads claim row chunks as they come (an atomic
-// counter per column block), so that a thread slowed down for a while (a neighbour on its core, an
-// interrupt) takes fewer of them instead of making the other wait: with a fixed split, the two
-// threads of an audit finished its GEMM calls on average 13% of a call apart. Claiming column ranges
-// the same way was measured too, and made the 1.4B-shape forward (columns split) 4% slower.
-// Which thread computes a unit changes no value (above).
-struct GemmClaims {
-  explicit GemmClaims(const FloatGemm& g)
-      : split_columns(g.N >= g.M),
-        row_chunks((g.M + kRowChunk - 1) / kRowChunk),
-        next_chunk(size_t(split_columns ? 0 : (g.N + kColumnBlock - 1) / kColumnBlock)) {}
-  const bool split_columns;
-  const int row_chunks;
-  std::vector<std::atomic<int>> next_chunk;  // per column block, when the rows are split
-};
-
-// This thread's part of one GEMM. With the columns split, its panels over all rows, every inner
-// block in order. With the rows split, every thread copies each (column block, inner block) of
-// op(B) and runs row chunks over it; the chunks of a column block are claimed during its first
-// inner block and the same thread runs them over the later ones (each value's blocks stay in
-// order, on one thread).
-void gemm_float_share(const FloatGemm& g, GemmClaims& claims) {
+// Thread `me` of `threads`'s rectangle of C (the split described above), computed with no
+// synchronisation: called by every thread of a parallel region, the rectangles tile C.
+void gemm_float_share(const FloatGemm& g, int me, int threads) {
   const auto gelu = g.gelu_form == GeluForm::tanh ? simd::gelu_tanh_forward : simd::gelu_erf_forward;
   const int M = g.M, N = g.N, K = g.K, ldc = g.ldc;
   const int W = simd::tile_panel_width();  // divides kColumnBlock (2 .. 32)
+  const bool split_columns = N >= M;
+  const int row_chunks = (M + kRowChunk - 1) / kRowChunk, panels = (N + W - 1) / W;
   thread_local std::vector<float> packed_b;  // [kColumnBlock / W panels][kInnerBlock][W]
   thread_local std::vector<float> packed_a;  // this thread's chunk of a transposed A: [kInnerBlock, kRowChunk]
-  thread_local std::vector<int> my_chunks;   // the row chunks this thread claimed in a column block
   if (packed_b.size() < size_t(kInnerBlock) * kColumnBlock) packed_b.resize(size_t(kInnerBlock) * kColumnBlock);
   if (g.trans_a && packed_a.size() < size_t(kInnerBlock) * kRowChunk) packed_a.resize(size_t(kInnerBlock) * kRowChunk);
-  // Row chunk `chunk` of C's columns [c0, c1) over the packed inner block [p0, p0 + kb).
-  auto run_chunk = [&](int chunk, int c0, int c1, int p0, int kb) {
-    const bool onto_c = g.beta != 0.0f || p0 > 0, last_block = p0 + kb == K;
-    const int i0 = chunk * kRowChunk, rows = std::min(kRowChunk, M - i0);
-    const float* a = g.A + (g.trans_a ? i0 + int64_t(p0) * g.lda : int64_t(i0) * g.lda + p0);
-    int64_t a_row = g.lda, a_col = 1;
-    if (g.trans_a) {
-      simd::pack_rows(packed_a.data(), rows, a, g.lda, kb);
-      a = packed_a.data(), a_row = 1, a_col = rows;
-    }
-    for (int j0 = c0; j0 < c1; j0 += W) {
-      const int wq = std::min(W, c1 - j0);
-      float* c = g.C + int64_t(i0) * ldc + j0;
-      const float* addend = onto_c ? c : g.bias != nullptr ? g.bias + j0 : nullptr;
-      simd::tile_matmul(c, ldc, a, a_row, a_col, packed_b.data() + int64_t(j0 - c0) * kb, wq, rows, wq, kb, g.alpha,
-                        addend, onto_c ? ldc : 0);
-    }
-    // The chunk's rows of this column block (at most 32 x 256 values, in L1/L2), one call per
-    // row: per register tile the dispatch would cost as much as the GELU.
-    if (g.gelu_out != nullptr && last_block)
-      for (int r = i0; r < i0 + rows; ++r) gelu(g.gelu_out + int64_t(r) * ldc + c0, g.C + int64_t(r) * ldc + c0, c1 - c0);
-  };
-  if (claims.split_columns) {
-    const int threads = omp_get_num_threads(), me = omp_get_thread_num(), panels = (N + W - 1) / W;
-    const int first = int(int64_t(panels) * me / threads), last = int(int64_t(panels) * (me + 1) / threads);
-    const int col_end = std::min(N, last * W);
-    for (int c0 = std::min(N, first * W); c0 < col_end; c0 += kColumnBlock) {
-      const int c1 = std::min(col_end, c0 + kColumnBlock);
-      for (int p0 = 0; p0 < K; p0 += kInnerBlock) {
-        const int kb = std::min(kInnerBlock, K - p0);
-        pack_b_block(packed_b.data(), g.trans_b, g.B, g.ldb, p0, kb, c0, c1, W);
-        for (int chunk = 0; chunk < claims.row_chunks; ++chunk) run_chunk(chunk, c0, c1, p0, kb);
-      }
-    }
-    return;
-  }
-  for (int c0 = 0; c0 < N; c0 += kColumnBlock) {
-    const int c1 = std::min(N, c0 + kColumnBlock);
-    std::atomic<int>& next_chunk = claims.next_chunk[size_t(c0 / kColumnBlock)];
-    my_chunks.clear();
+  const int units = split_columns ? panels : row_chunks;
+  const int first = int(int64_t(units) * me / threads), last = int(int64_t(units) * (me + 1) / threads);
+  const int col_begin = split_columns ? std::min(N, first * W) : 0, col_end = split_columns ? std::min(N, last * W) : N;
+  const int chunk_begin = split_columns ? 0 : first, chunk_end = split_columns ? row_chunks : last;
+  for (int c0 = col_begin; c0 < col_end; c0 += kColumnBlock) {
+    const int c1 = std::min(col_end, c0 + kColumnBlock);
     for (int p0 = 0; p0 < K; p0 += kInnerBlock) {
       const int kb = std::min(kInnerBlock, K - p0);
-      if (p0 > 0 && my_chunks.empty()) break;  // claimed nothing in this column block
+      const bool onto_c = g.beta != 0.0f || p0 > 0, last_block = p0 + kb == K;
       pack_b_block(packed_b.data(), g.trans_b, g.B, g.ldb, p0, kb, c0, c1, W);
-      if (p0 == 0) {
-        for (int chunk = next_chunk++; chunk < claims.row_chunks; chunk = next_chunk++) {
-          run_chunk(chunk, c0, c1, p0, kb);
-          my_chunks.push_back(chunk);
+      for (int chunk = chunk_begin; chunk < chunk_end; ++chunk) {
+        const int i0 = chunk * kRowChunk, rows = std::min(kRowChunk, M - i0);
+        const float* a = g.A + (g.trans_a ? i0 + int64_t(p0) * g.lda : int64_t(i0) * g.lda + p0);
+        int64_t a_row = g.lda, a_col = 1;
+        if (g.trans_a) {
+          simd::pack_rows(packed_a.data(), rows, a, g.lda, kb);
+          a = packed_a.data(), a_row = 1, a_col = rows;
         }
-      } else {
-        for (const int chunk : my_chunks) run_chunk(chunk, c0, c1, p0, kb);
+        for (int j0 = c0; j0 < c1; j0 += W) {
+          const int wq = std::min(W, c1 - j0);
+          float* c = g.C + int64_t(i0) * ldc + j0;
+          const float* addend = onto_c ? c : g.bias != nullptr ? g.bias + j0 : nullptr;
+          simd::tile_matmul(c, ldc, a, a_row, a_col, packed_b.data() + int64_t(j0 - c0) * kb, wq, rows, wq, kb, g.alpha,
+                            addend, onto_c ? ldc : 0);
+        }
+        // The chunk's rows of this column block (at most 32 x 256 values, in L1/L2), one call
+        // per row: per register tile the dispatch would cost as much as the GELU.
+        if (g.gelu_out != nullptr && last_block)
+          for (int r = i0; r < i0 + rows; ++r)
+            gelu(g.gelu_out + int64_t(r) * ldc + c0, g.C + int64_t(r) * ldc + c0, c1 - c0);
       }
     }
   }
 }
 
-// Independent GEMMs (no output is another's input) in one parallel region: each thread does its
-// part of each in turn and goes on to the next without waiting for the other threads, so a
+// Independent GEMMs (no output is another's input) in one parallel region: each thread computes
+// its share of each in turn and goes on to the next without waiting for the other threads, so a
 // group of small products pays for one fork and one join, not one per product.
 constexpr int kMaxGroup = 8;
 void gemm_float_group(const FloatGemm* gemms, int count) {
   const PhaseScope phase_scope(Phase::gemm);
   for (int q0 = 0; q0 < count; q0 += kMaxGroup) {
     const FloatGemm* blocked[kMaxGroup];
-    std::optional<GemmClaims> claims[kMaxGroup];
     int n = 0;
     for (int q = q0; q < std::min(count, q0 + kMaxGroup); ++q)
-      if (gemm_float_prologue(gemms[q])) blocked[n] = &gemms[q], claims[n].emplace(gemms[q]), ++n;
+      if (gemm_float_prologue(gemms[q])) blocked[n++] = &gemms[q];
     if (n == 0) continue;
 #pragma omp parallel
-    for (int q = 0; q < n; ++q) gemm_float_share(*blocked[q], *claims[q]);
+    {
+      const int threads = omp_get_num_threads(), me = omp_get_thread_num();
+      for (int q = 0; q < n; ++q) gemm_float_share(*blocked[q], me, threads);
+    }
   }
 }
 
