@@ -159,14 +159,6 @@ float round_to_half(float f) {
   std::memcpy(&r, &out_bits, 4);
   return r;
 }
-
-template <typename T>
-void rotate(T* x, const T* cos_table, const T* sin_table, int B, int Tn, int H, int dh, int rot, int64_t stride,
-            T direction) {
-#pragma omp parallel for schedule(static)
-  for (int64_t n = 0; n < int64_t(B) * Tn; ++n)
-    rotate_token(x + n * stride, cos_table, sin_table, int(n % Tn), H, dh, rot, direction);
-}
 }  // namespace
 
 template <typename T>
@@ -184,16 +176,13 @@ void rope_tables(T* cos_table, T* sin_table, int positions, int rot, double base
 }
 
 template <typename T>
-void rope_forward(T* x, const T* cos_table, const T* sin_table, int B, int Tn, int H, int dh, int rot, int64_t stride) {
-  const PhaseScope phase_scope(Phase::elementwise);
-  rotate(x, cos_table, sin_table, B, Tn, H, dh, rot, stride, T(1));
-}
-
-template <typename T>
 void rope_backward(T* dx, const T* cos_table, const T* sin_table, int B, int Tn, int H, int dh, int rot,
                    int64_t stride) {
   const PhaseScope phase_scope(Phase::elementwise);
-  rotate(dx, cos_table, sin_table, B, Tn, H, dh, rot, stride, T(-1));  // the transpose of a rotation is the inverse
+  // The transpose of a rotation is the inverse.
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < int64_t(B) * Tn; ++n)
+    rotate_token(dx + n * stride, cos_table, sin_table, int(n % Tn), H, dh, rot, T(-1));
 }
 
 #define FCA_INSTANTIATE(T)                                                                                        \
@@ -201,7 +190,6 @@ void rope_backward(T* dx, const T* cos_table, const T* sin_table, int B, int Tn,
   template void rmsnorm_backward<T>(T*, T*, const T*, const T*, const T*, const T*, int64_t, int, int, int64_t); \
   template void gelu_erf_forward<T>(T*, const T*, int64_t);                                                       \
   template void gelu_erf_backward<T>(T*, const T*, const T*, int64_t);                                            \
-  template void rope_forward<T>(T*, const T*, const T*, int, int, int, int, int, int64_t);                        \
   template void rmsnorm_rope_forward<T>(T*, T*, const T*, const T*, const T*, int, int, int, int, int, int64_t, double); \
   template void rope_backward<T>(T*, const T*, const T*, int, int, int, int, int, int64_t);                       \
   template void rope_tables<T>(T*, T*, int, int, double);

@@ -23,20 +23,17 @@ void gelu_erf_forward(T* out, const T* inp, int64_t n);
 template <typename T>
 void gelu_erf_backward(T* dinp, const T* dout, const T* inp, int64_t n);
 
-// Rotary embedding on the first `rot` dims of every head, NeoX "rotate half" pairing (dim m with
-// m + rot/2), for x [B*T tokens at row stride `stride`, H*dh] at positions 0..T-1:
-// x_m' = x_m cos - x_{m+h} sin, x_{m+h}' = x_{m+h} cos + x_m sin. cos/sin tables [positions, rot/2].
-template <typename T>
-void rope_forward(T* x, const T* cos_table, const T* sin_table, int B, int Tn, int H, int dh, int rot, int64_t stride);
-// The transpose (inverse) rotation applied to gradients, in place.
-template <typename T>
-void rope_backward(T* dx, const T* cos_table, const T* sin_table, int B, int Tn, int H, int dh, int rot, int64_t stride);
-
 // The QK-norm then the rotary embedding of the same heads in one pass over the tokens, in place:
-// bitwise rmsnorm_forward(x, rstd, x, scale, B * Tn, H, dh, stride, eps) then rope_forward(x, ...).
+// rmsnorm_forward(x, rstd, x, scale, B * Tn, H, dh, stride, eps) (rstd [B * Tn * H] may be null),
+// then on the first `rot` dims of every head the NeoX "rotate half" pairing (dim m with m + rot/2),
+// at positions 0..Tn-1 of each of the B windows: x_m' = x_m cos - x_{m+h} sin,
+// x_{m+h}' = x_{m+h} cos + x_m sin. cos/sin tables [positions, rot/2].
 template <typename T>
 void rmsnorm_rope_forward(T* x, T* rstd, const T* scale, const T* cos_table, const T* sin_table, int B, int Tn, int H,
                           int dh, int rot, int64_t stride, double eps);
+// The transpose (inverse) rotation applied to gradients, in place (the rotary part's backward).
+template <typename T>
+void rope_backward(T* dx, const T* cos_table, const T* sin_table, int B, int Tn, int H, int dh, int rot, int64_t stride);
 
 // The reference's tables: w_m = 1 / base^(2m/rot) and theta = t w_m in float, cos/sin in float,
 // then rounded to IEEE half precision (an artefact of the PyTorch port kept for parity).
