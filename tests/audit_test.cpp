@@ -12,6 +12,7 @@
 #include "audit/audit.h"
 #include "report/audit_markdown.h"
 #include "audit/conditions.h"
+#include "audit/plan.h"
 #include "core/rng.h"
 #include "core/undefined_statistic.h"
 #include "core/safetensors.h"
@@ -311,9 +312,10 @@ TEST_F(AuditEndToEnd, ResultsDoNotDependOnTheBatchSize) {
       result[k] = run_audit(*model, Corpus(dir.path()), o);
     }
     const auto& choice = result[2]["provenance"]["run"]["batch_choice"];
-    EXPECT_EQ(choice["reason"], "probed: least time per window");
+    EXPECT_EQ(choice["reason"], "probed: least time per window, fastest of its passes");
     EXPECT_EQ(result[2]["settings"]["batch"], choice["batch"]);
     EXPECT_GE(choice["probe"].size(), 1u);
+    EXPECT_GE(choice["timed_passes_per_candidate"].get<int>(), choice["probe"].size() > 1 ? kBatchProbeSamples : 1);
     for (int k = 1; k < 3; ++k) {
       for (const char* section : {"conditions", "factor_effects", "retention", "criteria", "variance", "baseline"})
         EXPECT_EQ(result[0][section], result[k][section]) << section << " at batch " << batches[k];

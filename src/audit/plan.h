@@ -4,6 +4,7 @@
 // measured (wall time, tokens/s, GFLOP/s) beside it.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -44,21 +45,41 @@ struct AuditPlan {
 
 // The batch of an audit run with batch 0 ("auto"). For a batch-invariant model (whose results do
 // not depend on the batch) it is the candidate among 1, 2, 4, 8, 16 (at most W, and whose run
-// state stays within kBatchMemoryBudget) with the least time per window in a timed live pass,
-// after an untimed one; candidates are tried in increasing order and the probe stops after a
-// timed pass longer than kBatchProbeStopS, since larger batches buy little once a pass is that
-// long (its GEMMs already have thousands of rows). Otherwise kFixedBatch. The model's run state is
-// left sized for the choice. Facts about this run, recorded in provenance.run.batch_choice.
+// state stays within kBatchMemoryBudget) with the least time per window in the fastest of its timed
+// live passes; otherwise kFixedBatch. The model's run state is left sized for the choice. Facts
+// about this run, recorded in provenance.run.batch_choice.
+//
+// How the candidates are timed (probe_batch_candidates): first a sweep in increasing order, each
+// candidate after an untimed pass at its size, which stops after a timed pass longer than
+// kBatchProbeStopS (larger batches buy little once a pass is that long: its GEMMs already have
+// thousands of rows); then, where more than one candidate was swept, one more round that times
+// each of them again (at the largest one's run state), so that every candidate has kBatchProbeSamples timed passes.
+// Why the fastest of two passes: one timed pass per candidate is as noisy as the machine, and the
+// noise of a shared machine is mostly one-sided (a neighbour takes time, never gives it), so the
+// faster pass is closer to the candidate's own speed and one slow moment does not decide the batch
+// of the whole audit. On a 2-core Zen 4 the single-pass probe chose 1, 4 and 16 windows for the
+// same MUDD audit in three runs, and whole audits at batch 1 took 6.2-7.3 s against 4.7-5.7 s at
+// batch 8 (three rounds alternating every batch). More rounds cost more than they buy: each is 1-2%
+// of such an audit, and batches 4 to 16 differ by less than the machine's noise (docs/audit.md).
 inline constexpr size_t kBatchMemoryBudget = size_t(2) << 30;
 inline constexpr double kBatchProbeStopS = 0.5;
+inline constexpr int kBatchProbeSamples = 2;
 inline constexpr int kFixedBatch = 8;
 struct BatchChoice {
   int batch = kFixedBatch;
   std::string reason;
-  std::vector<std::pair<int, double>> seconds_per_window;  // (candidate, time per window)
+  // (candidate, seconds per window in its fastest timed pass), and the timed passes of each candidate.
+  std::vector<std::pair<int, double>> seconds_per_window;
+  int samples = 0;
   nlohmann::ordered_json to_json() const;
 };
 BatchChoice choose_batch(AuditableModel& model, const WindowSet& eval);
+
+// The probe above on any timing source: prepare(b) readies a pass of b windows (sizes the run state,
+// runs it once untimed), measure(b) times one pass of b windows and returns its seconds. Candidates
+// in increasing order; the choice's `reason` is left to the caller.
+BatchChoice probe_batch_candidates(const std::vector<int>& candidates, const std::function<void(int)>& prepare,
+                                   const std::function<double(int)>& measure);
 
 // After an untimed one-window live pass (warm-up), times one live pass (recording its coefficients) and one replay of them over the first
 // min(batch, W) evaluation windows, with the execution counters installed.
