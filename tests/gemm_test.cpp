@@ -161,5 +161,52 @@ TEST(Gemm, LinearGroupIsBitwiseTheSeparateLayers) {
   }
 }
 
+TEST(Gemm, PackedWeightsAreBitwisePackingPerCall) {
+  // Weights packed once (PackedWeights, read under a PackedWeightsScope) give the bits of packing
+  // per call: rows split over threads (N 700) and columns split (N 20), one inner block and several
+  // with a partial last one (in 520), a partial last panel (out 97, 300), the fused epilogues and a
+  // group. The weights are then overwritten inside the scope: a GEMM that still gives the old
+  // results read the packed copy (the check can fail: without the scope the results change).
+  set_threads(2);
+  for (const auto [N, in, out] : {std::array<int, 3>{700, 200, 300}, std::array<int, 3>{20, 520, 97},
+                                  std::array<int, 3>{64, 256, 768}}) {
+    SCOPED_TRACE(std::to_string(N) + " x " + std::to_string(out) + " x " + std::to_string(in));
+    const auto x = random_values(size_t(N) * in, 21), bias = random_values(size_t(out), 22);
+    auto w = random_values(size_t(out) * in, 23), w2 = random_values(size_t(out) * in, 24);
+    std::vector<float> want(size_t(N) * out), want_pre(size_t(N) * out), want_act(size_t(N) * out),
+        want_2(size_t(N) * out);
+    linear_forward<float>(want.data(), x.data(), w.data(), bias.data(), N, in, out);
+    linear_gelu_forward<float>(want_pre.data(), want_act.data(), x.data(), w.data(), bias.data(), N, in, out, GeluForm::erf);
+    linear_forward<float>(want_2.data(), x.data(), w2.data(), nullptr, N, in, out);
+
+    PackedWeights packed;
+    packed.add(w.data(), out, in);
+    packed.add(w2.data(), out, in);
+    packed.add(w.data(), out, in);  // added again: packed once
+    EXPECT_EQ(packed.count(), 2u);
+    EXPECT_EQ(packed.bytes(), 2 * size_t(out) * in * sizeof(float));
+    EXPECT_EQ(packed.find(w.data(), out, in + 1), nullptr);  // another shape is not this weight
+    std::vector<float> got(size_t(N) * out, 7.0f), pre(size_t(N) * out, 7.0f), act(size_t(N) * out, 7.0f),
+        got_2(size_t(N) * out, 7.0f);
+    {
+      const PackedWeightsScope scope(&packed);
+      std::fill(w.begin(), w.end(), 0.0f);  // only the packed copy holds the weights now
+      std::fill(w2.begin(), w2.end(), 0.0f);
+      linear_forward<float>(got.data(), x.data(), w.data(), bias.data(), N, in, out);
+      linear_forward_group<float>({{pre.data(), x.data(), w.data(), bias.data(), in, out, out, act.data(), GeluForm::erf},
+                                   {got_2.data(), x.data(), w2.data(), nullptr, in, out, out}},
+                                  N);
+    }
+    EXPECT_EQ(0, std::memcmp(got.data(), want.data(), sizeof(float) * got.size()));
+    EXPECT_EQ(0, std::memcmp(pre.data(), want_pre.data(), sizeof(float) * pre.size()));
+    EXPECT_EQ(0, std::memcmp(act.data(), want_act.data(), sizeof(float) * act.size()));
+    EXPECT_EQ(0, std::memcmp(got_2.data(), want_2.data(), sizeof(float) * got_2.size()));
+    // Outside the scope the zeroed weights are read: the bias alone.
+    linear_forward<float>(got.data(), x.data(), w.data(), bias.data(), N, in, out);
+    EXPECT_EQ(got[0], bias[0]);
+    EXPECT_NE(0, std::memcmp(got.data(), want.data(), sizeof(float) * got.size()));
+  }
+}
+
 }  // namespace
 }  // namespace fca

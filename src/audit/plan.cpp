@@ -112,7 +112,8 @@ nlohmann::ordered_json BatchChoice::to_json() const {
 AuditPlan plan_audit(AuditableModel& model, const WindowSet& eval, int batch, int64_t live_windows, int64_t replay_windows,
                      int64_t cached_windows) {
   AuditPlan p;
-  p.weights_bytes = model.run_state_bytes() > 0 ? model.parameter_count() * sizeof(float) : 0;
+  p.weights_bytes =
+      model.run_state_bytes() > 0 ? model.parameter_count() * sizeof(float) + model.packed_weights_bytes() : 0;
   p.run_state_bytes = model.run_state_bytes();
   p.cache_bytes = size_t(cached_windows) * model.make_coefficients(1, eval.tokens).values().size() * sizeof(float);
   p.live_windows = live_windows;

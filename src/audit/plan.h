@@ -23,7 +23,8 @@ struct AuditPlan {
   double live_batch_s = 0, replay_batch_s = 0;          // probe wall time per batch
   double live_batch_flops = 0, replay_batch_flops = 0;  // counted (0 for an external model)
   // Memory the audit holds at its peak, estimated from its parts: the weights as fca holds them
-  // (F32; 0 for an external model, whose weights live in its adapter), the run state (activations of
+  // (F32, with the packed copy fca's families keep for the GEMM: ops/gemm.h; 0 for an external model,
+  // whose weights live in its adapter), the run state (activations of
   // one batch), and the coefficient cache of the evaluation and calibration windows.
   size_t weights_bytes = 0, run_state_bytes = 0, cache_bytes = 0;
   // Ranks of a distributed audit: each runs every ranks-th window batch of every phase, in rounds

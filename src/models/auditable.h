@@ -70,6 +70,8 @@ class AuditableModel {
   virtual void run_replay(const int32_t* inputs, const int32_t* targets, int B, int T,
                           const CoefficientTensor& coefficients, double* window_nll) = 0;
   virtual size_t run_state_bytes() const = 0;  // activations of one pass, sized for the largest batch
+  // A second copy of the weights held for speed (fca's families: packed for the GEMM, ops/gemm.h).
+  virtual size_t packed_weights_bytes() const { return 0; }
   // fca trace, after a pass of B windows of T tokens: the per-position cross-entropy [B * T] where
   // the model keeps it (null: the trace computes it from the logits), and the family's named
   // intermediates beyond tokens, logits and coefficients (hidden states; `live`: the pass ran the

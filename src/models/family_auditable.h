@@ -14,6 +14,7 @@
 
 #include "core/sha256.h"
 #include "models/auditable.h"
+#include "ops/gemm.h"
 #include "models/parameters.h"
 
 namespace fca {
@@ -25,6 +26,7 @@ class FamilyAuditable : public AuditableModel {
 
   void run_live(const int32_t* inputs, const int32_t* targets, int B, int T, CoefficientTensor* record, int record_first,
                 double* window_nll) override {
+    const PackedWeightsScope packed(&packed_);
     if (record != nullptr) {
       typename Traits::Recording source(model_, *record);
       Traits::forward(model_, *rs_, inputs, B, T, source, record_first);
@@ -36,6 +38,7 @@ class FamilyAuditable : public AuditableModel {
   }
   void run_replay(const int32_t* inputs, const int32_t* targets, int B, int T, const CoefficientTensor& coefficients,
                   double* window_nll) override {
+    const PackedWeightsScope packed(&packed_);
     typename Traits::Replayed source = Traits::replayed(model_, coefficients);
     const int64_t before = rs_->controller_evaluations;  // counted by the controller code, not the source
     Traits::forward(model_, *rs_, inputs, B, T, source, 0);
@@ -55,6 +58,7 @@ class FamilyAuditable : public AuditableModel {
   }
   int64_t replay_controller_evaluations() const override { return replay_evaluations_; }
   size_t run_state_bytes() const override { return rs_->bytes(); }
+  size_t packed_weights_bytes() const override { return packed_.bytes(); }
   void set_max_batch(int max_batch) override {
     rs_.reset();  // the old activations go first: the peak is one run state, not two
     rs_ = make_run_state(max_batch);
@@ -69,8 +73,17 @@ class FamilyAuditable : public AuditableModel {
   FamilyAuditable(Model model, int max_batch, int max_tokens)
       : model_(std::move(model)),
         max_tokens_(max_tokens),
-        rs_(make_run_state(max_batch)) {}
+        rs_(make_run_state(max_batch)) {
+    pack_weights();
+  }
   Model model_;
+  // The model's rank-2 tensors packed for the GEMM's transposed-B form (ops/gemm.h), installed
+  // around every pass: the weights never change after loading, and every pass of an audit would
+  // otherwise pack each Linear weight again. Only while they fit kPackedWeightsBudget: a large
+  // model's weights are read from memory once per pass either way, and a second copy of them would
+  // cost more memory than the packing costs time.
+  static constexpr size_t kPackedWeightsBudget = size_t(256) << 20;
+  PackedWeights packed_;
   int max_tokens_;
   // Declared before rs_: the constructor builds rs_ from it (members initialise in this order).
   bool keep_intermediates_ = false;
@@ -82,6 +95,16 @@ class FamilyAuditable : public AuditableModel {
       return std::make_unique<typename Traits::RunState>(Traits::run_state(model_, max_batch, max_tokens_, keep_intermediates_));
     else
       return std::make_unique<typename Traits::RunState>(Traits::run_state(model_, max_batch, max_tokens_));
+  }
+  void pack_weights() {
+    size_t bytes = 0;
+    for (const TensorSlot& t : model_.layout())
+      if (t.shape.size() == 2) bytes += size_t(t.shape[0] * t.shape[1]) * sizeof(float);
+    if (bytes > kPackedWeightsBudget) return;
+    for (size_t i = 0; i < model_.layout().size(); ++i) {
+      const TensorSlot& t = model_.layout()[i];
+      if (t.shape.size() == 2) packed_.add(model_.slot(i), int(t.shape[0]), int(t.shape[1]));
+    }
   }
   int64_t replay_evaluations_ = 0;
 };

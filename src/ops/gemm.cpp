@@ -92,7 +92,10 @@ struct FloatGemm {
   const float* bias = nullptr;
   float* gelu_out = nullptr;
   GeluForm gelu_form = GeluForm::tanh;
+  const float* packed_b = nullptr;  // op(B) packed in PackedWeights's layout (B unread), or null
 };
+
+thread_local const PackedWeights* active_packed_weights = nullptr;
 
 // What gemm_float does before its blocked products (one thread): beta's scaling, and the whole of
 // a GEMM with an empty inner dimension. Returns whether the blocked products remain to be run.
@@ -137,7 +140,9 @@ void gemm_float_share(const FloatGemm& g, int me, int threads) {
     for (int p0 = 0; p0 < K; p0 += kInnerBlock) {
       const int kb = std::min(kInnerBlock, K - p0);
       const bool onto_c = g.beta != 0.0f || p0 > 0, last_block = p0 + kb == K;
-      pack_b_block(packed_b.data(), g.trans_b, g.B, g.ldb, p0, kb, c0, c1, W);
+      // This block's panels: panel j0 at (j0 - c0) kb, from the prepacked weight or packed now.
+      const float* panels = g.packed_b != nullptr ? g.packed_b + int64_t(p0) * N + int64_t(c0) * kb : packed_b.data();
+      if (g.packed_b == nullptr) pack_b_block(packed_b.data(), g.trans_b, g.B, g.ldb, p0, kb, c0, c1, W);
       for (int chunk = chunk_begin; chunk < chunk_end; ++chunk) {
         const int i0 = chunk * kRowChunk, rows = std::min(kRowChunk, M - i0);
         const float* a = g.A + (g.trans_a ? i0 + int64_t(p0) * g.lda : int64_t(i0) * g.lda + p0);
@@ -150,7 +155,7 @@ void gemm_float_share(const FloatGemm& g, int me, int threads) {
           const int wq = std::min(W, c1 - j0);
           float* c = g.C + int64_t(i0) * ldc + j0;
           const float* addend = onto_c ? c : g.bias != nullptr ? g.bias + j0 : nullptr;
-          simd::tile_matmul(c, ldc, a, a_row, a_col, packed_b.data() + int64_t(j0 - c0) * kb, wq, rows, wq, kb, g.alpha,
+          simd::tile_matmul(c, ldc, a, a_row, a_col, panels + int64_t(j0 - c0) * kb, wq, rows, wq, kb, g.alpha,
                             addend, onto_c ? ldc : 0);
         }
         // The chunk's rows of this column block (at most 32 x 256 values, in L1/L2), one call
@@ -170,15 +175,19 @@ constexpr int kMaxGroup = 8;
 void gemm_float_group(const FloatGemm* gemms, int count) {
   const PhaseScope phase_scope(Phase::gemm);
   for (int q0 = 0; q0 < count; q0 += kMaxGroup) {
-    const FloatGemm* blocked[kMaxGroup];
+    FloatGemm blocked[kMaxGroup];
     int n = 0;
-    for (int q = q0; q < std::min(count, q0 + kMaxGroup); ++q)
-      if (gemm_float_prologue(gemms[q])) blocked[n++] = &gemms[q];
+    for (int q = q0; q < std::min(count, q0 + kMaxGroup); ++q) {
+      if (!gemm_float_prologue(gemms[q])) continue;
+      FloatGemm& g = blocked[n++] = gemms[q];
+      if (g.trans_b && g.ldb == g.K && g.packed_b == nullptr && active_packed_weights != nullptr)
+        g.packed_b = active_packed_weights->find(g.B, g.N, g.K);
+    }
     if (n == 0) continue;
 #pragma omp parallel
     {
       const int threads = omp_get_num_threads(), me = omp_get_thread_num();
-      for (int q = 0; q < n; ++q) gemm_float_share(*blocked[q], me, threads);
+      for (int q = 0; q < n; ++q) gemm_float_share(blocked[q], me, threads);
     }
   }
 }
@@ -186,6 +195,26 @@ void gemm_float_group(const FloatGemm* gemms, int count) {
 void gemm_float(const FloatGemm& g) { gemm_float_group(&g, 1); }
 
 }  // namespace
+
+void PackedWeights::add(const float* weight, int out, int in) {
+  if (entries_.count(weight) > 0) return;
+  Entry e{out, in, std::vector<float>(size_t(out) * size_t(in))};
+  const int W = simd::tile_panel_width();
+  for (int p0 = 0; p0 < in; p0 += kInnerBlock)
+    pack_b_block(e.values.data() + int64_t(p0) * out, true, weight, in, p0, std::min(kInnerBlock, in - p0), 0, out, W);
+  bytes_ += e.values.size() * sizeof(float);
+  entries_.emplace(weight, std::move(e));
+}
+
+const float* PackedWeights::find(const float* weight, int out, int in) const {
+  const auto it = entries_.find(weight);
+  return it != entries_.end() && it->second.out == out && it->second.in == in ? it->second.values.data() : nullptr;
+}
+
+PackedWeightsScope::PackedWeightsScope(const PackedWeights* packed) : previous_(active_packed_weights) {
+  active_packed_weights = packed;
+}
+PackedWeightsScope::~PackedWeightsScope() { active_packed_weights = previous_; }
 
 template <>
 void gemm<float>(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,

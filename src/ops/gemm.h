@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <initializer_list>
 #include <string>
+#include <unordered_map>
+#include <vector>
 
 namespace fca {
 
@@ -65,6 +67,46 @@ void linear_forward_group(std::initializer_list<LinearOperands<T>> layers, int N
 template <typename T>
 void linear_gelu_forward(T* pre, T* act, const T* x, const T* weight, const T* bias, int N, int in, int out,
                          GeluForm form = GeluForm::tanh);
+
+// Linear weights packed once, as the float GEMM packs op(B) = W^T for each call: for inference
+// with fixed weights (the audit's thousands of passes), where every call would otherwise copy the
+// same weights into the same panels again (in a rows-split product, once per thread). The packed
+// values are the same values in the same order, so the results are bitwise those of packing per
+// call. Layout of W [out, in]: inner blocks of kb = min(256, in - p0) rows of op(B) at offset
+// p0 * out, each holding the panels of the kernel's width (simd::tile_panel_width()), panel j0 at
+// j0 * kb, kb rows of min(width, out - j0) values.
+class PackedWeights {
+ public:
+  // Packs W [out, in] (row-major, rows `in` apart); a weight added again is packed once.
+  void add(const float* weight, int out, int in);
+  // The packed copy of `weight` if it was added with this shape, else null.
+  const float* find(const float* weight, int out, int in) const;
+  size_t bytes() const { return bytes_; }
+  size_t count() const { return entries_.size(); }
+
+ private:
+  struct Entry {
+    int out = 0, in = 0;
+    std::vector<float> values;
+  };
+  std::unordered_map<const float*, Entry> entries_;
+  size_t bytes_ = 0;
+};
+
+// While alive, the float GEMMs called from this thread whose op(B) is W^T for a weight of `packed`
+// (the same pointer and shape, rows `in` apart: every Linear forward over it) read the packed copy
+// instead of packing W. The caller keeps the weights unchanged meanwhile: the packed copy is not
+// refreshed. Scopes nest (the inner one wins); null installs none.
+class PackedWeightsScope {
+ public:
+  explicit PackedWeightsScope(const PackedWeights* packed);
+  ~PackedWeightsScope();
+  PackedWeightsScope(const PackedWeightsScope&) = delete;
+  PackedWeightsScope& operator=(const PackedWeightsScope&) = delete;
+
+ private:
+  const PackedWeights* previous_;
+};
 
 // Linear backward. dx[N,in] = dy W (overwritten when accumulate_dx is false, else added);
 // dW[out,in] += dy^T x; db[out] += sum over rows of dy (db may be null). dx may be null.

@@ -30,6 +30,7 @@ void ExitAuditable::set_controller_setting(const std::string& key, double value)
 
 void ExitAuditable::run_live(const int32_t* inputs, const int32_t* targets, int B, int T, CoefficientTensor* record,
                              int record_first, double* window_nll) {
+  const PackedWeightsScope packed(&packed_);
   if (record != nullptr) {
     ExitRecordingDepth<float> source(model_, threshold_, *record);
     exit_forward(model_, *rs_, inputs, B, T, source, record_first);

@@ -90,6 +90,7 @@ class MuddModel {
   const MuddWeights<T>& weights() const { return weights_; }
   MuddWeights<T>& weights() { return weights_; }
   const std::vector<TensorSlot>& layout() const { return params_.layout(); }
+  const T* slot(size_t i) const { return params_.slot(i); }  // layout()[i]'s values, wherever they lie
   T* data() { return params_.data(); }
   const T* data() const { return params_.data(); }
   size_t buffer_size() const { return params_.size(); }
