@@ -14,6 +14,7 @@
 #include "ops/elementwise.h"
 #include "ops/gemm.h"
 #include "ops/norms.h"
+#include "ops/simd.h"
 
 namespace fca {
 namespace {
@@ -165,8 +166,8 @@ TEST(Gemm, PackedWeightsAreBitwisePackingPerCall) {
   // Weights packed once (PackedWeights, read under a PackedWeightsScope) give the bits of packing
   // per call: rows split over threads (N 700) and columns split (N 20), one inner block and several
   // with a partial last one (in 520), a partial last panel (out 97, 300), the fused epilogues and a
-  // group. The weights are then overwritten inside the scope: a GEMM that still gives the old
-  // results read the packed copy (the check can fail: without the scope the results change).
+  // group. The weights are then overwritten inside the scope: a second pass that still gives the
+  // old results read the packed copy (the check can fail: without the scope the results change).
   set_threads(2);
   for (const auto [N, in, out] : {std::array<int, 3>{700, 200, 300}, std::array<int, 3>{20, 520, 97},
                                   std::array<int, 3>{64, 256, 768}}) {
@@ -180,32 +181,67 @@ TEST(Gemm, PackedWeightsAreBitwisePackingPerCall) {
     linear_forward<float>(want_2.data(), x.data(), w2.data(), nullptr, N, in, out);
 
     PackedWeights packed;
+    const auto unused = random_values(size_t(out) * in, 25);
     packed.add(w.data(), out, in);
     packed.add(w2.data(), out, in);
-    packed.add(w.data(), out, in);  // added again: packed once
-    EXPECT_EQ(packed.count(), 2u);
-    EXPECT_EQ(packed.bytes(), 2 * size_t(out) * in * sizeof(float));
-    EXPECT_EQ(packed.find(w.data(), out, in + 1), nullptr);  // another shape is not this weight
+    packed.add(w.data(), out, in);  // added again: one entry
+    packed.add(unused.data(), out, in);
+    EXPECT_EQ(packed.count(), 0u);  // nothing packed before a GEMM reads it
+    EXPECT_EQ(packed.bytes(), 0u);
     std::vector<float> got(size_t(N) * out, 7.0f), pre(size_t(N) * out, 7.0f), act(size_t(N) * out, 7.0f),
         got_2(size_t(N) * out, 7.0f);
     {
       const PackedWeightsScope scope(&packed);
-      std::fill(w.begin(), w.end(), 0.0f);  // only the packed copy holds the weights now
-      std::fill(w2.begin(), w2.end(), 0.0f);
-      linear_forward<float>(got.data(), x.data(), w.data(), bias.data(), N, in, out);
-      linear_forward_group<float>({{pre.data(), x.data(), w.data(), bias.data(), in, out, out, act.data(), GeluForm::erf},
-                                   {got_2.data(), x.data(), w2.data(), nullptr, in, out, out}},
-                                  N);
+      for (int pass = 0; pass < 2; ++pass) {  // the first packs what it reads, the second reuses it
+        if (pass == 1) {
+          std::fill(w.begin(), w.end(), 0.0f);  // only the packed copy holds the weights now
+          std::fill(w2.begin(), w2.end(), 0.0f);
+        }
+        linear_forward<float>(got.data(), x.data(), w.data(), bias.data(), N, in, out);
+        linear_forward_group<float>({{pre.data(), x.data(), w.data(), bias.data(), in, out, out, act.data(), GeluForm::erf},
+                                     {got_2.data(), x.data(), w2.data(), nullptr, in, out, out}},
+                                    N);
+      }
     }
     EXPECT_EQ(0, std::memcmp(got.data(), want.data(), sizeof(float) * got.size()));
     EXPECT_EQ(0, std::memcmp(pre.data(), want_pre.data(), sizeof(float) * pre.size()));
     EXPECT_EQ(0, std::memcmp(act.data(), want_act.data(), sizeof(float) * act.size()));
     EXPECT_EQ(0, std::memcmp(got_2.data(), want_2.data(), sizeof(float) * got_2.size()));
+    EXPECT_EQ(packed.count(), 2u);  // the two weights read, not the unused one
+    EXPECT_EQ(packed.bytes(), 2 * size_t(out) * in * sizeof(float));
+    EXPECT_EQ(packed.packed(w.data(), out, in + 1), nullptr);  // another shape is not this weight
     // Outside the scope the zeroed weights are read: the bias alone.
     linear_forward<float>(got.data(), x.data(), w.data(), bias.data(), N, in, out);
     EXPECT_EQ(got[0], bias[0]);
     EXPECT_NE(0, std::memcmp(got.data(), want.data(), sizeof(float) * got.size()));
   }
+}
+
+TEST(Gemm, PackedWeightsFollowThePanelWidthOfTheTarget) {
+  // Packed under one target, read under every other this CPU has (the panel width follows the
+  // register tile: 2 .. 32): repacked where the width changed, so each target gives its own
+  // per-call result bitwise.
+  set_threads(2);
+  const int N = 40, in = 300, out = 70;
+  const auto x = random_values(size_t(N) * in, 31), w = random_values(size_t(out) * in, 32);
+  PackedWeights packed;
+  packed.add(w.data(), out, in);
+  std::vector<float> want(size_t(N) * out), got(size_t(N) * out);
+  {
+    const PackedWeightsScope scope(&packed);
+    linear_forward<float>(got.data(), x.data(), w.data(), nullptr, N, in, out);
+  }
+  for (const simd::Target& target : simd::available_targets()) {
+    SCOPED_TRACE(target.name);
+    simd::force_target(target.bit);
+    linear_forward<float>(want.data(), x.data(), w.data(), nullptr, N, in, out);
+    {
+      const PackedWeightsScope scope(&packed);
+      linear_forward<float>(got.data(), x.data(), w.data(), nullptr, N, in, out);
+    }
+    EXPECT_EQ(0, std::memcmp(got.data(), want.data(), sizeof(float) * got.size()));
+  }
+  simd::force_target(0);
 }
 
 }  // namespace

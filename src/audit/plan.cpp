@@ -112,8 +112,6 @@ nlohmann::ordered_json BatchChoice::to_json() const {
 AuditPlan plan_audit(AuditableModel& model, const WindowSet& eval, int batch, int64_t live_windows, int64_t replay_windows,
                      int64_t cached_windows) {
   AuditPlan p;
-  p.weights_bytes =
-      model.run_state_bytes() > 0 ? model.parameter_count() * sizeof(float) + model.packed_weights_bytes() : 0;
   p.run_state_bytes = model.run_state_bytes();
   p.cache_bytes = size_t(cached_windows) * model.make_coefficients(1, eval.tokens).values().size() * sizeof(float);
   p.live_windows = live_windows;
@@ -145,6 +143,9 @@ AuditPlan plan_audit(AuditableModel& model, const WindowSet& eval, int batch, in
     p.replay_batch_s = std::chrono::duration<double>(clock::now() - t0).count();
   }
   p.replay_batch_flops = flops_of(counters);
+  // After the passes: the packed copy of the weights is made as a pass first uses each one.
+  p.weights_bytes =
+      model.run_state_bytes() > 0 ? model.parameter_count() * sizeof(float) + model.packed_weights_bytes() : 0;
   return p;
 }
 

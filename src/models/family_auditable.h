@@ -74,14 +74,14 @@ class FamilyAuditable : public AuditableModel {
       : model_(std::move(model)),
         max_tokens_(max_tokens),
         rs_(make_run_state(max_batch)) {
-    pack_weights();
+    declare_packable_weights();
   }
   Model model_;
-  // The model's rank-2 tensors packed for the GEMM's transposed-B form (ops/gemm.h), installed
-  // around every pass: the weights never change after loading, and every pass of an audit would
-  // otherwise pack each Linear weight again. Only while they fit kPackedWeightsBudget: a large
-  // model's weights are read from memory once per pass either way, and a second copy of them would
-  // cost more memory than the packing costs time.
+  // The model's rank-2 tensors, each packed for the GEMM's transposed-B form (ops/gemm.h) the first
+  // time a pass uses it as a Linear weight, installed around every pass: the weights never change
+  // after loading, and every pass of an audit would otherwise pack each Linear weight again. Only
+  // while all of them fit kPackedWeightsBudget: a large model's weights are read from memory once
+  // per pass either way, and a second copy of them would cost more memory than packing costs time.
   static constexpr size_t kPackedWeightsBudget = size_t(256) << 20;
   PackedWeights packed_;
   int max_tokens_;
@@ -96,7 +96,7 @@ class FamilyAuditable : public AuditableModel {
     else
       return std::make_unique<typename Traits::RunState>(Traits::run_state(model_, max_batch, max_tokens_));
   }
-  void pack_weights() {
+  void declare_packable_weights() {
     size_t bytes = 0;
     for (const TensorSlot& t : model_.layout())
       if (t.shape.size() == 2) bytes += size_t(t.shape[0] * t.shape[1]) * sizeof(float);

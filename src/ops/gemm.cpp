@@ -46,7 +46,8 @@ void openblas_sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha
 // the panels (a transposed A is copied per chunk into contiguous columns first). Splitting the
 // longer side means that few rows against wide weights (a 1.4B model at batch 1) copy each weight
 // once, by its owner, into the cache it is used from; with more rows than columns each thread
-// copies all of op(B), one copy per M / threads multiply-adds of its own.
+// copies all of op(B), one copy per M / threads multiply-adds of its own. Weights packed once
+// (PackedWeights, ops/gemm.h) are read in place of those copies: the same panels.
 //
 // Each value of C is alpha times one multiply-add chain per inner block, the blocks in order, added
 // to C (after beta): it depends on its own row of op(A) and on op(B), never on M, on the other rows
@@ -95,7 +96,7 @@ struct FloatGemm {
   const float* packed_b = nullptr;  // op(B) packed in PackedWeights's layout (B unread), or null
 };
 
-thread_local const PackedWeights* active_packed_weights = nullptr;
+thread_local PackedWeights* active_packed_weights = nullptr;
 
 // What gemm_float does before its blocked products (one thread): beta's scaling, and the whole of
 // a GEMM with an empty inner dimension. Returns whether the blocked products remain to be run.
@@ -141,7 +142,7 @@ void gemm_float_share(const FloatGemm& g, int me, int threads) {
       const int kb = std::min(kInnerBlock, K - p0);
       const bool onto_c = g.beta != 0.0f || p0 > 0, last_block = p0 + kb == K;
       // This block's panels: panel j0 at (j0 - c0) kb, from the prepacked weight or packed now.
-      const float* panels = g.packed_b != nullptr ? g.packed_b + int64_t(p0) * N + int64_t(c0) * kb : packed_b.data();
+      const float* block_panels = g.packed_b != nullptr ? g.packed_b + int64_t(p0) * N + int64_t(c0) * kb : packed_b.data();
       if (g.packed_b == nullptr) pack_b_block(packed_b.data(), g.trans_b, g.B, g.ldb, p0, kb, c0, c1, W);
       for (int chunk = chunk_begin; chunk < chunk_end; ++chunk) {
         const int i0 = chunk * kRowChunk, rows = std::min(kRowChunk, M - i0);
@@ -155,7 +156,7 @@ void gemm_float_share(const FloatGemm& g, int me, int threads) {
           const int wq = std::min(W, c1 - j0);
           float* c = g.C + int64_t(i0) * ldc + j0;
           const float* addend = onto_c ? c : g.bias != nullptr ? g.bias + j0 : nullptr;
-          simd::tile_matmul(c, ldc, a, a_row, a_col, panels + int64_t(j0 - c0) * kb, wq, rows, wq, kb, g.alpha,
+          simd::tile_matmul(c, ldc, a, a_row, a_col, block_panels + int64_t(j0 - c0) * kb, wq, rows, wq, kb, g.alpha,
                             addend, onto_c ? ldc : 0);
         }
         // The chunk's rows of this column block (at most 32 x 256 values, in L1/L2), one call
@@ -181,7 +182,7 @@ void gemm_float_group(const FloatGemm* gemms, int count) {
       if (!gemm_float_prologue(gemms[q])) continue;
       FloatGemm& g = blocked[n++] = gemms[q];
       if (g.trans_b && g.ldb == g.K && g.packed_b == nullptr && active_packed_weights != nullptr)
-        g.packed_b = active_packed_weights->find(g.B, g.N, g.K);
+        g.packed_b = active_packed_weights->packed(g.B, g.N, g.K);
     }
     if (n == 0) continue;
 #pragma omp parallel
@@ -196,22 +197,33 @@ void gemm_float(const FloatGemm& g) { gemm_float_group(&g, 1); }
 
 }  // namespace
 
-void PackedWeights::add(const float* weight, int out, int in) {
-  if (entries_.count(weight) > 0) return;
-  Entry e{out, in, std::vector<float>(size_t(out) * size_t(in))};
-  const int W = simd::tile_panel_width();
-  for (int p0 = 0; p0 < in; p0 += kInnerBlock)
-    pack_b_block(e.values.data() + int64_t(p0) * out, true, weight, in, p0, std::min(kInnerBlock, in - p0), 0, out, W);
-  bytes_ += e.values.size() * sizeof(float);
-  entries_.emplace(weight, std::move(e));
-}
+void PackedWeights::add(const float* weight, int out, int in) { entries_.try_emplace(weight, Entry{out, in, 0, {}}); }
 
-const float* PackedWeights::find(const float* weight, int out, int in) const {
+const float* PackedWeights::packed(const float* weight, int out, int in) {
   const auto it = entries_.find(weight);
-  return it != entries_.end() && it->second.out == out && it->second.in == in ? it->second.values.data() : nullptr;
+  if (it == entries_.end() || it->second.out != out || it->second.in != in) return nullptr;
+  Entry& e = it->second;
+  // Packed on first use, and again if the kernel's panel width changed since (simd::force_target,
+  // in tests): panels of another width would be read as a permutation of the weights.
+  const int W = simd::tile_panel_width();
+  if (e.values.empty() || e.panel_width != W) {
+    bytes_ -= e.values.size() * sizeof(float);
+    e.values.assign(size_t(out) * size_t(in), 0.0f);
+    for (int p0 = 0; p0 < in; p0 += kInnerBlock)
+      pack_b_block(e.values.data() + int64_t(p0) * out, true, weight, in, p0, std::min(kInnerBlock, in - p0), 0, out, W);
+    e.panel_width = W;
+    bytes_ += e.values.size() * sizeof(float);
+  }
+  return e.values.data();
 }
 
-PackedWeightsScope::PackedWeightsScope(const PackedWeights* packed) : previous_(active_packed_weights) {
+size_t PackedWeights::count() const {
+  size_t n = 0;
+  for (const auto& [weight, e] : entries_) n += e.values.empty() ? 0 : 1;
+  return n;
+}
+
+PackedWeightsScope::PackedWeightsScope(PackedWeights* packed) : previous_(active_packed_weights) {
   active_packed_weights = packed;
 }
 PackedWeightsScope::~PackedWeightsScope() { active_packed_weights = previous_; }

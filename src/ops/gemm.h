@@ -77,17 +77,21 @@ void linear_gelu_forward(T* pre, T* act, const T* x, const T* weight, const T* b
 // j0 * kb, kb rows of min(width, out - j0) values.
 class PackedWeights {
  public:
-  // Packs W [out, in] (row-major, rows `in` apart); a weight added again is packed once.
+  // Declares W [out, in] (row-major, rows `in` apart) a weight that GEMMs under a scope may read as
+  // op(B) = W^T. It is packed the first time one does, so tensors that never are (embedding tables
+  // that are only gathered, say) cost nothing. A weight added again keeps its first entry.
   void add(const float* weight, int out, int in);
-  // The packed copy of `weight` if it was added with this shape, else null.
-  const float* find(const float* weight, int out, int in) const;
-  size_t bytes() const { return bytes_; }
-  size_t count() const { return entries_.size(); }
+  // The packed copy of `weight` for a product of this shape, packed now if it was not yet; null
+  // when `weight` was not added with this shape.
+  const float* packed(const float* weight, int out, int in);
+  size_t bytes() const { return bytes_; }  // of the weights packed so far
+  size_t count() const;                    // weights packed so far
 
  private:
   struct Entry {
     int out = 0, in = 0;
-    std::vector<float> values;
+    int panel_width = 0;        // simd::tile_panel_width() when packed
+    std::vector<float> values;  // empty until first used
   };
   std::unordered_map<const float*, Entry> entries_;
   size_t bytes_ = 0;
@@ -99,13 +103,13 @@ class PackedWeights {
 // refreshed. Scopes nest (the inner one wins); null installs none.
 class PackedWeightsScope {
  public:
-  explicit PackedWeightsScope(const PackedWeights* packed);
+  explicit PackedWeightsScope(PackedWeights* packed);
   ~PackedWeightsScope();
   PackedWeightsScope(const PackedWeightsScope&) = delete;
   PackedWeightsScope& operator=(const PackedWeightsScope&) = delete;
 
  private:
-  const PackedWeights* previous_;
+  PackedWeights* previous_;
 };
 
 // Linear backward. dx[N,in] = dy W (overwritten when accumulate_dx is false, else added);
