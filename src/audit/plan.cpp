@@ -53,15 +53,9 @@ BatchChoice probe_batch_candidates(const std::vector<int>& candidates, const std
     if (s > kBatchProbeStopS) break;
   }
   if (swept.empty()) return c;
-  if (swept.size() == 1) {  // nothing to choose between
-    c.batch = swept[0];
-    c.seconds_per_window.emplace_back(swept[0], seconds[0][0] / swept[0]);
-    c.samples = 1;
-    return c;
-  }
   // The rounds after the sweep run at the largest swept candidate's run state, which every smaller
-  // pass fits in: no pass in them reallocates.
-  for (int round = 1; round < kBatchProbeSamples; ++round)
+  // pass fits in: no pass in them reallocates. One candidate alone has nothing to be compared with.
+  for (int round = 1; round < kBatchProbeSamples && swept.size() > 1; ++round)
     for (size_t i = 0; i < swept.size(); ++i) seconds[i].push_back(measure(swept[i]));
   double best = 0;
   for (size_t i = 0; i < swept.size(); ++i) {

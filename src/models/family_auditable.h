@@ -14,8 +14,8 @@
 
 #include "core/sha256.h"
 #include "models/auditable.h"
-#include "ops/gemm.h"
 #include "models/parameters.h"
+#include "ops/gemm.h"
 
 namespace fca {
 
