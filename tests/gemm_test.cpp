@@ -3,7 +3,9 @@
 // the property the audit relies on: a row of C is bitwise the same whatever M, the other rows and
 // the thread count.
 #include <gtest/gtest.h>
+#include <omp.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstring>
@@ -215,6 +217,58 @@ TEST(Gemm, PackedWeightsAreBitwisePackingPerCall) {
     EXPECT_EQ(got[0], bias[0]);
     EXPECT_NE(0, std::memcmp(got.data(), want.data(), sizeof(float) * got.size()));
   }
+}
+
+TEST(Gemm, UnitsAThreadLeavesAreComputedByAnother) {
+  // Units of work move between threads (ops/gemm.cpp, take_unit): a thread that runs out of its
+  // own takes the rest of another's run from its end. Two ways to make that happen, each checked
+  // bitwise against one thread: (1) a GEMM called inside a parallel region runs in a team of one
+  // that still cuts C for omp_get_max_threads() threads, so the one thread must take every other
+  // thread's run (a unit never taken stays at the fill value 7); (2) more threads than cores, where
+  // which thread computes which unit varies from run to run. Rows split (N 700) and columns split
+  // (N 20, out 768), with weights packed once (many units per thread) and packed per call.
+  const std::array<std::array<int, 3>, 3> shapes{{{700, 200, 300}, {20, 520, 97}, {20, 256, 768}}};
+  for (const auto [N, in, out] : shapes)
+    for (const bool prepacked : {false, true}) {
+      SCOPED_TRACE(std::to_string(N) + " x " + std::to_string(out) + " x " + std::to_string(in) +
+                   (prepacked ? " packed once" : " packed per call"));
+      const auto x = random_values(size_t(N) * in, 41), w = random_values(size_t(out) * in, 42),
+                 bias = random_values(size_t(out), 43);
+      PackedWeights packed;
+      packed.add(w.data(), out, in);
+      const auto forward = [&](float* pre, float* act) {
+        const PackedWeightsScope scope(prepacked ? &packed : nullptr);
+        linear_gelu_forward<float>(pre, act, x.data(), w.data(), bias.data(), N, in, out, GeluForm::erf);
+      };
+      set_threads(1);
+      std::vector<float> want_pre(size_t(N) * out), want_act(size_t(N) * out);
+      forward(want_pre.data(), want_act.data());
+
+      set_threads(2);
+      std::vector<std::vector<float>> pre(2, std::vector<float>(size_t(N) * out, 7.0f)), act = pre;
+      int max_threads_inside = 0;
+#pragma omp parallel num_threads(2)
+      {
+        const int me = omp_get_thread_num();
+#pragma omp critical
+        max_threads_inside = std::max(max_threads_inside, omp_get_max_threads());
+        forward(pre[me].data(), act[me].data());
+      }
+      ASSERT_GE(max_threads_inside, 2);  // else the nested call had no other thread's run to take
+      for (int t = 0; t < 2; ++t) {
+        EXPECT_EQ(0, std::memcmp(pre[t].data(), want_pre.data(), sizeof(float) * want_pre.size())) << t;
+        EXPECT_EQ(0, std::memcmp(act[t].data(), want_act.data(), sizeof(float) * want_act.size())) << t;
+      }
+
+      set_threads(7);
+      for (int run = 0; run < 5; ++run) {
+        std::vector<float> got_pre(size_t(N) * out, 7.0f), got_act(size_t(N) * out, 7.0f);
+        forward(got_pre.data(), got_act.data());
+        EXPECT_EQ(0, std::memcmp(got_pre.data(), want_pre.data(), sizeof(float) * want_pre.size())) << run;
+        EXPECT_EQ(0, std::memcmp(got_act.data(), want_act.data(), sizeof(float) * want_act.size())) << run;
+      }
+      set_threads(2);
+    }
 }
 
 TEST(Gemm, PackedWeightsFollowThePanelWidthOfTheTarget) {

@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/exec_counters.h"
 #include "core/phase_timer.h"
+#include "core/threads.h"
 #include "ops/fast_math.h"
 
 namespace fca {
@@ -125,9 +126,11 @@ void attention_forward(T* out, T* probs, T* scratch, const AttentionStats<T>* st
   const int ld = 3 * D;
   const int64_t TT = int64_t(Tn) * Tn;
   // Each (window, head) is one thread's work from start to end, so its results do not depend on
-  // the batch or the thread count.
-#pragma omp parallel for schedule(static)
-  for (int bh = 0; bh < B * H; ++bh) {
+  // the batch, the thread count or which thread takes it (UnitRuns, core/threads.h).
+  UnitRuns runs(thread_count());
+  runs.reset(B * H);
+#pragma omp parallel num_threads(runs.threads())
+  run_units(runs, omp_get_thread_num(), [&](int bh) {
     const int b = bh / H, h = bh % H;
     const T* q = qkv + int64_t(b) * Tn * ld + h * dh;
     T* own = scratch + omp_get_thread_num() * attention_scratch_per_thread(Tn, dh, false);
@@ -157,7 +160,7 @@ void attention_forward(T* out, T* probs, T* scratch, const AttentionStats<T>* st
     // Two products, S = Q K^T and Y = P V, over the pairs the tiles ran: counted from the loop, so
     // that exec's check against attention_executed_pairs fails if a tile is skipped or repeated.
     count_gemm_flops(2 * 2 * pairs * dh, 2);
-  }
+  });
 }
 
 int64_t attention_row_pairs(int t, int Tn) { return keys_of_tile(std::min(Tn, (t / kRowTile + 1) * kRowTile), Tn); }
@@ -169,11 +172,14 @@ void attention_rows_forward(T* out, int64_t ldo, T* scratch, const T* q, int64_t
   const int dh = D / H;
   const T scale = T(1) / std::sqrt(T(dh));
   const int64_t ldkv = 2 * int64_t(D);
-#pragma omp parallel for schedule(static)
-  for (int bh = 0; bh < B * H; ++bh) {
+  // As attention_forward: one (window, head) per unit.
+  UnitRuns runs(thread_count());
+  runs.reset(B * H);
+#pragma omp parallel num_threads(runs.threads())
+  run_units(runs, omp_get_thread_num(), [&](int bh) {
     const int b = bh / H, h = bh % H;
     const int64_t first = row_begin[b], last = row_begin[b + 1];
-    if (first == last) continue;  // no active query in this window
+    if (first == last) return;  // no active query in this window
     T* own = scratch + omp_get_thread_num() * attention_scratch_per_thread(Tn, dh, false);
     // Keys up to the last active query's tile: no row reads beyond them.
     const int key_count = int(attention_row_pairs(pos[last - 1], Tn));
@@ -196,7 +202,7 @@ void attention_rows_forward(T* out, int64_t ldo, T* scratch, const T* q, int64_t
       i0 = i1;
     }
     count_gemm_flops(2 * 2 * pairs * dh, 2);
-  }
+  });
 }
 
 template <typename T>

@@ -10,6 +10,7 @@
 
 #include "core/exec_counters.h"
 #include "core/phase_timer.h"
+#include "core/threads.h"
 #include "ops/elementwise.h"
 #include "ops/norms.h"
 #include "ops/simd.h"
@@ -36,8 +37,10 @@ void openblas_sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha
 }
 
 // Float GEMM on fca's register-tiled kernel (simd::tile_matmul), blocked as GotoBLAS does, without
-// barriers. Each thread owns a rectangle of C: a share of the columns (all rows) when C has at least
-// as many columns as rows, else a share of the rows (all columns). For each block of kColumnBlock
+// barriers. C is cut along its longer side into units of work: runs of columns (all rows) when C has
+// at least as many columns as rows, else runs of rows (all columns); each thread starts with an
+// equal share of consecutive units and takes over another thread's last units when it runs out of
+// its own (gemm_float_group). For each block of kColumnBlock
 // of its columns and kInnerBlock of the inner dimension, a thread copies that block of op(B) into
 // its own panels as wide as the kernel's register tile (simd::tile_panel_width()), each panel
 // kInnerBlock rows of contiguous values (256 x 256 values, 256 KB: written into and read back from
@@ -45,8 +48,9 @@ void openblas_sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha
 // kRowChunk of its rows over the block's panels, the chunk's values of op(A) staying in L1 across
 // the panels (a transposed A is copied per chunk into contiguous columns first). Splitting the
 // longer side means that few rows against wide weights (a 1.4B model at batch 1) copy each weight
-// once, by its owner, into the cache it is used from; with more rows than columns each thread
-// copies all of op(B), one copy per M / threads multiply-adds of its own. Weights packed once
+// once, by whoever computes it, into the cache it is used from; with more rows than columns each
+// unit copies all of op(B), so there each thread has one unit: one copy per M / threads
+// multiply-adds of its own. Weights packed once
 // (PackedWeights, ops/gemm.h) are read in place of those copies: the same panels.
 //
 // Each value of C is alpha times one multiply-add chain per inner block, the blocks in order, added
@@ -55,7 +59,7 @@ void openblas_sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha
 // results independent of the batch it is computed in.
 constexpr int kColumnBlock = 256;
 constexpr int kInnerBlock = 256;
-constexpr int kRowChunk = 32;  // rows of C per unit of work (four AVX-512 register tiles)
+constexpr int kRowChunk = 32;  // rows of C per chunk (four AVX-512 register tiles)
 
 namespace {
 
@@ -120,22 +124,19 @@ bool gemm_float_prologue(const FloatGemm& g) {
   return false;
 }
 
-// Thread `me` of `threads`'s rectangle of C (the split described above), computed with no
-// synchronisation: called by every thread of a parallel region, the rectangles tile C.
-void gemm_float_share(const FloatGemm& g, int me, int threads) {
+// The rectangle of C of rows kRowChunk * [chunk_begin, chunk_end) and columns [col_begin, col_end),
+// computed by the calling thread with no synchronisation: for each block of kColumnBlock of its
+// columns and kInnerBlock of the inner dimension, the block's panels (prepacked, or packed now into
+// this thread's buffer), then each row chunk over them.
+void gemm_float_rectangle(const FloatGemm& g, int chunk_begin, int chunk_end, int col_begin, int col_end) {
   const auto gelu = g.gelu_form == GeluForm::tanh ? simd::gelu_tanh_forward : simd::gelu_erf_forward;
   const int M = g.M, N = g.N, K = g.K, ldc = g.ldc;
   const int W = simd::tile_panel_width();  // divides kColumnBlock (2 .. 32)
-  const bool split_columns = N >= M;
-  const int row_chunks = (M + kRowChunk - 1) / kRowChunk, panels = (N + W - 1) / W;
   thread_local std::vector<float> packed_b;  // [kColumnBlock / W panels][kInnerBlock][W]
   thread_local std::vector<float> packed_a;  // this thread's chunk of a transposed A: [kInnerBlock, kRowChunk]
-  if (packed_b.size() < size_t(kInnerBlock) * kColumnBlock) packed_b.resize(size_t(kInnerBlock) * kColumnBlock);
+  if (g.packed_b == nullptr && packed_b.size() < size_t(kInnerBlock) * kColumnBlock)
+    packed_b.resize(size_t(kInnerBlock) * kColumnBlock);
   if (g.trans_a && packed_a.size() < size_t(kInnerBlock) * kRowChunk) packed_a.resize(size_t(kInnerBlock) * kRowChunk);
-  const int units = split_columns ? panels : row_chunks;
-  const int first = int(int64_t(units) * me / threads), last = int(int64_t(units) * (me + 1) / threads);
-  const int col_begin = split_columns ? std::min(N, first * W) : 0, col_end = split_columns ? std::min(N, last * W) : N;
-  const int chunk_begin = split_columns ? 0 : first, chunk_end = split_columns ? row_chunks : last;
   for (int c0 = col_begin; c0 < col_end; c0 += kColumnBlock) {
     const int c1 = std::min(col_end, c0 + kColumnBlock);
     for (int p0 = 0; p0 < K; p0 += kInnerBlock) {
@@ -169,26 +170,71 @@ void gemm_float_share(const FloatGemm& g, int me, int threads) {
   }
 }
 
+// How one GEMM's C is cut into units of work: the longer side (rows when C has more rows than
+// columns) in `units` rectangles, each `group` row chunks (all columns) or `group` panels (all
+// rows), the last one possibly smaller.
+struct GemmUnits {
+  bool split_columns;
+  int group, units;
+};
+
+// With op(B) prepacked, or split by columns (each column's panels packed once, by whoever computes
+// it), a unit costs nothing to move to another thread: about 16 units per thread (a row chunk or a
+// panel at least), so that a thread that finishes first can take over units of a slower one. A
+// rows split that packs op(B) per call packs all of it once per unit: one unit per thread, the
+// static split.
+GemmUnits gemm_units(const FloatGemm& g, int threads) {
+  const int W = simd::tile_panel_width();
+  GemmUnits u;
+  u.split_columns = g.N >= g.M;
+  const int base = u.split_columns ? (g.N + W - 1) / W : (g.M + kRowChunk - 1) / kRowChunk;
+  const bool movable = g.packed_b != nullptr || u.split_columns;
+  const int wanted = movable ? 16 * threads : threads;
+  u.group = std::max(1, (base + wanted - 1) / wanted);
+  u.units = (base + u.group - 1) / u.group;
+  return u;
+}
+
+void gemm_float_unit(const FloatGemm& g, const GemmUnits& u, int unit) {
+  const int W = simd::tile_panel_width(), row_chunks = (g.M + kRowChunk - 1) / kRowChunk;
+  if (u.split_columns)
+    gemm_float_rectangle(g, 0, row_chunks, std::min(g.N, unit * u.group * W), std::min(g.N, (unit + 1) * u.group * W));
+  else
+    gemm_float_rectangle(g, unit * u.group, std::min(row_chunks, (unit + 1) * u.group), 0, g.N);
+}
+
 // Independent GEMMs (no output is another's input) in one parallel region: each thread computes
-// its share of each in turn and goes on to the next without waiting for the other threads, so a
-// group of small products pays for one fork and one join, not one per product.
+// its units of each in turn (and then any left in the other threads' runs) and goes on to the
+// next without waiting for the other threads, so a group of small products pays for one fork and
+// one join, not one per product.
 constexpr int kMaxGroup = 8;
 void gemm_float_group(const FloatGemm* gemms, int count) {
   const PhaseScope phase_scope(Phase::gemm);
+  // The team's size at most (a call inside a parallel region runs in a team of one, which takes
+  // every run). Which thread computes a unit never changes a value (see above).
+  const int threads = omp_get_max_threads();
+  std::vector<UnitRuns> runs;
+  runs.reserve(std::min(count, kMaxGroup));
+  for (int q = 0; q < std::min(count, kMaxGroup); ++q) runs.emplace_back(threads);
   for (int q0 = 0; q0 < count; q0 += kMaxGroup) {
     FloatGemm blocked[kMaxGroup];
+    GemmUnits units[kMaxGroup];
     int n = 0;
     for (int q = q0; q < std::min(count, q0 + kMaxGroup); ++q) {
       if (!gemm_float_prologue(gemms[q])) continue;
-      FloatGemm& g = blocked[n++] = gemms[q];
+      FloatGemm& g = blocked[n] = gemms[q];
       if (g.trans_b && g.ldb == g.K && g.packed_b == nullptr && active_packed_weights != nullptr)
         g.packed_b = active_packed_weights->packed(g.B, g.N, g.K);
+      units[n] = gemm_units(g, threads);
+      runs[n].reset(units[n].units);
+      ++n;
     }
     if (n == 0) continue;
-#pragma omp parallel
+#pragma omp parallel num_threads(threads)
     {
-      const int threads = omp_get_num_threads(), me = omp_get_thread_num();
-      for (int q = 0; q < n; ++q) gemm_float_share(blocked[q], me, threads);
+      const int me = omp_get_thread_num();
+      for (int q = 0; q < n; ++q)
+        run_units(runs[q], me, [&](int unit) { gemm_float_unit(blocked[q], units[q], unit); });
     }
   }
 }
