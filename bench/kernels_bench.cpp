@@ -181,13 +181,25 @@ void BM_GeluErfForward(benchmark::State& state) {
 }
 BENCHMARK(BM_GeluErfForward)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
+// Args: rows, row width (the default shape; an audit batch of 8 windows of 128 tokens at D 128).
 void BM_LayerNormForward(benchmark::State& state) {
-  auto x = random_vector(size_t(kN) * kD, 6), w = random_vector(kD, 7), b = random_vector(kD, 8);
-  std::vector<float> y(x.size()), mean(kN), rstd(kN);
-  for (auto _ : state) layernorm_forward(y.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), kN, kD);
+  const int N = int(state.range(0)), D = int(state.range(1));
+  auto x = random_vector(size_t(N) * D, 6), w = random_vector(size_t(D), 7), b = random_vector(size_t(D), 8);
+  std::vector<float> y(x.size()), mean(static_cast<size_t>(N)), rstd(static_cast<size_t>(N));
+  for (auto _ : state) layernorm_forward(y.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, D);
   state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(x.size()) * 8);
 }
-BENCHMARK(BM_LayerNormForward)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_LayerNormForward)->Args({kN, kD})->Args({1024, 128})->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+// MUDD's QK-norm: an RMSNorm per (token, head) of 32 values, 4 heads per row of 128 (in place).
+void BM_RmsNormHeads(benchmark::State& state) {
+  const int N = 1024, G = 4, C = 32;
+  auto x = random_vector(size_t(N) * G * C, 6), w = random_vector(size_t(C), 7);
+  std::vector<float> rstd(size_t(N) * G);
+  for (auto _ : state) rmsnorm_forward(x.data(), rstd.data(), x.data(), w.data(), N, G, C, int64_t(G) * C, 1e-6);
+  state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(x.size()) * 8);
+}
+BENCHMARK(BM_RmsNormHeads)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 void BM_GeluBackward(benchmark::State& state) {
   auto x = random_vector(size_t(kN) * 4 * kD, 5), dy = random_vector(x.size(), 9);

@@ -64,6 +64,29 @@ TEST_F(SimdTargets, EveryTargetIsBitwiseTheScalarDefinition) {
                 bits(lane_squared_deviation_sum<float>(x.data(), n, 0.25f)));
       EXPECT_EQ(bits(simd::lane_centered_product_sum(x.data(), y.data(), x.data(), n, 0.25f, 1.7f)),
                 bits(lane_centered_product_sum<float>(x.data(), y.data(), x.data(), n, 0.25f, 1.7f)));
+      // The LayerNorm row against its scalar definition (ops/layernorm.cpp's double path, in float).
+      {
+        const auto w = random_values(size_t(n), 1.0f, uint32_t(n) + 31), b = random_values(size_t(n), 1.0f, uint32_t(n) + 37);
+        std::vector<float> got(static_cast<size_t>(n)), want(static_cast<size_t>(n));
+        float mean = 0, rstd = 0;
+        simd::layernorm_row(got.data(), x.data(), w.data(), b.data(), n, float(kLayerNormEps), &mean, &rstd);
+        const float m = lane_sum<float>(x.data(), n) / float(n);
+        const float r = 1.0f / std::sqrt(lane_squared_deviation_sum<float>(x.data(), n, m) / float(n) + float(kLayerNormEps));
+        for (int i = 0; i < n; ++i) want[size_t(i)] = (x[size_t(i)] - m) * r * w[size_t(i)] + b[size_t(i)];
+        EXPECT_EQ(bits(mean), bits(m));
+        EXPECT_EQ(bits(rstd), bits(r));
+        for (int i = 0; i < n; ++i) ASSERT_EQ(bits(got[size_t(i)]), bits(want[size_t(i)])) << "layernorm at " << i;
+      }
+      // The RMSNorm group (ops/norms.cpp), with and without a scale, in place.
+      for (const bool scaled : {false, true}) {
+        const auto w = random_values(size_t(n), 1.0f, uint32_t(n) + 41);
+        std::vector<float> got = x, want(static_cast<size_t>(n));
+        const float r = simd::rmsnorm_row(got.data(), got.data(), scaled ? w.data() : nullptr, n, 1e-6f);
+        const float want_r = 1.0f / std::sqrt(lane_dot<float>(x.data(), x.data(), n) / float(n) + 1e-6f);
+        for (int i = 0; i < n; ++i) want[size_t(i)] = scaled ? (x[size_t(i)] * want_r) * w[size_t(i)] : x[size_t(i)] * want_r;
+        EXPECT_EQ(bits(r), bits(want_r));
+        for (int i = 0; i < n; ++i) ASSERT_EQ(bits(got[size_t(i)]), bits(want[size_t(i)])) << "rmsnorm at " << i;
+      }
       // exp over the clamped range and beyond it (softmax rows shifted by their max are <= 0).
       auto row = random_values(size_t(n), 100.0f, uint32_t(n) + 11);
       auto expected = row;

@@ -1,8 +1,10 @@
 #include "ops/layernorm.h"
 
 #include <cmath>
+#include <type_traits>
 
 #include "ops/fast_math.h"
+#include "ops/simd.h"
 #include "core/phase_timer.h"
 
 namespace fca {
@@ -12,6 +14,11 @@ namespace {
 // no cancellation for rows with a large mean.
 template <typename T>
 inline void layernorm_row(T* y, T* mean, T* rstd, const T* x, const T* weight, const T* bias, int C) {
+  if constexpr (std::is_same_v<T, float>) {
+    // The same operations at the CPU's vector width (this file is built for baseline x86-64).
+    simd::layernorm_row(y, x, weight, bias, C, float(kLayerNormEps), mean, rstd);
+    return;
+  }
   const T m = lane_sum(x, C) / T(C);
   const T var = lane_squared_deviation_sum(x, C, m);
   const T r = T(1) / std::sqrt(var / T(C) + T(kLayerNormEps));
@@ -48,7 +55,10 @@ void residual_layernorm_forward(T* sum, T* out, T* mean, T* rstd, const T* a, co
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
     T* s = sum + n * C;
-    for (int c = 0; c < C; ++c) s[c] = a[n * C + c] + b[n * C + c];
+    if constexpr (std::is_same_v<T, float>)
+      simd::residual_row(s, a + n * C, 1.0f, b + n * C, C);  // a + 1 b: 1 b is b exactly, so a + b
+    else
+      for (int c = 0; c < C; ++c) s[c] = a[n * C + c] + b[n * C + c];
     layernorm_row(out + n * C, mean + n, rstd + n, s, weight, bias, C);  // the row is still in L1
   }
 }

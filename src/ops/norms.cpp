@@ -16,6 +16,8 @@ namespace {
 // One group of C values at xr (out may alias): the rmsnorm_forward of one (token, head); returns r.
 template <typename T>
 inline T rmsnorm_group(T* yr, const T* xr, const T* scale, int C, double eps) {
+  // Float: the same operations at the CPU's vector width (this file is built for baseline x86-64).
+  if constexpr (std::is_same_v<T, float>) return simd::rmsnorm_row(yr, xr, scale, C, float(eps));
   const T sq = lane_dot(xr, xr, C);  // 16-lane sum of squares (ops/fast_math.h): vectorised, fixed order
   const T r = T(1) / std::sqrt(sq / T(C) + T(eps));
   if (scale != nullptr)

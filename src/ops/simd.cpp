@@ -325,6 +325,42 @@ void GeluErfBackward(float* dinp, const float* dout, const float* inp, int64_t n
   MapN<2>(dinp, in, n, [](D d, auto& v) HWY_ATTR { GeluErfBackwardU(d, v[0], v[1]); });
 }
 
+void LayerNormRow(float* y, const float* x, const float* weight, const float* bias, int n, float eps, float* mean,
+                  float* rstd) {
+  const D d;
+  const float m = LaneReduce(n, [&](int i, int live) HWY_ATTR { return LoadFirst(d, x + i, live); }) / float(n);
+  const float var = LaneSquaredDeviationSum(x, n, m);
+  const float r = 1.0f / std::sqrt(var / float(n) + eps);
+  const float* const in[3] = {x, weight, bias};
+  MapN<3>(y, in, n, [m, r](D d, auto& v) HWY_ATTR {
+    for (size_t u = 0; u < std::size(v[0]); ++u)
+      v[0][u] = hn::Add(hn::Mul(hn::Mul(hn::Sub(v[0][u], hn::Set(d, m)), hn::Set(d, r)), v[1][u]), v[2][u]);
+  });
+  *mean = m;
+  *rstd = r;
+}
+
+float RmsNormRow(float* y, const float* x, const float* scale, int n, float eps) {
+  const D d;
+  const float sq = LaneReduce(n, [&](int i, int live) HWY_ATTR {
+    const V v = LoadFirst(d, x + i, live);
+    return hn::Mul(v, v);
+  });
+  const float r = 1.0f / std::sqrt(sq / float(n) + eps);
+  if (scale == nullptr) {
+    const float* const in[1] = {x};
+    MapN<1>(y, in, n, [r](D d, auto& v) HWY_ATTR {
+      for (V& x : v[0]) x = hn::Mul(x, hn::Set(d, r));
+    });
+  } else {
+    const float* const in[2] = {x, scale};
+    MapN<2>(y, in, n, [r](D d, auto& v) HWY_ATTR {
+      for (size_t u = 0; u < std::size(v[0]); ++u) v[0][u] = hn::Mul(hn::Mul(v[0][u], hn::Set(d, r)), v[1][u]);
+    });
+  }
+  return r;
+}
+
 void Scale(float* y, const float* x, float a, int64_t n) {
   const float* const in[1] = {x};
   MapN<1>(y, in, n, [a](D d, auto& v) HWY_ATTR {
@@ -462,6 +498,8 @@ HWY_EXPORT(GeluTanhForward);
 HWY_EXPORT(GeluTanhBackward);
 HWY_EXPORT(GeluErfForward);
 HWY_EXPORT(GeluErfBackward);
+HWY_EXPORT(LayerNormRow);
+HWY_EXPORT(RmsNormRow);
 HWY_EXPORT(Scale);
 HWY_EXPORT(ResidualRow);
 HWY_EXPORT(MixStreams);
@@ -503,6 +541,13 @@ void gelu_tanh_backward(float* dinp, const float* dout, const float* inp, int64_
 void gelu_erf_forward(float* out, const float* inp, int64_t n) { HWY_DYNAMIC_DISPATCH(GeluErfForward)(out, inp, n); }
 void gelu_erf_backward(float* dinp, const float* dout, const float* inp, int64_t n) {
   HWY_DYNAMIC_DISPATCH(GeluErfBackward)(dinp, dout, inp, n);
+}
+void layernorm_row(float* y, const float* x, const float* weight, const float* bias, int n, float eps, float* mean,
+                   float* rstd) {
+  HWY_DYNAMIC_DISPATCH(LayerNormRow)(y, x, weight, bias, n, eps, mean, rstd);
+}
+float rmsnorm_row(float* y, const float* x, const float* scale, int n, float eps) {
+  return HWY_DYNAMIC_DISPATCH(RmsNormRow)(y, x, scale, n, eps);
 }
 void scale(float* y, const float* x, float a, int64_t n) { HWY_DYNAMIC_DISPATCH(Scale)(y, x, a, n); }
 // y += a x is the residual row with h = y (each value is loaded before it is stored).
