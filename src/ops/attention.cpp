@@ -101,6 +101,12 @@ namespace {
 // products with x^T read contiguous rows.
 template <typename T>
 const T* transposed_head(T* buffer, const T* x, int64_t ld, int Tn, int dh) {
+  // Float: the GEMM's packer, which transposes squares in vector registers (buffer is one panel
+  // Tn wide: buffer[i * Tn + u] = x[u * ld + i]).
+  if constexpr (std::is_same_v<T, float>) {
+    simd::pack_transposed(buffer, Tn, x, ld, dh);
+    return buffer;
+  }
   // 16 x 16 blocks: each block reads 16 cache lines of x and writes 16 rows of 16 values.
   constexpr int kBlock = 16;
   for (int u0 = 0; u0 < Tn; u0 += kBlock)
