@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <string>
+#include <type_traits>
 
 #include "core/error.h"
 
@@ -9,6 +10,7 @@
 #include "ops/embedding.h"
 #include "ops/gemm.h"
 #include "ops/layernorm.h"
+#include "ops/simd.h"
 
 namespace fca {
 
@@ -45,7 +47,10 @@ void dense_mlp_forward(BlockActivations<T>& a, const BlockWeights<T>& p, int N, 
   for (int n = 0; n < N; ++n) {  // by row: no index division per element, and the loop vectorises
     const T* u = a.u + int64_t(n) * D;
     T* update = a.update + int64_t(n) * D;
-    for (int d = 0; d < D; ++d) update[d] = u[d] + p.mlp_proj_bias[d];
+    if constexpr (std::is_same_v<T, float>)
+      simd::residual_row(update, u, 1.0f, p.mlp_proj_bias, D);  // u + 1 b: 1 b is b exactly
+    else
+      for (int d = 0; d < D; ++d) update[d] = u[d] + p.mlp_proj_bias[d];
   }
   gemm<T>(false, true, N, D, 4 * D, T(1), a.fc_act, 4 * D, p.mlp_proj_weight, 4 * D, T(1), a.update, D);
 }

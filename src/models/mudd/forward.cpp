@@ -144,8 +144,18 @@ void block_forward(const MuddModel<T>& model, MuddRunState<T>& rs, int i, int B,
   // The attention's output projection and the FFN's second layer (parallel residual: R feeds both).
   linear_forward_group<T>({{a.attn_proj, a.attn_out, p.wo, p.bo, D, D, D}, {a.ffn_out, a.ffn_act, p.w2, p.b2, F, D, D}}, N);
   T* X = rs.hidden[size_t(i + 1)];
+  // X = (R + attn_proj) + ffn_out, the reference's order; in float as two vector passes per row
+  // (R + 1 attn_proj, then + 1 ffn_out: 1 v is v exactly), the row still in L1 for the second.
 #pragma omp parallel for schedule(static)
-  for (int64_t e = 0; e < int64_t(N) * D; ++e) X[e] = (R[e] + a.attn_proj[e]) + a.ffn_out[e];  // the reference's order
+  for (int n = 0; n < N; ++n) {
+    const int64_t o = int64_t(n) * D;
+    if constexpr (std::is_same_v<T, float>) {
+      simd::residual_row(X + o, R + o, 1.0f, a.attn_proj + o, D);
+      simd::axpy(X + o, a.ffn_out + o, 1.0f, D);
+    } else {
+      for (int64_t e = o; e < o + D; ++e) X[e] = (R[e] + a.attn_proj[e]) + a.ffn_out[e];
+    }
+  }
 }
 
 }  // namespace
