@@ -23,7 +23,7 @@ int thread_count();
 // (a call inside a parallel region runs on one thread, which then takes every run).
 class UnitRuns {
  public:
-  explicit UnitRuns(int threads) : threads_(threads), runs_(new std::atomic<uint64_t>[threads]) {}
+  explicit UnitRuns(int threads) : threads_(threads), runs_(new Run[size_t(threads)]) {}
   int threads() const { return threads_; }
   // Splits units 0 .. units - 1 into the threads' runs; call outside the parallel region.
   void reset(int units);
@@ -32,8 +32,13 @@ class UnitRuns {
 
  private:
   bool take(int run, bool from_front, int& unit);
+  // One cache line per run: the owner's compare-and-swaps stay in its own core's cache until
+  // another thread comes to take units.
+  struct alignas(64) Run {
+    std::atomic<uint64_t> bounds;
+  };
   int threads_;
-  std::unique_ptr<std::atomic<uint64_t>[]> runs_;
+  std::unique_ptr<Run[]> runs_;
 };
 
 // Inside a parallel region of at most runs.threads() threads: fn(unit) for every unit the calling
