@@ -64,28 +64,38 @@ TEST_F(SimdTargets, EveryTargetIsBitwiseTheScalarDefinition) {
                 bits(lane_squared_deviation_sum<float>(x.data(), n, 0.25f)));
       EXPECT_EQ(bits(simd::lane_centered_product_sum(x.data(), y.data(), x.data(), n, 0.25f, 1.7f)),
                 bits(lane_centered_product_sum<float>(x.data(), y.data(), x.data(), n, 0.25f, 1.7f)));
-      // The LayerNorm row against its scalar definition (ops/layernorm.cpp's double path, in float).
+      // LayerNorm and RMSNorm rows against their scalar definitions (ops/layernorm.cpp's and
+      // ops/norms.cpp's double paths, in float), row by row: 11 rows (more than one block of
+      // kMaxNormRows), rows ld = n + 3 apart, the output in place for RMSNorm.
       {
+        const int rows = 11;
+        const int64_t ld = n + 3;
+        const auto xs = random_values(size_t(rows * ld), 3.0f, uint32_t(n) + 29);
         const auto w = random_values(size_t(n), 1.0f, uint32_t(n) + 31), b = random_values(size_t(n), 1.0f, uint32_t(n) + 37);
-        std::vector<float> got(static_cast<size_t>(n)), want(static_cast<size_t>(n));
-        float mean = 0, rstd = 0;
-        simd::layernorm_row(got.data(), x.data(), w.data(), b.data(), n, float(kLayerNormEps), &mean, &rstd);
-        const float m = lane_sum<float>(x.data(), n) / float(n);
-        const float r = 1.0f / std::sqrt(lane_squared_deviation_sum<float>(x.data(), n, m) / float(n) + float(kLayerNormEps));
-        for (int i = 0; i < n; ++i) want[size_t(i)] = (x[size_t(i)] - m) * r * w[size_t(i)] + b[size_t(i)];
-        EXPECT_EQ(bits(mean), bits(m));
-        EXPECT_EQ(bits(rstd), bits(r));
-        for (int i = 0; i < n; ++i) ASSERT_EQ(bits(got[size_t(i)]), bits(want[size_t(i)])) << "layernorm at " << i;
-      }
-      // The RMSNorm group (ops/norms.cpp), with and without a scale, in place.
-      for (const bool scaled : {false, true}) {
-        const auto w = random_values(size_t(n), 1.0f, uint32_t(n) + 41);
-        std::vector<float> got = x, want(static_cast<size_t>(n));
-        const float r = simd::rmsnorm_row(got.data(), got.data(), scaled ? w.data() : nullptr, n, 1e-6f);
-        const float want_r = 1.0f / std::sqrt(lane_dot<float>(x.data(), x.data(), n) / float(n) + 1e-6f);
-        for (int i = 0; i < n; ++i) want[size_t(i)] = scaled ? (x[size_t(i)] * want_r) * w[size_t(i)] : x[size_t(i)] * want_r;
-        EXPECT_EQ(bits(r), bits(want_r));
-        for (int i = 0; i < n; ++i) ASSERT_EQ(bits(got[size_t(i)]), bits(want[size_t(i)])) << "rmsnorm at " << i;
+        std::vector<float> got(xs.size()), mean(static_cast<size_t>(rows)), rstd(static_cast<size_t>(rows));
+        simd::layernorm_rows(got.data(), ld, xs.data(), ld, w.data(), b.data(), rows, n, float(kLayerNormEps), mean.data(), rstd.data());
+        for (const bool scaled : {false, true}) {
+          std::vector<float> normed = xs, rms(static_cast<size_t>(rows));
+          simd::rmsnorm_rows(normed.data(), normed.data(), ld, scaled ? w.data() : nullptr, rows, n, 1e-6f, rms.data());
+          for (int r = 0; r < rows; ++r) {
+            const float* xr = xs.data() + r * ld;
+            const float want_r = 1.0f / std::sqrt(lane_dot<float>(xr, xr, n) / float(n) + 1e-6f);
+            ASSERT_EQ(bits(rms[size_t(r)]), bits(want_r)) << "rmsnorm row " << r;
+            for (int i = 0; i < n; ++i)
+              ASSERT_EQ(bits(normed[size_t(r * ld + i)]), bits(scaled ? (xr[i] * want_r) * w[size_t(i)] : xr[i] * want_r))
+                  << "rmsnorm row " << r << " at " << i;
+          }
+        }
+        for (int r = 0; r < rows; ++r) {
+          const float* xr = xs.data() + r * ld;
+          const float m = lane_sum<float>(xr, n) / float(n);
+          const float rs = 1.0f / std::sqrt(lane_squared_deviation_sum<float>(xr, n, m) / float(n) + float(kLayerNormEps));
+          ASSERT_EQ(bits(mean[size_t(r)]), bits(m)) << "layernorm row " << r;
+          ASSERT_EQ(bits(rstd[size_t(r)]), bits(rs)) << "layernorm row " << r;
+          for (int i = 0; i < n; ++i)
+            ASSERT_EQ(bits(got[size_t(r * ld + i)]), bits((xr[i] - m) * rs * w[size_t(i)] + b[size_t(i)]))
+                << "layernorm row " << r << " at " << i;
+        }
       }
       // exp over the clamped range and beyond it (softmax rows shifted by their max are <= 0).
       auto row = random_values(size_t(n), 100.0f, uint32_t(n) + 11);

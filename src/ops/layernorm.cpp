@@ -1,5 +1,6 @@
 #include "ops/layernorm.h"
 
+#include <algorithm>
 #include <cmath>
 #include <type_traits>
 
@@ -14,11 +15,6 @@ namespace {
 // no cancellation for rows with a large mean.
 template <typename T>
 inline void layernorm_row(T* y, T* mean, T* rstd, const T* x, const T* weight, const T* bias, int C) {
-  if constexpr (std::is_same_v<T, float>) {
-    // The same operations at the CPU's vector width (this file is built for baseline x86-64).
-    simd::layernorm_row(y, x, weight, bias, C, float(kLayerNormEps), mean, rstd);
-    return;
-  }
   const T m = lane_sum(x, C) / T(C);
   const T var = lane_squared_deviation_sum(x, C, m);
   const T r = T(1) / std::sqrt(var / T(C) + T(kLayerNormEps));
@@ -26,13 +22,27 @@ inline void layernorm_row(T* y, T* mean, T* rstd, const T* x, const T* weight, c
   *mean = m;
   *rstd = r;
 }
+
+// Rows [n0, n0 + rows) of one LayerNorm. Float: the same operations at the CPU's vector width
+// (this file is built for baseline x86-64), simd::kMaxNormRows rows at a time.
+template <typename T>
+inline void layernorm_block(T* out, T* mean, T* rstd, const T* inp, const T* weight, const T* bias, int64_t n0, int rows,
+                            int C) {
+  if constexpr (std::is_same_v<T, float>) {
+    simd::layernorm_rows(out + n0 * C, C, inp + n0 * C, C, weight, bias, rows, C, float(kLayerNormEps), mean + n0, rstd + n0);
+  } else {
+    for (int64_t n = n0; n < n0 + rows; ++n) layernorm_row(out + n * C, mean + n, rstd + n, inp + n * C, weight, bias, C);
+  }
+}
+constexpr int kBlockRows = simd::kMaxNormRows;
 }  // namespace
 
 template <typename T>
 void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, const T* bias, int64_t N, int C) {
   const PhaseScope phase_scope(Phase::elementwise);
 #pragma omp parallel for schedule(static)
-  for (int64_t n = 0; n < N; ++n) layernorm_row(out + n * C, mean + n, rstd + n, inp + n * C, weight, bias, C);
+  for (int64_t n0 = 0; n0 < N; n0 += kBlockRows)
+    layernorm_block(out, mean, rstd, inp, weight, bias, n0, int(std::min<int64_t>(kBlockRows, N - n0)), C);
 }
 
 template <typename T>
@@ -41,10 +51,10 @@ void layernorm_forward_group(std::initializer_list<LayerNormOperands<T>> norms, 
   const LayerNormOperands<T>* first = norms.begin();
   const int count = int(norms.size());
 #pragma omp parallel for schedule(static)
-  for (int64_t n = 0; n < N; ++n)
+  for (int64_t n0 = 0; n0 < N; n0 += kBlockRows)
     for (int q = 0; q < count; ++q) {
       const LayerNormOperands<T>& l = first[q];
-      layernorm_row(l.out + n * C, l.mean + n, l.rstd + n, l.inp + n * C, l.weight, l.bias, C);
+      layernorm_block(l.out, l.mean, l.rstd, l.inp, l.weight, l.bias, n0, int(std::min<int64_t>(kBlockRows, N - n0)), C);
     }
 }
 
@@ -53,13 +63,16 @@ void residual_layernorm_forward(T* sum, T* out, T* mean, T* rstd, const T* a, co
                                 int64_t N, int C) {
   const PhaseScope phase_scope(Phase::elementwise);
 #pragma omp parallel for schedule(static)
-  for (int64_t n = 0; n < N; ++n) {
-    T* s = sum + n * C;
-    if constexpr (std::is_same_v<T, float>)
-      simd::residual_row(s, a + n * C, 1.0f, b + n * C, C);  // a + 1 b: 1 b is b exactly, so a + b
-    else
-      for (int c = 0; c < C; ++c) s[c] = a[n * C + c] + b[n * C + c];
-    layernorm_row(out + n * C, mean + n, rstd + n, s, weight, bias, C);  // the row is still in L1
+  for (int64_t n0 = 0; n0 < N; n0 += kBlockRows) {
+    const int rows = int(std::min<int64_t>(kBlockRows, N - n0));
+    for (int64_t n = n0; n < n0 + rows; ++n) {
+      T* s = sum + n * C;
+      if constexpr (std::is_same_v<T, float>)
+        simd::residual_row(s, a + n * C, 1.0f, b + n * C, C);  // a + 1 b: 1 b is b exactly, so a + b
+      else
+        for (int c = 0; c < C; ++c) s[c] = a[n * C + c] + b[n * C + c];
+    }
+    layernorm_block(out, mean, rstd, sum, weight, bias, n0, rows, C);  // the rows are still in L1
   }
 }
 

@@ -16,8 +16,6 @@ namespace {
 // One group of C values at xr (out may alias): the rmsnorm_forward of one (token, head); returns r.
 template <typename T>
 inline T rmsnorm_group(T* yr, const T* xr, const T* scale, int C, double eps) {
-  // Float: the same operations at the CPU's vector width (this file is built for baseline x86-64).
-  if constexpr (std::is_same_v<T, float>) return simd::rmsnorm_row(yr, xr, scale, C, float(eps));
   const T sq = lane_dot(xr, xr, C);  // 16-lane sum of squares (ops/fast_math.h): vectorised, fixed order
   const T r = T(1) / std::sqrt(sq / T(C) + T(eps));
   if (scale != nullptr)
@@ -25,6 +23,21 @@ inline T rmsnorm_group(T* yr, const T* xr, const T* scale, int C, double eps) {
   else
     for (int c = 0; c < C; ++c) yr[c] = xr[c] * r;
   return r;
+}
+
+// G consecutive groups of C values of one token (out may alias x), r of group g to rstd[g] unless
+// rstd is null. Float: the same operations at the CPU's vector width, the groups' reductions
+// overlapping (simd::rmsnorm_rows; this file is built for baseline x86-64).
+template <typename T>
+inline void rmsnorm_groups(T* out, const T* x, const T* scale, int G, int C, double eps, T* rstd) {
+  if constexpr (std::is_same_v<T, float>) {
+    simd::rmsnorm_rows(out, x, C, scale, G, C, float(eps), rstd);
+  } else {
+    for (int g = 0; g < G; ++g) {
+      const T r = rmsnorm_group(out + int64_t(g) * C, x + int64_t(g) * C, scale, C, eps);
+      if (rstd != nullptr) rstd[g] = r;
+    }
+  }
 }
 
 // The rotation of one token's H heads (row x) at position t, by `direction` (1 forward, -1 the
@@ -50,11 +63,8 @@ template <typename T>
 void rmsnorm_forward(T* out, T* rstd, const T* x, const T* scale, int64_t N, int G, int C, int64_t stride, double eps) {
   const PhaseScope phase_scope(Phase::elementwise);
 #pragma omp parallel for schedule(static)
-  for (int64_t row = 0; row < N * G; ++row) {
-    const int64_t off = (row / G) * stride + (row % G) * C;
-    const T r = rmsnorm_group(out + off, x + off, scale, C, eps);
-    if (rstd != nullptr) rstd[row] = r;
-  }
+  for (int64_t n = 0; n < N; ++n)
+    rmsnorm_groups(out + n * stride, x + n * stride, scale, G, C, eps, rstd != nullptr ? rstd + n * G : nullptr);
 }
 
 template <typename T>
@@ -64,10 +74,7 @@ void rmsnorm_rope_forward(T* x, T* rstd, const T* scale, const T* cos_table, con
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < int64_t(B) * Tn; ++n) {
     T* row = x + n * stride;
-    for (int h = 0; h < H; ++h) {
-      const T r = rmsnorm_group(row + int64_t(h) * dh, row + int64_t(h) * dh, scale, dh, eps);
-      if (rstd != nullptr) rstd[n * H + h] = r;
-    }
+    rmsnorm_groups(row, row, scale, H, dh, eps, rstd != nullptr ? rstd + n * H : nullptr);
     rotate_token(row, cos_table, sin_table, int(n % Tn), H, dh, rot, T(1));
   }
 }

@@ -48,15 +48,18 @@ SoftmaxRowStats softmax_row(float* row, int n, float* logp, const float* prev_lo
 // 16-lane sum of (x[i] - mean)^2, i < n (LayerNorm's two-pass variance).
 float lane_squared_deviation_sum(const float* x, int n, float mean);
 
-// One LayerNorm row (ops/layernorm.cpp): mean = lane_sum(x, n) / n, var = the 16-lane sum of
-// (x - mean)^2, rstd = 1 / sqrt(var / n + eps), y[i] = ((x[i] - mean) * rstd) * weight[i] + bias[i];
-// mean and rstd are stored for the backward pass.
-void layernorm_row(float* y, const float* x, const float* weight, const float* bias, int n, float eps, float* mean,
-                   float* rstd);
-
-// One RMSNorm group (ops/norms.cpp): r = 1 / sqrt(lane_dot(x, x, n) / n + eps), y[i] = (x[i] * r)
-// * scale[i], or x[i] * r without a scale; returns r. y may alias x.
-float rmsnorm_row(float* y, const float* x, const float* scale, int n, float eps);
+// LayerNorm of `rows` rows of n values (ops/layernorm.cpp), row r at x + r ldx, written to y + r ldy:
+// mean = lane_sum(x, n) / n, var = the 16-lane sum of (x - mean)^2, rstd = 1 / sqrt(var / n + eps),
+// y[i] = ((x[i] - mean) * rstd) * weight[i] + bias[i]; mean[r] and rstd[r] are stored for the
+// backward pass. Each row's values are those of the row alone: rows are taken kMaxNormRows at a
+// time only so that their reductions' dependent additions overlap.
+inline constexpr int kMaxNormRows = 8;
+void layernorm_rows(float* y, int64_t ldy, const float* x, int64_t ldx, const float* weight, const float* bias,
+                    int rows, int n, float eps, float* mean, float* rstd);
+// RMSNorm of `rows` groups of n values at x + r ld (y the same layout; y may alias x):
+// rstd = 1 / sqrt(lane_dot(x, x, n) / n + eps), y[i] = (x[i] * rstd) * scale[i], or x[i] * rstd
+// without a scale; rstd[r] stored unless rstd is null.
+void rmsnorm_rows(float* y, const float* x, int64_t ld, const float* scale, int rows, int n, float eps, float* rstd);
 
 // GELU, tanh approximation, element-wise over n values (one thread's share; callers split the
 // work across threads): the formulas of ops/elementwise.h with exp_approx/tanh_approx.
