@@ -3,6 +3,7 @@
 // forward (output, probabilities, featuregate statistics) and backward (dq, dk, dv), in double and
 // in float (the Highway products), and its independence of the batch.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -189,6 +190,18 @@ TEST(Attention, FloatKernelsMatchDirectFormulasAndDoNotDependOnTheBatch) {
     std::vector<float> scratch(size_t(thread_count() * attention_scratch_per_thread(T, dh, false)));
     attention_forward<float>(out_inference.data(), nullptr, scratch.data(), nullptr, qkv_f.data(), B, T, D, H);
     EXPECT_EQ(0, std::memcmp(out_inference.data(), out.data(), sizeof(float) * out.size()));
+    // Called by one thread of a parallel region (nested parallelism off: a team of one), the
+    // (window, head) units are still cut for thread_count() threads, so that thread must take the
+    // other thread's run too (UnitRuns); a unit left untaken keeps the fill value.
+    const int levels = omp_get_max_active_levels();
+    omp_set_max_active_levels(1);
+    std::vector<float> out_nested(out.size(), 7.0f);
+#pragma omp parallel num_threads(2)
+    if (omp_get_thread_num() == 0)
+      attention_forward<float>(out_nested.data(), nullptr, scratch.data(), nullptr, qkv_f.data(), B, T, D, H);
+    omp_set_max_active_levels(levels);
+    ASSERT_GE(thread_count(), 2);
+    EXPECT_EQ(0, std::memcmp(out_nested.data(), out.data(), sizeof(float) * out.size()));
   }
 
   // The second window alone (batch 1) gives bitwise its results in the batch of two: each (window,

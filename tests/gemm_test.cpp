@@ -220,7 +220,7 @@ TEST(Gemm, PackedWeightsAreBitwisePackingPerCall) {
 }
 
 TEST(Gemm, UnitsAThreadLeavesAreComputedByAnother) {
-  // Units of work move between threads (ops/gemm.cpp, take_unit): a thread that runs out of its
+  // Units of work move between threads (UnitRuns, core/threads.h): a thread that runs out of its
   // own takes the rest of another's run from its end. Two ways to make that happen, each checked
   // bitwise against one thread: (1) a GEMM called inside a parallel region runs in a team of one
   // that still cuts C for omp_get_max_threads() threads, so the one thread must take every other
@@ -247,6 +247,11 @@ TEST(Gemm, UnitsAThreadLeavesAreComputedByAnother) {
       set_threads(2);
       std::vector<std::vector<float>> pre(2, std::vector<float>(size_t(N) * out, 7.0f)), act = pre;
       int max_threads_inside = 0;
+      // Nested parallelism off (OpenMP's default, made explicit): the inner regions are teams of
+      // one. Both threads read `packed`, which the reference call above has already packed (a first
+      // use writes to it).
+      const int levels = omp_get_max_active_levels();
+      omp_set_max_active_levels(1);
 #pragma omp parallel num_threads(2)
       {
         const int me = omp_get_thread_num();
@@ -254,6 +259,7 @@ TEST(Gemm, UnitsAThreadLeavesAreComputedByAnother) {
         max_threads_inside = std::max(max_threads_inside, omp_get_max_threads());
         forward(pre[me].data(), act[me].data());
       }
+      omp_set_max_active_levels(levels);
       ASSERT_GE(max_threads_inside, 2);  // else the nested call had no other thread's run to take
       for (int t = 0; t < 2; ++t) {
         EXPECT_EQ(0, std::memcmp(pre[t].data(), want_pre.data(), sizeof(float) * want_pre.size())) << t;
@@ -269,6 +275,33 @@ TEST(Gemm, UnitsAThreadLeavesAreComputedByAnother) {
       }
       set_threads(2);
     }
+}
+
+TEST(Gemm, AGroupCalledInATeamOfOneComputesEveryUnit) {
+  // A group of Linear layers (one with an empty inner dimension, which the group skips before its
+  // parallel region, so the others' units are indexed after it) called by one thread of a parallel
+  // region: the team of one takes every thread's runs of every layer; bitwise the layers alone.
+  set_threads(2);
+  const int N = 300, in = 130, out = 70;
+  const auto x = random_values(size_t(N) * in, 51), w1 = random_values(size_t(out) * in, 52),
+             w2 = random_values(size_t(out) * in, 53), bias = random_values(size_t(out), 54);
+  std::vector<float> want1(size_t(N) * out), want2(size_t(N) * out), want_empty(size_t(N) * out);
+  linear_forward<float>(want1.data(), x.data(), w1.data(), bias.data(), N, in, out);
+  linear_forward<float>(want_empty.data(), x.data(), w1.data(), bias.data(), N, 0, out);
+  linear_forward<float>(want2.data(), x.data(), w2.data(), nullptr, N, in, out);
+  std::vector<float> got1(want1.size(), 7.0f), got2(want2.size(), 7.0f), got_empty(want_empty.size(), 7.0f);
+  const int levels = omp_get_max_active_levels();
+  omp_set_max_active_levels(1);
+#pragma omp parallel num_threads(2)
+  if (omp_get_thread_num() == 0)
+    linear_forward_group<float>({{got1.data(), x.data(), w1.data(), bias.data(), in, out, out},
+                                 {got_empty.data(), x.data(), w1.data(), bias.data(), 0, out, out},
+                                 {got2.data(), x.data(), w2.data(), nullptr, in, out, out}},
+                                N);
+  omp_set_max_active_levels(levels);
+  EXPECT_EQ(0, std::memcmp(got1.data(), want1.data(), sizeof(float) * want1.size()));
+  EXPECT_EQ(0, std::memcmp(got_empty.data(), want_empty.data(), sizeof(float) * want_empty.size()));
+  EXPECT_EQ(0, std::memcmp(got2.data(), want2.data(), sizeof(float) * want2.size()));
 }
 
 TEST(Gemm, PackedWeightsFollowThePanelWidthOfTheTarget) {

@@ -3,6 +3,10 @@
 #include <cblas.h>
 #include <omp.h>
 
+#include <string>
+
+#include "core/error.h"
+
 namespace fca {
 
 void set_threads(int n) {
@@ -14,6 +18,7 @@ void set_threads(int n) {
 int thread_count() { return omp_get_max_threads(); }
 
 void UnitRuns::reset(int units) {
+  if (units < 0) throw Error("UnitRuns: a negative unit count, " + std::to_string(units));
   for (int t = 0; t < threads_; ++t) {
     const uint64_t first = uint64_t(int64_t(units) * t / threads_), last = uint64_t(int64_t(units) * (t + 1) / threads_);
     runs_[t].bounds.store(first << 32 | last, std::memory_order_relaxed);

@@ -20,12 +20,15 @@ int thread_count();
 // where a unit's results do not depend on the thread that computes it. A run is one atomic word
 // (front << 32 | back): the owner takes from the front, others from the back, each by a
 // compare-and-swap, so every unit is taken exactly once, also by a team smaller than `threads`
-// (a call inside a parallel region runs on one thread, which then takes every run).
+// (a call inside a parallel region runs in a team of one where nested parallelism is off, OpenMP's
+// default, and that thread then takes every run; per-thread scratch indexed by the thread number
+// is then shared by the outer threads, so such callers need their own scratch).
 class UnitRuns {
  public:
   explicit UnitRuns(int threads) : threads_(threads), runs_(new Run[size_t(threads)]) {}
   int threads() const { return threads_; }
-  // Splits units 0 .. units - 1 into the threads' runs; call outside the parallel region.
+  // Splits units 0 .. units - 1 (units >= 0, else an Error) into the threads' runs; call outside
+  // the parallel region.
   void reset(int units);
   // The next unit for thread `me`: its own first, then those left in the other runs.
   bool next(int me, int& unit);

@@ -105,18 +105,18 @@ const T* transposed_head(T* buffer, const T* x, int64_t ld, int Tn, int dh) {
   // Tn wide: buffer[i * Tn + u] = x[u * ld + i]).
   if constexpr (std::is_same_v<T, float>) {
     simd::pack_transposed(buffer, Tn, x, ld, dh);
-    return buffer;
-  }
-  // 16 x 16 blocks: each block reads 16 cache lines of x and writes 16 rows of 16 values.
-  constexpr int kBlock = 16;
-  for (int u0 = 0; u0 < Tn; u0 += kBlock)
-    for (int i0 = 0; i0 < dh; i0 += kBlock) {
-      const int u1 = std::min(Tn, u0 + kBlock), i1 = std::min(dh, i0 + kBlock);
-      for (int i = i0; i < i1; ++i) {
-        T* row = buffer + int64_t(i) * Tn;
-        for (int u = u0; u < u1; ++u) row[u] = x[u * ld + i];
+  } else {
+    // 16 x 16 blocks: each block reads 16 cache lines of x and writes 16 rows of 16 values.
+    constexpr int kBlock = 16;
+    for (int u0 = 0; u0 < Tn; u0 += kBlock)
+      for (int i0 = 0; i0 < dh; i0 += kBlock) {
+        const int u1 = std::min(Tn, u0 + kBlock), i1 = std::min(dh, i0 + kBlock);
+        for (int i = i0; i < i1; ++i) {
+          T* row = buffer + int64_t(i) * Tn;
+          for (int u = u0; u < u1; ++u) row[u] = x[u * ld + i];
+        }
       }
-    }
+  }
   return buffer;
 }
 

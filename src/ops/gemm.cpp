@@ -49,7 +49,7 @@ void openblas_sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha
 // the panels (a transposed A is copied per chunk into contiguous columns first). Splitting the
 // longer side means that few rows against wide weights (a 1.4B model at batch 1) copy each weight
 // once, by whoever computes it, into the cache it is used from; with more rows than columns each
-// unit copies all of op(B), so there each thread has one unit: one copy per M / threads
+// unit copies all of op(B), so there each thread has at most one unit: one copy per M / threads
 // multiply-adds of its own. Weights packed once
 // (PackedWeights, ops/gemm.h) are read in place of those copies: the same panels.
 //
@@ -181,8 +181,8 @@ struct GemmUnits {
 // With op(B) prepacked, or split by columns (each column's panels packed once, by whoever computes
 // it), a unit costs nothing to move to another thread: about 16 units per thread (a row chunk or a
 // panel at least), so that a thread that finishes first can take over units of a slower one. A
-// rows split that packs op(B) per call packs all of it once per unit: one unit per thread, the
-// static split.
+// rows split that packs op(B) per call packs all of it once per unit: at most one unit per thread
+// (some threads may have none when the row chunks do not divide evenly), the static split.
 GemmUnits gemm_units(const FloatGemm& g, int threads) {
   const int W = simd::tile_panel_width();
   GemmUnits u;

@@ -24,7 +24,7 @@ inline void layernorm_row(T* y, T* mean, T* rstd, const T* x, const T* weight, c
 }
 
 // Rows [n0, n0 + rows) of one LayerNorm. Float: the same operations at the CPU's vector width
-// (this file is built for baseline x86-64), simd::kMaxNormRows rows at a time.
+// (this file is built for baseline x86-64 unless FCA_NATIVE), simd::kMaxNormRows rows at a time.
 template <typename T>
 inline void layernorm_block(T* out, T* mean, T* rstd, const T* inp, const T* weight, const T* bias, int64_t n0, int rows,
                             int C) {

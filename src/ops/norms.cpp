@@ -27,7 +27,7 @@ inline T rmsnorm_group(T* yr, const T* xr, const T* scale, int C, double eps) {
 
 // G consecutive groups of C values of one token (out may alias x), r of group g to rstd[g] unless
 // rstd is null. Float: the same operations at the CPU's vector width, the groups' reductions
-// overlapping (simd::rmsnorm_rows; this file is built for baseline x86-64).
+// overlapping (simd::rmsnorm_rows; this file is built for baseline x86-64 unless FCA_NATIVE).
 template <typename T>
 inline void rmsnorm_groups(T* out, const T* x, const T* scale, int G, int C, double eps, T* rstd) {
   if constexpr (std::is_same_v<T, float>) {

@@ -90,6 +90,7 @@ HWY_INLINE void OnePlusErfU(D d, V (&z)[U]) {
   EachU<U>([&](int u) HWY_ATTR { q[u] = hn::Set(d, kErfc[9]); });
   for (int k = 8; k >= 0; --k) EachU<U>([&](int u) HWY_ATTR { q[u] = hn::Add(hn::Mul(q[u], t[u]), hn::Set(d, kErfc[k])); });
   EachU<U>([&](int u) HWY_ATTR { b[u] = hn::Neg(hn::Mul(b[u], b[u])); });
+  static_assert(9.0f * 9.0f <= 87.3f, "ExpApproxU's clamp is left out for -b^2");
   ExpApproxU<U, true>(d, b);  // -b^2 in [-81, 0] (b = min(|z|, 9))
   EachU<U>([&](int u) HWY_ATTR {
     const V c = hn::Mul(b[u], q[u]);
