@@ -284,13 +284,16 @@ HWY_INLINE float ExpShiftedSumStore(float* row, float* shifted, int n, float shi
 
 float ExpShiftedSum(float* row, int n, float shift) { return ExpShiftedSumStore(row, nullptr, n, shift); }
 
+// (x[i] - mean)^2 for the `live` positions from i: the term of LayerNorm's two-pass variance.
+HWY_INLINE V SquaredDeviation(D d, const float* x, int i, int live, V mean) {
+  const V dev = hn::Sub(LoadFirst(d, x + i, live), mean);
+  return hn::Mul(dev, dev);
+}
+
 float LaneSquaredDeviationSum(const float* x, int n, float mean) {
   const D d;
   const V m = hn::Set(d, mean);
-  return LaneReduce(n, [&](int i, int live) HWY_ATTR {
-    const V dev = hn::Sub(LoadFirst(d, x + i, live), m);
-    return hn::Mul(dev, dev);
-  });
+  return LaneReduce(n, [&](int i, int live) HWY_ATTR { return SquaredDeviation(d, x, i, live, m); });
 }
 
 float LaneCenteredProductSum(const float* a, const float* b, const float* x, int n, float mean, float scale) {
@@ -360,13 +363,7 @@ void LayerNormRows(float* y, int64_t ldy, const float* x, int64_t ldx, const flo
     m[r] /= float(n);
     const float* xr = x + r * ldx;
     const V mr = hn::Set(d, m[r]);
-    LaneAccumulateN<1>(
-        n,
-        [&](int i, int live, V* t) HWY_ATTR {
-          const V dev = hn::Sub(LoadFirst(d, xr + i, live), mr);
-          t[0] = hn::Mul(dev, dev);
-        },
-        l + r);
+    LaneAccumulateN<1>(n, [&](int i, int live, V* t) HWY_ATTR { t[0] = SquaredDeviation(d, xr, i, live, mr); }, l + r);
   }
   InterleavedTotals(l, rows, var);
   for (int r = 0; r < rows; ++r) {
