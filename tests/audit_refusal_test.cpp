@@ -13,6 +13,7 @@
 #include "audit/audit.h"
 #include "report/audit_markdown.h"
 #include "audit/conditions.h"
+#include "audit/exact_replay.h"
 #include "core/rng.h"
 #include "core/undefined_statistic.h"
 #include "core/safetensors.h"
@@ -179,9 +180,9 @@ TEST_F(AuditEndToEnd, AStoppedAuditResumesToTheSameResults) {
     // plan's one-batch probe in each of the three runs (8 windows replayed each) and the replay
     // sensitivity probe's two replays of a calibration batch of 8 in each run.
     EXPECT_EQ(replayed, 24 + 24 * per_window + 3 * 8 + 3 * 2 * 8);
-    // Live: the cache pass over 24 + 16 windows and exact replay's live half once (the resumed runs
-    // read the cache and the journal), plus the probe's warm-up window and live batch in each run.
-    EXPECT_EQ(live, 24 + 16 + 24 + 3 * (1 + 8));
+    // Live: the cache pass over 24 + 16 windows, which is also exact replay's live half (the resumed
+    // runs read the cache and the journal), plus the probe's warm-up window and live batch in each run.
+    EXPECT_EQ(live, 24 + 16 + 3 * (1 + 8));
     EXPECT_EQ(testing::read_bytes(dir.file(family + "-whole/windows.csv")),
               testing::read_bytes(dir.file(family + "-resumed/windows.csv")));
   }
@@ -244,10 +245,17 @@ TEST_F(AuditEndToEnd, CacheIsReusedAndMismatchesAreRefused) {
   o.cache_path = dir.file("cut.safetensors");
   GatedAuditable same(m1, o.batch, 1 << 20);
   EXPECT_THROW(run_audit(same, Corpus(dir.path()), o), Error);
-  // The matching cache is reused.
+  // The matching cache is reused. Exact replay compared the first audit's replays with the pass that
+  // wrote the cache; with a reused cache it runs the live passes itself.
+  EXPECT_EQ(first["exact_replay"]["live_from_recording_pass"], first["exact_replay"]["batches"]);
   o.cache_path = dir.file("a/cache.safetensors");
+  o.batch = 8;  // no batch probe: its live passes are not the audit's
   GatedAuditable again(m1, o.batch, 1 << 20);
-  EXPECT_TRUE(run_audit(again, Corpus(dir.path()), o)["settings"]["cache_reused"].get<bool>());
+  CountingModel counting(again);
+  const auto reused = run_audit(counting, Corpus(dir.path()), o);
+  EXPECT_TRUE(reused["settings"]["cache_reused"].get<bool>());
+  EXPECT_EQ(reused["exact_replay"]["live_from_recording_pass"], 0);
+  EXPECT_EQ(counting.live_windows, 24 + 1 + 8) << "exact replay's live passes, the plan probe's window and batch";
 }
 
 // A cache written by another build (its manifest says so) is used only when exact replay
@@ -416,9 +424,73 @@ class ReplayCheck : public AuditEndToEnd {
   }
 };
 
+// The recording pass's logits are kept while they fit the budget, for the batch shape they came
+// from; exact replay compares with them where kept and runs the live pass where not, both exact.
+TEST_F(AuditEndToEnd, TheRecordingPassIsKeptWithinItsBudget) {
+  const std::string m = model_of(GateKind::featuregate, 20);
+  GatedAuditable model(m, 8, 1 << 20);
+  const int W = 16, B = 8, T = 16;
+  WindowSet eval;
+  eval.tokens = T;
+  Rng rng(4);
+  for (int w = 0; w < W; ++w) eval.indices.push_back(w);
+  for (int i = 0; i < W * T; ++i) eval.inputs.push_back(int32_t(rng.below(256))), eval.targets.push_back(int32_t(rng.below(256)));
+  const size_t batch_bytes = size_t(B) * T * model.vocab() * sizeof(float);
+  EXPECT_TRUE(RecordedLiveRun::keeps_all(model, W, T, 2 * batch_bytes));
+  EXPECT_FALSE(RecordedLiveRun::keeps_all(model, W, T, 2 * batch_bytes - 1));
+  RecordedLiveRun kept(batch_bytes + batch_bytes / 2);  // room for one batch
+  CoefficientTensor A = model.make_coefficients(W, T);
+  std::vector<double> nll(static_cast<size_t>(W));
+  for (int w0 = 0; w0 < W; w0 += B) {
+    model.poison_logits(B, T);
+    model.run_live(eval.inputs.data() + w0 * T, eval.targets.data() + w0 * T, B, T, &A, w0, nll.data() + w0);
+    kept.keep(model, w0, B, T, nll.data() + w0);
+  }
+  ASSERT_NE(kept.find(0, B), nullptr);
+  EXPECT_EQ(kept.find(0, B)->nll, std::vector<double>(nll.begin(), nll.begin() + B));
+  EXPECT_EQ(kept.find(0, B - 1), nullptr) << "another batch shape";
+  EXPECT_EQ(kept.find(B, B), nullptr) << "beyond the budget";
+  std::vector<double> replayed(static_cast<size_t>(B));
+  const ExactReplay from_recording = exact_replay_batch(model, eval, A.view(), nll, 0, B, replayed.data(), kept.find(0, B));
+  const ExactReplay rerun = exact_replay_batch(model, eval, A.view(), nll, B, B, replayed.data(), kept.find(B, B));
+  EXPECT_EQ(from_recording.live_from_recording, 1);
+  EXPECT_EQ(rerun.live_from_recording, 0);
+  EXPECT_TRUE(from_recording.passed(0)) << from_recording.failure(0);
+  EXPECT_TRUE(rerun.passed(0)) << rerun.failure(0);
+}
+
+// A model whose pass that records the cache gives other logits than its replay, while a live pass
+// without recording gives the replay's: exact replay must compare the replay with the run the
+// coefficients came from (recorded_live.h), and fail; comparing with a fresh live pass would not.
+class RecordingPassDiffers : public GatedAuditable {
+ public:
+  using GatedAuditable::GatedAuditable;
+  void run_live(const int32_t* inputs, const int32_t* targets, int B, int T, CoefficientTensor* record, int first,
+                double* window_nll) override {
+    GatedAuditable::run_live(inputs, targets, B, T, record, first, window_nll);
+    changed_ = record != nullptr;
+    if (!changed_) return;
+    logits_.assign(GatedAuditable::last_logits(), GatedAuditable::last_logits() + size_t(B) * T * vocab());
+    logits_[7] = std::nextafter(logits_[7], 1e9f);
+  }
+  void run_replay(const int32_t* inputs, const int32_t* targets, int B, int T, const CoefficientTensor& c,
+                  double* window_nll) override {
+    GatedAuditable::run_replay(inputs, targets, B, T, c, window_nll);
+    changed_ = false;
+  }
+  const float* last_logits() const override { return changed_ ? logits_.data() : GatedAuditable::last_logits(); }
+
+ private:
+  std::vector<float> logits_;
+  bool changed_ = false;
+};
+
 TEST_F(ReplayCheck, InexactReplayStopsTheAudit) { expect_refused<InexactReplay>("inexact", "3 windows' NLL differ in bits"); }
 TEST_F(ReplayCheck, NanNllStopsTheAudit) { expect_refused<NanNllReplay>("nan-nll", "6 non-finite values"); }
 TEST_F(ReplayCheck, NanLogitStopsTheAudit) { expect_refused<NanLogitReplay>("nan-logit", "3 logits differ in bits"); }
+TEST_F(ReplayCheck, AReplayUnlikeTheRecordingPassStopsTheAudit) {
+  expect_refused<RecordingPassDiffers>("recording-differs", "3 logits differ in bits");
+}
 
 }  // namespace
 }  // namespace fca

@@ -136,10 +136,11 @@ void describe_run(const AuditableModel& model, const Corpus& corpus, const TextS
 }
 
 // Writes the cache when absent (every rank takes part), then opens it on this rank.
-CoefficientCache cached_coefficients(AuditableModel& model, const AuditSetup& s, const Communicator& comm) {
+CoefficientCache cached_coefficients(AuditableModel& model, const AuditSetup& s, const Communicator& comm,
+                                     RecordedLiveRun& recorded_live) {
   if (!s.cache_reused)
     write_coefficient_cache(s.cache_path, s.manifest, model, s.eval, s.calib, s.options.batch, s.options.progress,
-                            s.provenance, comm);
+                            s.provenance, comm, &recorded_live);
   return open_cache(s.cache_path, s.manifest, comm);
 }
 
@@ -182,7 +183,10 @@ AuditPlan plan_passes(AuditableModel& model, const AuditSetup& s, const Communic
   // Exact replay's replayed half, and the sensitivity probe's two replays of one calibration batch.
   int64_t replay_windows = W + 2 * int64_t(std::min(batch, s.calib.count()));
   for (const auto& n : s.conditions) replay_windows += int64_t(W) * (s.randomized(n) ? s.options.reps : 1);
-  const int64_t live_windows = (s.cache_reused ? 0 : int64_t(W) + s.calib.count()) + W;
+  // The cache's recording pass over D and C, unless reused; exact replay's own live pass over D
+  // only where the recording pass's logits are not kept for it (recorded_live.h).
+  const bool live_kept = !s.cache_reused && RecordedLiveRun::keeps_all(model, W, s.tokens);
+  const int64_t live_windows = (s.cache_reused ? 0 : int64_t(W) + s.calib.count()) + (live_kept ? 0 : W);
   AuditPlan plan = plan_audit(model, s.eval, batch, live_windows, replay_windows, int64_t(W) + s.calib.count());
   plan.ranks = comm.size();
   if (comm.root()) std::fprintf(stderr, "%s\n", plan.summary().c_str());
@@ -190,7 +194,7 @@ AuditPlan plan_passes(AuditableModel& model, const AuditSetup& s, const Communic
 }
 
 AuditInputs::AuditInputs(AuditableModel& model, const AuditSetup& s, const Communicator& comm)
-    : cache(cached_coefficients(model, s, comm)),
+    : cache(cached_coefficients(model, s, comm, recorded_live)),
       cache_from_other_build(cache.manifest().build != s.manifest.build),
       evaluation(cache.evaluation()),
       profiles{model.make_coefficients(1, s.tokens), model.make_coefficients(1, s.tokens),

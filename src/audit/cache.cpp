@@ -124,7 +124,8 @@ void CacheManifest::check_matches(const CacheManifest& found, const std::string&
 
 void write_coefficient_cache(const std::string& path, const CacheManifest& m, AuditableModel& model,
                              const WindowSet& evaluation, const WindowSet& calibration, int batch, bool progress,
-                             const nlohmann::ordered_json& provenance, const Communicator& comm) {
+                             const nlohmann::ordered_json& provenance, const Communicator& comm,
+                             RecordedLiveRun* recorded_live) {
   const CoefficientShape& s = m.shape;
   const int64_t We = evaluation.count(), Wc = calibration.count();
   std::vector<float> mask_values(size_t(s.layers) * s.streams * s.sources);
@@ -167,7 +168,10 @@ void write_coefficient_cache(const std::string& path, const CacheManifest& m, Au
         CoefficientTensor record = model.make_coefficients(u.B, s.tokens);
         std::vector<double> nll(static_cast<size_t>(u.B));
         const int64_t off = int64_t(u.w0) * u.set->tokens;
+        const bool keep = recorded_live != nullptr && u.set == &evaluation;
+        if (keep) model.poison_logits(u.B, u.set->tokens);  // the kept logits must be this pass's own
         model.run_live(u.set->inputs.data() + off, u.set->targets.data() + off, u.B, u.set->tokens, &record, 0, nll.data());
+        if (keep) recorded_live->keep(model, u.w0, u.B, u.set->tokens, nll.data());
         std::string bytes;
         auto put = [&](const void* p, size_t n) { bytes.append(static_cast<const char*>(p), n); };
         put(record.values().data(), sizeof(float) * record.values().size());

@@ -10,11 +10,12 @@
 // Metadata: format "fca-audit-cache-v1", manifest (JSON), provenance (JSON).
 #pragma once
 #include <memory>
-#include "core/json.h"
 #include <string>
 #include <vector>
 
+#include "audit/recorded_live.h"
 #include "core/communicator.h"
+#include "core/json.h"
 #include "core/safetensors.h"
 #include "models/auditable.h"
 
@@ -57,10 +58,12 @@ struct WindowSet {
 
 // Runs the live model over both sets and writes the cache to `path` (atomically). Distributed, the
 // window batches are spread over the ranks (audit/work_split.h) and rank 0 writes what they
-// recorded, in window order; every rank returns once the file is complete.
+// recorded, in window order; every rank returns once the file is complete. With `recorded_live`,
+// each rank keeps there the logits and NLLs of the evaluation batches it ran (recorded_live.h).
 void write_coefficient_cache(const std::string& path, const CacheManifest& manifest, AuditableModel& model,
                              const WindowSet& evaluation, const WindowSet& calibration, int batch, bool progress,
-                             const nlohmann::ordered_json& provenance, const Communicator& comm = single_process());
+                             const nlohmann::ordered_json& provenance, const Communicator& comm = single_process(),
+                             RecordedLiveRun* recorded_live = nullptr);
 
 class CoefficientCache {
  public:

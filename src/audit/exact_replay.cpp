@@ -52,6 +52,7 @@ void ExactReplay::merge(const ExactReplay& b) {
   by_digest = b.by_digest;
   digest_mismatches += b.digest_mismatches;
   batches += b.batches;
+  live_from_recording += b.live_from_recording;
 }
 
 std::string ExactReplay::failure(double tolerance) const {
@@ -65,21 +66,33 @@ std::string ExactReplay::failure(double tolerance) const {
 }
 
 ExactReplay exact_replay_batch(AuditableModel& model, const WindowSet& eval, const CoefficientView& A,
-                               const std::vector<double>& cached_nll, int w0, int B, double* replayed_nll) {
+                               const std::vector<double>& cached_nll, int w0, int B, double* replayed_nll,
+                               const RecordedLiveRun::Batch* recorded) {
   ExactReplay r;
   const int T = eval.tokens;
   const int64_t before = model.replay_controller_evaluations();
-  std::vector<double> live_nll(static_cast<size_t>(B));
   const int64_t off = int64_t(w0) * T;
-  // Each compared pass starts from NaN logits: a pass that wrote none would otherwise compare the
-  // previous pass's logits with themselves.
-  model.poison_logits(B, T);
-  model.run_live(eval.inputs.data() + off, eval.targets.data() + off, B, T, nullptr, 0, live_nll.data());
   const size_t n_logits = size_t(B) * T * size_t(model.vocab());
   r.by_digest = model.last_logits() == nullptr;
-  const std::string live_digest = r.by_digest ? model.last_logits_sha256() : std::string();
+  std::vector<double> live_nll;
+  std::string live_digest;
   std::vector<float> live_logits;
-  if (!r.by_digest) live_logits.assign(model.last_logits(), model.last_logits() + n_logits);
+  if (recorded != nullptr) {
+    if (recorded->windows != B || (r.by_digest ? recorded->logits_sha256.empty() : recorded->logits.size() != n_logits))
+      throw Error("internal error: the recording pass kept for windows " + std::to_string(w0) + ".. covers another batch");
+    r.live_from_recording = 1;
+    live_nll = recorded->nll;
+    live_digest = recorded->logits_sha256;
+  } else {
+    // Each compared pass starts from NaN logits: a pass that wrote none would otherwise compare the
+    // previous pass's logits with themselves.
+    live_nll.resize(static_cast<size_t>(B));
+    model.poison_logits(B, T);
+    model.run_live(eval.inputs.data() + off, eval.targets.data() + off, B, T, nullptr, 0, live_nll.data());
+    if (r.by_digest) live_digest = model.last_logits_sha256();
+    else live_logits.assign(model.last_logits(), model.last_logits() + n_logits);
+  }
+  const std::vector<float>& live_values = recorded != nullptr ? recorded->logits : live_logits;
   CoefficientTensor coefficients = model.make_coefficients(B, T);
   for (int b = 0; b < B; ++b) coefficients.copy_window(b, A, w0 + b);
   model.poison_logits(B, T);
@@ -90,8 +103,8 @@ ExactReplay exact_replay_batch(AuditableModel& model, const WindowSet& eval, con
   } else {
     const float* replay_logits = model.last_logits();
     for (size_t i = 0; i < n_logits; ++i) {
-      if (!same_bits(replay_logits[i], live_logits[i])) ++r.differing_logits;
-      compare_values(live_logits[i], replay_logits[i], r.max_abs_delta_logit, r.non_finite);
+      if (!same_bits(replay_logits[i], live_values[i])) ++r.differing_logits;
+      compare_values(live_values[i], replay_logits[i], r.max_abs_delta_logit, r.non_finite);
     }
   }
   for (int b = 0; b < B; ++b) {
@@ -117,6 +130,7 @@ nlohmann::json exact_replay_record(const ExactReplay& r, int w0, int B, const do
           {"controller_evaluations", r.controller_evaluations},
           {"by_digest", r.by_digest},
           {"digest_mismatches", r.digest_mismatches},
+          {"live_from_recording", r.live_from_recording},
           {"nll", doubles_to_bits(replayed_nll, size_t(B))}};
 }
 
@@ -133,6 +147,7 @@ ExactReplay exact_replay_from_record(const nlohmann::json& j, int B, double* rep
     r.controller_evaluations = j.at("controller_evaluations").get<int64_t>();
     r.by_digest = j.at("by_digest").get<bool>();
     r.digest_mismatches = j.at("digest_mismatches").get<int>();
+    r.live_from_recording = j.at("live_from_recording").get<int>();
     r.batches = 1;
     bits_to_doubles(j.at("nll"), replayed_nll, size_t(B), where + " exact-replay NLL");
   } catch (const nlohmann::json::exception& e) {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "audit/cache.h"
+#include "audit/recorded_live.h"
 #include "core/json.h"
 #include "models/auditable.h"
 
@@ -24,6 +25,9 @@ struct ExactReplay {
   // equal digests mean bitwise-equal logits (max |delta logit| 0); any other digest is a failure.
   bool by_digest = false;
   int digest_mismatches = 0, batches = 0;
+  // Batches compared against the pass that recorded the cache (recorded_live.h); the others ran
+  // their live pass again.
+  int live_from_recording = 0;
 
   bool passed(double tolerance) const;
   void merge(const ExactReplay& batch);
@@ -31,10 +35,12 @@ struct ExactReplay {
   std::string failure(double tolerance) const;
 };
 
-// Windows [w0, w0 + B) live, then replayed from the cache's coefficients A; their replayed NLLs go
-// to replayed_nll[0 .. B).
+// Windows [w0, w0 + B) replayed from the cache's coefficients A and compared with their live run:
+// `recorded` (the recording pass's logits and NLLs, kept by the cache phase) when given, else a live
+// pass run here first. Their replayed NLLs go to replayed_nll[0 .. B).
 ExactReplay exact_replay_batch(AuditableModel& model, const WindowSet& eval, const CoefficientView& A,
-                               const std::vector<double>& cached_nll, int w0, int B, double* replayed_nll);
+                               const std::vector<double>& cached_nll, int w0, int B, double* replayed_nll,
+                               const RecordedLiveRun::Batch* recorded = nullptr);
 
 // One batch's check as a journal record (journal.h) {kind "exact_replay", w0, B, ..., nll}, and back.
 nlohmann::json exact_replay_record(const ExactReplay& r, int w0, int B, const double* replayed_nll);

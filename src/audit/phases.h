@@ -66,6 +66,10 @@ struct AuditInputs {
   AuditInputs(AuditableModel& model, const AuditSetup& s, const Communicator& comm);
   AuditInputs(const AuditInputs&) = delete;
   AuditInputs& operator=(const AuditInputs&) = delete;
+  // The recording pass's logits and NLLs of the evaluation batches this rank ran, when this run
+  // wrote the cache (exact replay compares against them; recorded_live.h). Before `cache`, which
+  // fills it.
+  RecordedLiveRun recorded_live;
   CoefficientCache cache;
   // A cache written by another build (other instruction sets or flags) holds that build's rounding;
   // it is used only if exact replay reproduces its NLLs bit for bit.

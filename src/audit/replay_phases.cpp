@@ -204,7 +204,8 @@ ExactReplayResult run_exact_replay(AuditableModel& model, const AuditSetup& s, c
       [&](int unit) {
         const int w0 = units.first_window(unit), B = units.windows(unit);
         std::vector<double> nll(static_cast<size_t>(B));
-        const ExactReplay batch = exact_replay_batch(model, s.eval, in.evaluation, in.cache.evaluation_nll(), w0, B, nll.data());
+        const ExactReplay batch = exact_replay_batch(model, s.eval, in.evaluation, in.cache.evaluation_nll(), w0, B, nll.data(),
+                                                     in.recorded_live.find(w0, B));
         return exact_replay_record(batch, w0, B, nll.data()).dump();
       },
       [&](int unit, std::string& result) {
