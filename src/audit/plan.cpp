@@ -80,13 +80,9 @@ BatchChoice choose_batch(AuditableModel& model, const WindowSet& eval) {
   for (int b = 1; b <= 16 && b <= W; b *= 2)
     if (b == 1 || bytes_per_window * size_t(b) <= kBatchMemoryBudget) candidates.push_back(b);
   std::vector<double> nll(16);
-  // One untimed window first: the process's first pass starts the threads and packs the weights.
-  model.run_live(eval.inputs.data(), eval.targets.data(), 1, T, nullptr, 0, nll.data());
-  // A run state is zero-filled when allocated, so its memory is touched before its first pass;
-  // what that pass may still pay for (scratch sized on first use) is discarded by the fastest of
-  // two timed passes.
   auto prepare = [&](int b) {
     if (model.max_batch() != b) model.set_max_batch(b);
+    model.run_live(eval.inputs.data(), eval.targets.data(), b, T, nullptr, 0, nll.data());  // touches the new run state
   };
   auto measure = [&](int b) {
     const auto t0 = std::chrono::steady_clock::now();

@@ -50,9 +50,8 @@ struct AuditPlan {
 // live passes; otherwise kFixedBatch. The model's run state is left sized for the choice. Facts
 // about this run, recorded in provenance.run.batch_choice.
 //
-// How the candidates are timed (probe_batch_candidates): after one untimed window (the process's
-// first pass starts the threads and packs the weights), a sweep in increasing order, each
-// candidate's run state readied (allocated, zero-filled) before its pass, which stops after a timed pass longer than
+// How the candidates are timed (probe_batch_candidates): first a sweep in increasing order, each
+// candidate after an untimed pass at its size, which stops after a timed pass longer than
 // kBatchProbeStopS (larger batches buy little once a pass is that long: its GEMMs already have
 // thousands of rows); then, where more than one candidate was swept, one more round that times
 // each of them again (at the largest one's run state), so that every candidate has kBatchProbeSamples timed passes.
