@@ -318,27 +318,40 @@ class NanNllReplay : public GatedAuditable {
   }
 };
 
-class NanLogitReplay : public GatedAuditable {
+// A model whose logits after one kind of pass differ in one element from what the pass computed
+// (a copy that last_logits() hands out until the next pass): after every replay a NaN (see
+// NanNllReplay); or, after the pass that records the cache, one ulp, while a live pass without
+// recording and the replay agree. Exact replay must compare the replay with the run the
+// coefficients came from (recorded_live.h), and fail; comparing with a fresh live pass would not.
+template <bool kAfterRecording>
+class OneLogitChanged : public GatedAuditable {
  public:
   using GatedAuditable::GatedAuditable;
   void run_live(const int32_t* inputs, const int32_t* targets, int B, int T, CoefficientTensor* record, int first,
                 double* window_nll) override {
     GatedAuditable::run_live(inputs, targets, B, T, record, first, window_nll);
-    poisoned_ = false;
+    change_logit(kAfterRecording && record != nullptr, B, T);
   }
   void run_replay(const int32_t* inputs, const int32_t* targets, int B, int T, const CoefficientTensor& c,
                   double* window_nll) override {
     GatedAuditable::run_replay(inputs, targets, B, T, c, window_nll);
-    logits_.assign(GatedAuditable::last_logits(), GatedAuditable::last_logits() + size_t(B) * T * vocab());
-    logits_[5] = std::nanf("");
-    poisoned_ = true;
+    change_logit(!kAfterRecording, B, T);
   }
-  const float* last_logits() const override { return poisoned_ ? logits_.data() : GatedAuditable::last_logits(); }
+  const float* last_logits() const override { return changed_ ? logits_.data() : GatedAuditable::last_logits(); }
 
  private:
+  void change_logit(bool change, int B, int T) {
+    changed_ = change;
+    if (!change) return;
+    logits_.assign(GatedAuditable::last_logits(), GatedAuditable::last_logits() + size_t(B) * T * vocab());
+    if (kAfterRecording) logits_[7] = std::nextafter(logits_[7], 1e9f);
+    else logits_[5] = std::nanf("");
+  }
   std::vector<float> logits_;
-  bool poisoned_ = false;
+  bool changed_ = false;
 };
+using NanLogitReplay = OneLogitChanged<false>;
+using RecordingPassDiffers = OneLogitChanged<true>;
 
 // A replayed source that reaches the controller: it hands back the cached gates, but evaluates the
 // gate function on the way (as a source that "just checks" the live value would). The count is
@@ -458,32 +471,6 @@ TEST_F(AuditEndToEnd, TheRecordingPassIsKeptWithinItsBudget) {
   EXPECT_TRUE(from_recording.passed(0)) << from_recording.failure(0);
   EXPECT_TRUE(rerun.passed(0)) << rerun.failure(0);
 }
-
-// A model whose pass that records the cache gives other logits than its replay, while a live pass
-// without recording gives the replay's: exact replay must compare the replay with the run the
-// coefficients came from (recorded_live.h), and fail; comparing with a fresh live pass would not.
-class RecordingPassDiffers : public GatedAuditable {
- public:
-  using GatedAuditable::GatedAuditable;
-  void run_live(const int32_t* inputs, const int32_t* targets, int B, int T, CoefficientTensor* record, int first,
-                double* window_nll) override {
-    GatedAuditable::run_live(inputs, targets, B, T, record, first, window_nll);
-    changed_ = record != nullptr;
-    if (!changed_) return;
-    logits_.assign(GatedAuditable::last_logits(), GatedAuditable::last_logits() + size_t(B) * T * vocab());
-    logits_[7] = std::nextafter(logits_[7], 1e9f);
-  }
-  void run_replay(const int32_t* inputs, const int32_t* targets, int B, int T, const CoefficientTensor& c,
-                  double* window_nll) override {
-    GatedAuditable::run_replay(inputs, targets, B, T, c, window_nll);
-    changed_ = false;
-  }
-  const float* last_logits() const override { return changed_ ? logits_.data() : GatedAuditable::last_logits(); }
-
- private:
-  std::vector<float> logits_;
-  bool changed_ = false;
-};
 
 TEST_F(ReplayCheck, InexactReplayStopsTheAudit) { expect_refused<InexactReplay>("inexact", "3 windows' NLL differ in bits"); }
 TEST_F(ReplayCheck, NanNllStopsTheAudit) { expect_refused<NanNllReplay>("nan-nll", "6 non-finite values"); }

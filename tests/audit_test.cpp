@@ -375,8 +375,9 @@ TEST_F(AuditEndToEnd, PlanOnlyWritesNothing) {
   EXPECT_LT(model.packed_weights_bytes(), model.parameter_count() * sizeof(float));
   EXPECT_EQ(memory["weights"], model.parameter_count() * sizeof(float) + model.packed_weights_bytes());
   EXPECT_EQ(memory["run_state"], model.run_state_bytes());
+  EXPECT_EQ(memory["kept_live_logits"], size_t(24) * 16 * model.vocab() * sizeof(float));  // for exact replay
   EXPECT_EQ(memory["total"].get<size_t>(), memory["weights"].get<size_t>() + memory["run_state"].get<size_t>() +
-                                               memory["cache"].get<size_t>());
+                                               memory["cache"].get<size_t>() + memory["kept_live_logits"].get<size_t>());
 }
 
 

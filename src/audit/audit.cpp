@@ -189,6 +189,8 @@ AuditPlan plan_passes(AuditableModel& model, const AuditSetup& s, const Communic
   const int64_t live_windows = (s.cache_reused ? 0 : int64_t(W) + s.calib.count()) + (live_kept ? 0 : W);
   AuditPlan plan = plan_audit(model, s.eval, batch, live_windows, replay_windows, int64_t(W) + s.calib.count());
   plan.ranks = comm.size();
+  if (live_kept && model.last_logits() != nullptr)  // values; an adapter's digests are a few bytes
+    plan.kept_logits_bytes = size_t(double(W) * s.tokens * model.vocab() * sizeof(float) * plan.rank_share());
   if (comm.root()) std::fprintf(stderr, "%s\n", plan.summary().c_str());
   return plan;
 }

@@ -152,7 +152,8 @@ nlohmann::ordered_json AuditPlan::to_json() const {
           {"ranks", ranks},
           {"estimated_wall_s", estimated_wall_s()},
           {"memory_bytes",
-           {{"total", memory_bytes()}, {"weights", weights_bytes}, {"run_state", run_state_bytes}, {"cache", cache_bytes}}},
+           {{"total", memory_bytes()}, {"weights", weights_bytes}, {"run_state", run_state_bytes}, {"cache", cache_bytes},
+            {"kept_live_logits", kept_logits_bytes}}},
           {"probe", {{"batch", probe_batch}, {"live_s", live_batch_s}, {"replay_s", replay_batch_s}}}};
 }
 
@@ -169,7 +170,8 @@ std::string AuditPlan::summary() const {
        " windows, " + fmt("%.3f", live_batch_s) + " s live, " + fmt("%.3f", replay_batch_s) + " s replayed); memory about " +
        fmt("%.2f", double(memory_bytes()) / double(1 << 30)) + " GiB (weights " + fmt("%.2f", double(weights_bytes) / double(1 << 30)) +
        ", activations " + fmt("%.2f", double(run_state_bytes) / double(1 << 30)) + ", coefficient cache " +
-       fmt("%.2f", double(cache_bytes) / double(1 << 30)) + ")";
+       fmt("%.2f", double(cache_bytes) / double(1 << 30)) + ", kept live logits " +
+       fmt("%.2f", double(kept_logits_bytes) / double(1 << 30)) + ")";
   return s;
 }
 

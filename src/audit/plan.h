@@ -25,15 +25,16 @@ struct AuditPlan {
   // Memory the audit holds at its peak, estimated from its parts: the weights as fca holds them
   // (F32, with the packed copy fca's families keep for the GEMM: ops/gemm.h; 0 for an external model,
   // whose weights live in its adapter), the run state (activations of
-  // one batch), and the coefficient cache of the evaluation and calibration windows.
-  size_t weights_bytes = 0, run_state_bytes = 0, cache_bytes = 0;
+  // one batch), the coefficient cache of the evaluation and calibration windows, and the recording
+  // pass's logits that exact replay compares with (audit/recorded_live.h; this rank's share).
+  size_t weights_bytes = 0, run_state_bytes = 0, cache_bytes = 0, kept_logits_bytes = 0;
   // Ranks of a distributed audit: each runs every ranks-th window batch of every phase, in rounds
   // (audit/work_split.h), so its share of the passes is ceil(batches / ranks) of the batches. The
   // memory figures are per rank (on one node, mapped weights and the mapped cache are shared).
   int ranks = 1;
   int64_t eval_windows = 0, calib_windows = 0;
 
-  size_t memory_bytes() const { return weights_bytes + run_state_bytes + cache_bytes; }
+  size_t memory_bytes() const { return weights_bytes + run_state_bytes + cache_bytes + kept_logits_bytes; }
 
   int64_t planned_tokens() const { return (live_windows + replay_windows) * tokens; }
   double estimated_s() const;           // the whole audit's passes on one rank
