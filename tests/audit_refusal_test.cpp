@@ -40,6 +40,10 @@ class CountingModel : public AuditableModel {
   // logits buffer as it was. Without poisoning, exact replay would compare the live logits with
   // themselves and pass.
   bool replay_writes_no_logits = false;
+  // A recording pass that writes no logits: the buffer keeps what it held before the pass. Unless
+  // the cache phase poisons it first, exact replay would compare a replay with a stale buffer, which
+  // for the first batch holds the plan probe's replay of the same windows.
+  bool recording_writes_no_logits = false;
   std::string family() const override { return m_.family(); }
   std::string description() const override { return m_.description(); }
   std::string content_hash() const override { return m_.content_hash(); }
@@ -53,10 +57,14 @@ class CountingModel : public AuditableModel {
   CoefficientTensor make_coefficients(int windows, int tokens) const override { return m_.make_coefficients(windows, tokens); }
   void run_live(const int32_t* x, const int32_t* y, int B, int T, CoefficientTensor* record, int first, double* nll) override {
     live_windows += B;
+    stale_logits_.clear();
+    if (recording_writes_no_logits && record != nullptr)
+      stale_logits_.assign(m_.last_logits(), m_.last_logits() + size_t(B) * T * size_t(m_.vocab()));
     m_.run_live(x, y, B, T, record, first, nll);
     last_live_nll_.assign(nll, nll + B);
   }
   void run_replay(const int32_t* x, const int32_t* y, int B, int T, const CoefficientTensor& c, double* nll) override {
+    stale_logits_.clear();
     replay_windows += B;
     if (replay_writes_no_logits) std::copy(last_live_nll_.begin(), last_live_nll_.end(), nll);
     else if (ignore_replayed_coefficients) m_.run_live(x, y, B, T, nullptr, 0, nll);
@@ -66,7 +74,7 @@ class CountingModel : public AuditableModel {
   bool batch_invariant() const override { return m_.batch_invariant(); }
   void set_max_batch(int b) override { m_.set_max_batch(b); }
   int max_batch() const override { return m_.max_batch(); }
-  const float* last_logits() const override { return m_.last_logits(); }
+  const float* last_logits() const override { return stale_logits_.empty() ? m_.last_logits() : stale_logits_.data(); }
   void poison_logits(int B, int T) override { m_.poison_logits(B, T); }
   int64_t replay_controller_evaluations() const override { return m_.replay_controller_evaluations(); }
   void set_prefix_reuse(bool on) override { m_.set_prefix_reuse(on); }
@@ -81,6 +89,7 @@ class CountingModel : public AuditableModel {
  private:
   AuditableModel& m_;
   std::vector<double> last_live_nll_;
+  std::vector<float> stale_logits_;  // what last_logits() shows after a recording pass that wrote none
 };
 
 // Exact replay compares logits that the compared pass wrote: the buffer is NaN before each pass, so
@@ -100,6 +109,35 @@ TEST_F(AuditEndToEnd, AReplayThatWritesNoLogitsFailsExactReplay) {
     EXPECT_EQ(std::string(e.what()).find("(0 logits differ"), std::string::npos) << e.what();
   }
   EXPECT_FALSE(file_exists(dir.file("no_logits/audit.json")));
+  // The same through the live pass exact replay runs itself (a reused cache): without the poison
+  // before the replay, it would compare that pass's logits with themselves.
+  audit(m, "good");
+  AuditOptions o = options(m, "no_logits_reused");
+  o.cache_path = dir.file("good/cache.safetensors");
+  try {
+    run_audit(broken, Corpus(dir.path()), o);
+    ADD_FAILURE() << "an audit whose replay writes no logits was accepted with a reused cache";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(" logits differ in bits"), std::string::npos) << e.what();
+    EXPECT_EQ(std::string(e.what()).find("(0 logits differ"), std::string::npos) << e.what();
+  }
+}
+
+// A recording pass that writes no logits leaves exact replay nothing of its own to compare with:
+// every logit of every batch differs (NaN against the replay's), the first batch included, whose
+// stale buffer would otherwise hold the plan probe's replay of the same windows.
+TEST_F(AuditEndToEnd, ARecordingPassThatWritesNoLogitsFailsExactReplay) {
+  const std::string m = model_of(GateKind::featuregate, 20);
+  GatedAuditable inner(m, 8, 1 << 20);
+  CountingModel broken(inner);
+  broken.recording_writes_no_logits = true;
+  try {
+    run_audit(broken, Corpus(dir.path()), options(m, "no_recorded_logits"));
+    ADD_FAILURE() << "an audit whose recording pass writes no logits was accepted";
+  } catch (const Error& e) {
+    const std::string all = std::to_string(24 * 16 * inner.vocab());  // 24 windows x T 16 x vocab
+    EXPECT_NE(std::string(e.what()).find("(" + all + " logits differ in bits"), std::string::npos) << e.what();
+  }
 }
 
 // A replay that ignores the coefficients it is handed passes exact replay and reports 0 controller
@@ -247,14 +285,18 @@ TEST_F(AuditEndToEnd, CacheIsReusedAndMismatchesAreRefused) {
   EXPECT_THROW(run_audit(same, Corpus(dir.path()), o), Error);
   // The matching cache is reused. Exact replay compared the first audit's replays with the pass that
   // wrote the cache; with a reused cache it runs the live passes itself.
-  EXPECT_EQ(first["exact_replay"]["live_from_recording_pass"], first["exact_replay"]["batches"]);
+  const auto& first_live = first["provenance"]["run"]["exact_replay_live_pass"];
+  EXPECT_EQ(first_live["recording_pass"], first["exact_replay"]["batches"]);
+  EXPECT_EQ(first_live["rerun"], 0);
   o.cache_path = dir.file("a/cache.safetensors");
   o.batch = 8;  // no batch probe: its live passes are not the audit's
   GatedAuditable again(m1, o.batch, 1 << 20);
   CountingModel counting(again);
   const auto reused = run_audit(counting, Corpus(dir.path()), o);
   EXPECT_TRUE(reused["settings"]["cache_reused"].get<bool>());
-  EXPECT_EQ(reused["exact_replay"]["live_from_recording_pass"], 0);
+  EXPECT_EQ(reused["provenance"]["run"]["exact_replay_live_pass"]["recording_pass"], 0);
+  EXPECT_EQ(reused["provenance"]["run"]["exact_replay_live_pass"]["rerun"], reused["exact_replay"]["batches"]);
+  EXPECT_EQ(first["exact_replay"], reused["exact_replay"]) << "the result does not say which live run it compared with";
   EXPECT_EQ(counting.live_windows, 24 + 1 + 8) << "exact replay's live passes, the plan probe's window and batch";
 }
 
@@ -449,8 +491,12 @@ TEST_F(AuditEndToEnd, TheRecordingPassIsKeptWithinItsBudget) {
   for (int w = 0; w < W; ++w) eval.indices.push_back(w);
   for (int i = 0; i < W * T; ++i) eval.inputs.push_back(int32_t(rng.below(256))), eval.targets.push_back(int32_t(rng.below(256)));
   const size_t batch_bytes = size_t(B) * T * model.vocab() * sizeof(float);
-  EXPECT_TRUE(RecordedLiveRun::keeps_all(model, W, T, 2 * batch_bytes));
-  EXPECT_FALSE(RecordedLiveRun::keeps_all(model, W, T, 2 * batch_bytes - 1));
+  // The plan's estimate: both batches within a budget of two, one below it; per rank on 2 ranks.
+  EXPECT_EQ(RecordedLiveRun::estimate(model, W, T, B, 1, 2 * batch_bytes).windows, W);
+  EXPECT_EQ(RecordedLiveRun::estimate(model, W, T, B, 1, 2 * batch_bytes).bytes_per_rank, 2 * batch_bytes);
+  EXPECT_EQ(RecordedLiveRun::estimate(model, W, T, B, 1, 2 * batch_bytes - 1).windows, B);
+  EXPECT_EQ(RecordedLiveRun::estimate(model, W, T, B, 2, batch_bytes).windows, W);
+  EXPECT_EQ(RecordedLiveRun::estimate(model, W, T, B, 2, batch_bytes).bytes_per_rank, batch_bytes);
   RecordedLiveRun kept(batch_bytes + batch_bytes / 2);  // room for one batch
   CoefficientTensor A = model.make_coefficients(W, T);
   std::vector<double> nll(static_cast<size_t>(W));

@@ -89,10 +89,11 @@ class Distributed : public ::testing::Test {
     j["settings"].erase("cache_reused");
     return j;
   }
-  int ranks_recorded(const std::string& out) {
+  nlohmann::json run_fact(const std::string& out) {
     std::ifstream in(dir.file(out + "/audit.json"));
-    return nlohmann::json::parse(in)["provenance"]["run"]["ranks"].get<int>();
+    return nlohmann::json::parse(in)["provenance"]["run"];
   }
+  int ranks_recorded(const std::string& out) { return run_fact(out)["ranks"].get<int>(); }
   testing::TempDir dir;
 };
 
@@ -107,6 +108,9 @@ TEST_F(Distributed, AnAuditOnTwoOrThreeRanksIsTheSingleProcessAudit) {
       EXPECT_EQ(results("one"), results(out)) << ranks << " ranks";
       EXPECT_EQ(testing::read_bytes(dir.file("one/windows.csv")), testing::read_bytes(dir.file(out + "/windows.csv")));
       EXPECT_EQ(ranks_recorded(out), ranks);
+      // Exact replay compared every batch with its recording pass, kept by the rank that ran it.
+      EXPECT_EQ(run_fact(out)["exact_replay_live_pass"]["rerun"], 0);
+      EXPECT_EQ(run_fact(out)["exact_replay_live_pass"]["recording_pass"], 5);
       EXPECT_FALSE(std::filesystem::exists(dir.file(out + "/journal.jsonl")));
       std::filesystem::remove_all(dir.file(out));
     }

@@ -183,14 +183,14 @@ AuditPlan plan_passes(AuditableModel& model, const AuditSetup& s, const Communic
   // Exact replay's replayed half, and the sensitivity probe's two replays of one calibration batch.
   int64_t replay_windows = W + 2 * int64_t(std::min(batch, s.calib.count()));
   for (const auto& n : s.conditions) replay_windows += int64_t(W) * (s.randomized(n) ? s.options.reps : 1);
-  // The cache's recording pass over D and C, unless reused; exact replay's own live pass over D
-  // only where the recording pass's logits are not kept for it (recorded_live.h).
-  const bool live_kept = !s.cache_reused && RecordedLiveRun::keeps_all(model, W, s.tokens);
-  const int64_t live_windows = (s.cache_reused ? 0 : int64_t(W) + s.calib.count()) + (live_kept ? 0 : W);
+  // The cache's recording pass over D and C, unless reused; exact replay's own live pass over the
+  // windows whose recording pass is not kept for it (recorded_live.h).
+  const RecordedLiveRun::Estimate kept =
+      s.cache_reused ? RecordedLiveRun::Estimate{} : RecordedLiveRun::estimate(model, W, s.tokens, batch, comm.size());
+  const int64_t live_windows = (s.cache_reused ? 0 : int64_t(W) + s.calib.count()) + (W - kept.windows);
   AuditPlan plan = plan_audit(model, s.eval, batch, live_windows, replay_windows, int64_t(W) + s.calib.count());
   plan.ranks = comm.size();
-  if (live_kept && model.last_logits() != nullptr)  // values; an adapter's digests are a few bytes
-    plan.kept_logits_bytes = size_t(double(W) * s.tokens * model.vocab() * sizeof(float) * plan.rank_share());
+  plan.kept_logits_bytes = kept.bytes_per_rank;
   if (comm.root()) std::fprintf(stderr, "%s\n", plan.summary().c_str());
   return plan;
 }
@@ -255,10 +255,11 @@ nlohmann::ordered_json run_audit(AuditableModel& model, const Corpus& corpus, co
   ExecCounters pass_counters;  // every pass from here on: the cache, the replays, the probe
   const auto passes_start = std::chrono::steady_clock::now();
   std::optional<CountingScope> counting(std::in_place, pass_counters);
-  const AuditInputs in(model, s, comm);
+  AuditInputs in(model, s, comm);
   ReplayUnits units(s, in, comm);
   int64_t done = 0;
   ExactReplayResult exact = run_exact_replay(model, s, in, units, done);
+  in.recorded_live.release();  // only exact replay reads it
   const ReplayProbe probe = probe_replay(model, s, in, units);
   ConditionResults conditions = run_conditions(model, s, in, units, done);
   if (!conditions.finished) return {{"stopped_after_batches", o.stop_after_batches}};
@@ -284,7 +285,12 @@ nlohmann::ordered_json run_audit(AuditableModel& model, const Corpus& corpus, co
   nlohmann::ordered_json provenance = s.provenance;
   provenance["run"] = {{"plan", plan.to_json()},
                        {"measured", measured_json(plan, passes_s, pass_flops)},
-                       {"prefix_reuse", {{"enabled", o.prefix_reuse}, {"replays_reusing_block_0", conditions.prefix_reuses}}}};
+                       {"prefix_reuse", {{"enabled", o.prefix_reuse}, {"replays_reusing_block_0", conditions.prefix_reuses}}},
+                       // Which live run exact replay compared with, batch by batch (recorded_live.h):
+                       // a run fact (a reused cache or another layout changes it), not a result.
+                       {"exact_replay_live_pass",
+                        {{"recording_pass", exact.exact.live_from_recording},
+                         {"rerun", exact.exact.batches - exact.exact.live_from_recording}}}};
   provenance["run"]["ranks"] = comm.size();
   provenance["run"]["batch_choice"] = s.batch_choice_json();
 

@@ -4,6 +4,7 @@
 #include <map>
 #include <optional>
 
+#include "audit/recorded_live.h"
 #include "audit/work_split.h"
 #include "core/error.h"
 #include "core/json_fields.h"

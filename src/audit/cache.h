@@ -13,13 +13,14 @@
 #include <string>
 #include <vector>
 
-#include "audit/recorded_live.h"
 #include "core/communicator.h"
 #include "core/json.h"
 #include "core/safetensors.h"
 #include "models/auditable.h"
 
 namespace fca {
+
+class RecordedLiveRun;  // audit/recorded_live.h
 
 struct CacheManifest {
   std::string family, model_description, model_sha256;

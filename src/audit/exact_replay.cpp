@@ -147,7 +147,7 @@ ExactReplay exact_replay_from_record(const nlohmann::json& j, int B, double* rep
     r.controller_evaluations = j.at("controller_evaluations").get<int64_t>();
     r.by_digest = j.at("by_digest").get<bool>();
     r.digest_mismatches = j.at("digest_mismatches").get<int>();
-    r.live_from_recording = j.at("live_from_recording").get<int>();
+    r.live_from_recording = j.value("live_from_recording", 0);
     r.batches = 1;
     bits_to_doubles(j.at("nll"), replayed_nll, size_t(B), where + " exact-replay NLL");
   } catch (const nlohmann::json::exception& e) {

@@ -1,10 +1,23 @@
 #include "audit/recorded_live.h"
 
+#include <algorithm>
+
 namespace fca {
 
-bool RecordedLiveRun::keeps_all(const AuditableModel& model, int windows, int T, size_t budget_bytes) {
-  if (model.last_logits() == nullptr) return true;  // digests: 64 bytes a batch
-  return double(windows) * T * model.vocab() * sizeof(float) <= double(budget_bytes);
+RecordedLiveRun::Estimate RecordedLiveRun::estimate(const AuditableModel& model, int windows, int T, int batch, int ranks,
+                                                   size_t budget_bytes) {
+  Estimate e;
+  if (windows <= 0 || batch <= 0 || ranks <= 0) return e;
+  if (model.last_logits() == nullptr) {  // digests: a few bytes a batch
+    e.windows = windows;
+    return e;
+  }
+  const int64_t batches = (windows + batch - 1) / batch, per_rank = (batches + ranks - 1) / ranks;
+  const size_t batch_bytes = size_t(batch) * size_t(T) * size_t(model.vocab()) * sizeof(float);
+  const int64_t kept_per_rank = std::min<int64_t>(per_rank, int64_t(budget_bytes / batch_bytes));
+  e.windows = std::min<int64_t>(windows, kept_per_rank * ranks * batch);
+  e.bytes_per_rank = size_t(kept_per_rank) * batch_bytes;
+  return e;
 }
 
 void RecordedLiveRun::keep(const AuditableModel& model, int w0, int B, int T, const double* nll) {
@@ -20,6 +33,11 @@ void RecordedLiveRun::keep(const AuditableModel& model, int w0, int B, int T, co
     b.logits_sha256 = model.last_logits_sha256();
   }
   batches_[w0] = std::move(b);
+}
+
+void RecordedLiveRun::release() {
+  batches_.clear();
+  kept_bytes_ = 0;
 }
 
 const RecordedLiveRun::Batch* RecordedLiveRun::find(int w0, int B) const {

@@ -10,7 +10,10 @@
 // run recorded it), a distributed audit replays the batch on another rank than recorded it, or its
 // logits would take the kept total over kBudgetBytes (large vocabularies and windows). A model whose
 // logits stay in an adapter process keeps their SHA-256 instead, the form exact replay compares
-// them in anyway.
+// them in anyway. What the check then covers is the run that recorded the coefficients (for fca's
+// families, the live pass with a recording coefficient source); where the pass runs again it is
+// the live pass without recording. Both are "the live run" of the spec, and both must equal the
+// replay bit for bit.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -36,14 +39,23 @@ class RecordedLiveRun {
 
   explicit RecordedLiveRun(size_t budget_bytes = kBudgetBytes) : budget_bytes_(budget_bytes) {}
 
-  // Whether every evaluation batch of `windows` windows of T tokens fits: what the plan counts on.
-  static bool keeps_all(const AuditableModel& model, int windows, int T, size_t budget_bytes = kBudgetBytes);
+  // What a cache pass over `windows` evaluation windows of T tokens in batches of `batch`, spread
+  // over `ranks` ranks in rounds (work_split.h), will keep: the windows whose live pass exact replay
+  // then skips, and the bytes each rank holds (at most the budget). For the plan.
+  struct Estimate {
+    int64_t windows = 0;
+    size_t bytes_per_rank = 0;
+  };
+  static Estimate estimate(const AuditableModel& model, int windows, int T, int batch, int ranks,
+                           size_t budget_bytes = kBudgetBytes);
 
   // Called right after the recording pass over evaluation windows [w0, w0 + B), whose logits were
   // poisoned before it; keeps that pass's logits (or their digest) and NLLs when they fit.
   void keep(const AuditableModel& model, int w0, int B, int T, const double* nll);
   // The kept batch starting at w0, if it has B windows; else null.
   const Batch* find(int w0, int B) const;
+  // Frees every kept batch (once exact replay is done).
+  void release();
 
  private:
   size_t budget_bytes_, kept_bytes_ = 0;
