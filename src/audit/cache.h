@@ -16,6 +16,7 @@
 #include "core/communicator.h"
 #include "core/json.h"
 #include "core/safetensors.h"
+#include "data/corpus.h"
 #include "models/auditable.h"
 
 namespace fca {
@@ -46,15 +47,6 @@ struct CacheManifest {
   static CacheManifest from_json(const nlohmann::json& j, const std::string& where);
   // Throws Error naming the first field where `found` differs from this (expected) manifest.
   void check_matches(const CacheManifest& found, const std::string& where) const;
-};
-
-// Token windows of one set: inputs and targets [windows, T].
-struct WindowSet {
-  std::vector<int64_t> indices;
-  std::vector<int32_t> inputs, targets;
-  int tokens = 0;
-  int batch = 0;  // windows per forward pass: fixed so that replays see the same batch composition
-  int count() const { return int(indices.size()); }
 };
 
 // Runs the live model over both sets and writes the cache to `path` (atomically). Distributed, the

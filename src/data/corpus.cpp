@@ -78,4 +78,20 @@ std::vector<int64_t> evenly_spaced_windows(int64_t available, int64_t wanted, co
   return out;
 }
 
+WindowSet make_windows(const std::vector<int32_t>& tokens, const TextSplit& split, int T, int wanted) {
+  if (tokens.size() < size_t(T) + 1)
+    throw Error(split.path() + ": the " + split.name() + " split has " + std::to_string(tokens.size()) +
+                " tokens, shorter than one window of T+1 = " + std::to_string(T + 1));
+  const int64_t available = int64_t((tokens.size() - 1) / size_t(T));
+  WindowSet w;
+  w.tokens = T;
+  w.indices = evenly_spaced_windows(available, wanted, split.name());
+  for (int64_t idx : w.indices) {
+    const int32_t* p = tokens.data() + idx * T;
+    w.inputs.insert(w.inputs.end(), p, p + T);
+    w.targets.insert(w.targets.end(), p + 1, p + T + 1);
+  }
+  return w;
+}
+
 }  // namespace fca

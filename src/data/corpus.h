@@ -60,4 +60,17 @@ std::string default_corpus_dir();
 // N evenly spaced window indices out of M: k -> floor(k * M / N). N > M is an error (naming both).
 std::vector<int64_t> evenly_spaced_windows(int64_t available, int64_t wanted, const std::string& split_name);
 
+// Token windows of one set: inputs and targets [windows, T].
+struct WindowSet {
+  std::vector<int64_t> indices;
+  std::vector<int32_t> inputs, targets;
+  int tokens = 0;
+  int batch = 0;  // windows per forward pass: fixed so that replays see the same batch composition
+  int count() const { return int(indices.size()); }
+};
+
+// `wanted` evenly spaced windows of T+1 tokens of a tokenized split (targets shifted by one), as the
+// spec lays them out: window i covers tokens [i*T, i*T + T + 1). `split` names the split in errors.
+WindowSet make_windows(const std::vector<int32_t>& tokens, const TextSplit& split, int T, int wanted);
+
 }  // namespace fca

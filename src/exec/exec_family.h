@@ -78,15 +78,15 @@ void dense_same_shape(nlohmann::ordered_json& modes, TimedModes& timed, int L, i
 // (4 D^2 per row) and QK^T, PV over the pairs the blocked causal kernel executes.
 double attention_half_flops(int B, int T, int D);
 
-// Mean over the windows of `eval` of the per-window NLL that pass_and_loss(w0, n, out) writes for
+// Mean over `windows` windows of the per-window NLL that pass_and_loss(w0, n, out) writes for
 // windows w0 .. w0 + n - 1, in batches of B; summed in window order.
 template <typename PassAndLoss>
-double mean_window_nll(const TokenWindows& eval, int B, PassAndLoss pass_and_loss) {
-  std::vector<double> nll(size_t(eval.count));
-  for (int w0 = 0; w0 < eval.count; w0 += B) pass_and_loss(w0, std::min(B, eval.count - w0), nll.data() + w0);
+double mean_window_nll(int windows, int B, PassAndLoss pass_and_loss) {
+  std::vector<double> nll(static_cast<size_t>(windows));
+  for (int w0 = 0; w0 < windows; w0 += B) pass_and_loss(w0, std::min(B, windows - w0), nll.data() + w0);
   double s = 0;
   for (double v : nll) s += v;
-  return s / eval.count;
+  return s / windows;
 }
 
 }  // namespace fca

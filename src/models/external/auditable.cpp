@@ -11,10 +11,6 @@
 namespace fca {
 namespace {
 
-bool is_sha256_hex(const std::string& s) {
-  return s.size() == 64 && std::all_of(s.begin(), s.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
-}
-
 RecordKind parse_record_kind(const SafetensorsReader& answer) {
   const std::string kind = answer_text(answer, "record_kind");
   for (RecordKind k : {RecordKind::continuous, RecordKind::expert_routing, RecordKind::token_selection})
@@ -29,9 +25,7 @@ ExternalAuditable::ExternalAuditable(const std::string& command, double timeout_
   const SafetensorsReader d = connection_->request("describe", {});
   adapter_family_ = answer_text(d, "family");
   description_ = answer_text(d, "description") + " [external: " + adapter_family_ + "]";
-  model_sha256_ = answer_text(d, "model_sha256");
-  if (!is_sha256_hex(model_sha256_))
-    throw Error(d.path() + ": model_sha256 \"" + model_sha256_ + "\" is not 64 lowercase hex digits (a SHA-256)");
+  model_sha256_ = answer_sha256(d, "model_sha256");
   config_json_ = answer_text(d, "config");
   try {
     config_json_ = nlohmann::json::parse(config_json_).dump();
@@ -121,9 +115,7 @@ void ExternalAuditable::read_run_answer(const SafetensorsReader& a, int B, doubl
   for (int b = 0; b < B; ++b)
     if (!std::isfinite(window_nll[b]))
       throw Error(a.path() + ": window " + std::to_string(b) + " of the batch has NLL " + std::to_string(window_nll[b]));
-  last_digest_ = answer_text(a, "logits_sha256");
-  if (!is_sha256_hex(last_digest_))
-    throw Error(a.path() + ": logits_sha256 \"" + last_digest_ + "\" is not 64 lowercase hex digits");
+  last_digest_ = answer_sha256(a, "logits_sha256");
 }
 
 void ExternalAuditable::run_live(const int32_t* inputs, const int32_t* targets, int B, int T, CoefficientTensor* record,

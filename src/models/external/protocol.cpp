@@ -1,6 +1,7 @@
 #include "core/parse.h"
 #include "models/external/protocol.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "core/error.h"
@@ -52,6 +53,15 @@ std::string answer_text(const SafetensorsReader& answer, const std::string& fiel
   const auto it = answer.metadata().find(field);
   if (it == answer.metadata().end()) throw Error(answer.path() + ": metadata field \"" + field + "\" is missing");
   return it->second;
+}
+
+std::string answer_sha256(const SafetensorsReader& answer, const std::string& field) {
+  const std::string value = answer_text(answer, field);
+  const bool hex = value.size() == 64 && std::all_of(value.begin(), value.end(), [](char c) {
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+  });
+  if (!hex) throw Error(answer.path() + ": " + field + " \"" + value + "\" is not 64 lowercase hex digits (a SHA-256)");
+  return value;
 }
 
 int64_t answer_integer(const SafetensorsReader& answer, const std::string& field, int64_t low, int64_t high) {

@@ -43,6 +43,8 @@ class AdapterConnection {
 // errors name the adapter, the message type and the field, expected vs found.
 std::string answer_text(const SafetensorsReader& answer, const std::string& field);
 int64_t answer_integer(const SafetensorsReader& answer, const std::string& field, int64_t low, int64_t high);
+// A SHA-256 field (64 lowercase hex digits): a model hash, a logits digest.
+std::string answer_sha256(const SafetensorsReader& answer, const std::string& field);
 // A tensor of an answer, checked for its dtype and shape.
 const TensorInfo& answer_tensor(const SafetensorsReader& answer, const std::string& name, DType dtype,
                                 const std::vector<int64_t>& shape);

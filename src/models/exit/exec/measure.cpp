@@ -81,7 +81,7 @@ nlohmann::ordered_json measure_exit(const std::string& path, const Corpus& corpu
   // The evaluation windows' NLL and depths under a source built per batch (first window w0).
   auto evaluate = [&](const std::function<std::unique_ptr<ExitDepthSource<float>>(CoefficientTensor&)>& source_for,
                       CoefficientTensor& record) {
-    return mean_window_nll(eval, B, [&](int w0, int n, double* out) {
+    return mean_window_nll(eval.count, B, [&](int w0, int n, double* out) {
       auto source = source_for(record);
       exit_forward(*model, *rs, eval.inputs.data() + int64_t(w0) * T, n, T, *source, w0);
       exit_loss(*rs, eval.targets.data() + int64_t(w0) * T, out);

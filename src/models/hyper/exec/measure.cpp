@@ -57,7 +57,7 @@ nlohmann::ordered_json measure_hyper(const std::string& path, const Corpus& corp
     return [model, rs, source, timing, B, T] { hyper_forward(*model, *rs, timing->inputs.data(), B, T, *source); };
   };
   auto nll_of = [&](HyperCoefficientSource<float>& source) {
-    return mean_window_nll(eval, B, [&](int w0, int n, double* out) {
+    return mean_window_nll(eval.count, B, [&](int w0, int n, double* out) {
       hyper_forward(*model, *rs, eval.inputs.data() + int64_t(w0) * T, n, T, source, w0);
       hyper_loss(*rs, eval.targets.data() + int64_t(w0) * T, out);
     });

@@ -46,7 +46,7 @@ nlohmann::ordered_json measure_mod(const std::string& path, const Corpus& corpus
   nlohmann::ordered_json modes = nlohmann::ordered_json::array();
   const auto live = std::make_shared<ModLiveRouting<float>>(*model);
   count_mode(modes, timed, "live", pass(live), live_counts, L, B * T);
-  modes.back()["nll"] = mean_window_nll(eval, B, [&](int w0, int n, double* out) {
+  modes.back()["nll"] = mean_window_nll(eval.count, B, [&](int w0, int n, double* out) {
     mod_forward(*model, *rs, eval.inputs.data() + int64_t(w0) * T, n, T, *live);
     mod_loss(*rs, eval.targets.data() + int64_t(w0) * T, out);
   });

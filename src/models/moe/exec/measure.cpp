@@ -58,7 +58,7 @@ nlohmann::ordered_json measure_moe(const std::string& path, const Corpus& corpus
   const auto live = std::make_shared<MoeLiveRouting<float>>(*model);
   count_mode(modes, timed, "live", pass(live, rs), expected(grouped_rows, true), L, B * T);
   modes.back()["expert_rows"] = loads(*rs);
-  modes.back()["nll"] = mean_window_nll(eval, B, [&](int w0, int n, double* out) {
+  modes.back()["nll"] = mean_window_nll(eval.count, B, [&](int w0, int n, double* out) {
     moe_forward(*model, *rs, eval.inputs.data() + int64_t(w0) * T, n, T, *live);
     moe_loss(*rs, eval.targets.data() + int64_t(w0) * T, out);
   });
@@ -76,7 +76,7 @@ nlohmann::ordered_json measure_moe(const std::string& path, const Corpus& corpus
              expected(grouped_rows, false), L, B * T);
   modes.back()["expert_rows"] = loads(*rs);
   count_mode(modes, timed, "dense_experts", pass(live, rs_dense), expected(dense_rows, true), L, B * T);
-  modes.back()["nll"] = mean_window_nll(eval, B, [&](int w0, int n, double* out) {
+  modes.back()["nll"] = mean_window_nll(eval.count, B, [&](int w0, int n, double* out) {
     moe_forward(*model, *rs_dense, eval.inputs.data() + int64_t(w0) * T, n, T, *live);
     moe_loss(*rs_dense, eval.targets.data() + int64_t(w0) * T, out);
   });
