@@ -23,7 +23,12 @@ void add_exec_command(CLI::App& app) {
   auto f = std::make_shared<Flags>();
   ExecOptions& e = f->exec;
   CLI::App* cmd = app.add_subcommand("exec", "Actual execution: executed blocks, FLOPs, latency, real skipping");
-  cmd->add_option("--model", e.models, "Checkpoint (repeat for several models)")->required();
+  cmd->add_option("--model", e.models, "Checkpoint (repeat for several models)");
+  cmd->add_option("--external", e.externals,
+                  "Measure a model fca does not implement: the command that starts its adapter (docs/external-protocol.md; "
+                  "repeat for several), e.g. \"python3 examples/gated_adapter.py --model m.safetensors\"");
+  cmd->add_option("--external-timeout", e.external_timeout_s, "Seconds to wait for each answer of an adapter")
+      ->check(positive_number)->capture_default_str();
   cmd->add_option("--data", f->data, "Data folder (timing and NLL windows from test, calibration from valid)");
   cmd->add_option("--batch", e.batch, "Windows per forward pass")->check(positive_number)->capture_default_str();
   cmd->add_option("--runs", e.runs, "Timed rounds at least (every configuration of every model once per round, interleaved)")
@@ -36,7 +41,7 @@ void add_exec_command(CLI::App& app) {
   cmd->add_option("--margin", e.margin, "Practical latency margin: a ratio within 1 +- margin is never called faster or slower")
       ->check(CLI::Range(1e-6, 0.999999))->capture_default_str();
   cmd->add_option("--warmup", e.warmup, "Warm-up runs")->check(non_negative_number)->capture_default_str();
-  cmd->add_option("--skip-threshold", f->thresholds, "Comma-separated thresholds in [0, 1] for the real skip sweep");
+  cmd->add_option("--skip-threshold", f->thresholds, "Comma-separated thresholds in [0, 1] for the real skip sweep (--model only)");
   cmd->add_option("--exit-thresholds", f->exit_thresholds,
                   "Early-exit models: comma-separated thresholds in [0, 1] of the exit sweep (default 0.5,0.7,0.8,0.9,0.95,0.99)");
   cmd->add_option("--calib-windows", e.calib_windows, "Valid-split windows for the calibrated static gates")
@@ -61,6 +66,7 @@ void add_exec_command(CLI::App& app) {
       for (std::string item; std::getline(exits, item, ',');)
         options.exit_thresholds.push_back(parse_number(item, "--exit-thresholds: an entry", 0.0, 1.0));
     }
+    check_exec_options(options);  // a bad flag is named before the corpus is looked for
     Corpus corpus(resolve_data_dir(f->data));
     const auto j = run_exec(corpus, options);
     std::printf("%s", exec_markdown(j).c_str());

@@ -1,5 +1,6 @@
 #include "exec/exec.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -15,6 +16,7 @@
 #include "core/sha256.h"
 #include "exec/counted_pass.h"
 #include "exec/exec_family.h"
+#include "exec/external_exec.h"
 #include "models/registry.h"
 #include "exec/timed_modes.h"
 #include "exec/timing.h"
@@ -45,6 +47,25 @@ nlohmann::ordered_json saving(const nlohmann::ordered_json& mode, const nlohmann
   return s;
 }
 
+// An external mode's latency against its reference in words, from its ratio object: "30.8% slower
+// than Dense [25.1%, 36.0%]", "12.0% faster than Dense [8.1%, 15.2%]", "no measurable difference at
+// this size from Dense [-3.1%, +4.0%]" (the interval as a change of latency), or the undefined note.
+std::string reference_difference_text(const nlohmann::ordered_json& r, const std::string& label) {
+  if (r["estimate"].is_null()) return r["note"].get<std::string>();
+  const double estimate = r["estimate"].get<double>(), low = r["ci95"][0].get<double>(), high = r["ci95"][1].get<double>();
+  const std::string difference = r["difference"].get<std::string>();
+  char buf[256];
+  if (difference == "slower")
+    std::snprintf(buf, sizeof buf, "%.1f%% slower than %s [%.1f%%, %.1f%%]", 100 * (estimate - 1), label.c_str(), 100 * (low - 1),
+                  100 * (high - 1));
+  else if (difference == "faster")
+    std::snprintf(buf, sizeof buf, "%.1f%% faster than %s [%.1f%%, %.1f%%]", 100 * (1 - estimate), label.c_str(), 100 * (1 - high),
+                  100 * (1 - low));
+  else
+    std::snprintf(buf, sizeof buf, "%s from %s [%+.1f%%, %+.1f%%]", difference.c_str(), label.c_str(), 100 * (low - 1), 100 * (high - 1));
+  return buf;
+}
+
 }  // namespace
 
 TokenWindows load_token_windows(const TextSplit& split, int T, int wanted) {
@@ -57,12 +78,14 @@ TokenWindows load_token_windows(const TextSplit& split, int T, int wanted) {
   return w;
 }
 
-nlohmann::ordered_json run_exec(const Corpus& corpus, const ExecOptions& o) {
-  if (!o.out_dir.empty()) ensure_folder(o.out_dir, "--out");  // before the measurements, not after
-  if (o.models.empty()) throw Error("exec needs at least one --model");
+void check_exec_options(const ExecOptions& o) {
+  if (o.models.empty() && o.externals.empty()) throw Error("exec needs at least one --model or --external");
   if (o.runs < 1 || o.warmup < 0 || o.batch < 1) throw Error("exec: --runs and --batch must be positive");
   for (double t : o.skip_thresholds)
     if (!(t >= 0.0 && t <= 1.0)) throw Error("--skip-threshold " + std::to_string(t) + " is outside [0, 1]");
+  if (!o.skip_thresholds.empty() && o.models.empty())
+    throw Error("--skip-threshold applies to fca's own models (--model), and only --external models are given: an "
+                "adapter's model has no skip sweep");
   if (!o.skip_thresholds.empty()) {
     bool any = false;
     for (const auto& path : o.models) {
@@ -76,7 +99,14 @@ nlohmann::ordered_json run_exec(const Corpus& corpus, const ExecOptions& o) {
   if (o.max_runs < o.runs) throw Error("exec: --max-runs " + std::to_string(o.max_runs) + " is below --runs " + std::to_string(o.runs));
   if (!(o.margin > 0 && o.margin < 1)) throw Error("exec: --margin must be in (0, 1), found " + std::to_string(o.margin));
   if (!(o.time_budget_s >= 0)) throw Error("exec: --time-budget must be >= 0 seconds");
+  if (!o.externals.empty() && !(o.external_timeout_s > 0 && std::isfinite(o.external_timeout_s)))
+    throw Error("exec: --external-timeout must be a positive number of seconds, found " + std::to_string(o.external_timeout_s));
   for (const auto& path : o.models) (void)exec_family_named(family_of(path).name);  // a wrong --model fails before the peak probe
+}
+
+nlohmann::ordered_json run_exec(const Corpus& corpus, const ExecOptions& o) {
+  check_exec_options(o);
+  if (!o.out_dir.empty()) ensure_folder(o.out_dir, "--out");  // before the measurements, not after
   const double peak = measure_sgemm_peak_gflops();
   nlohmann::ordered_json out;
   out["schema"] = kExecSchema;
@@ -89,35 +119,57 @@ nlohmann::ordered_json run_exec(const Corpus& corpus, const ExecOptions& o) {
                      {"skip_thresholds", o.skip_thresholds},
                      {"calib_windows", o.calib_windows},
                      {"eval_windows", o.eval_windows}};
+  if (!o.externals.empty()) {
+    out["settings"]["externals"] = o.externals;
+    out["settings"]["external_timeout_s"] = o.external_timeout_s;
+  }
   out["flop_convention"] = kFlopConvention;
+  if (!o.externals.empty()) out["flop_convention_external"] = kExternalFlopConvention;
   out["sgemm_peak_gflops"] = peak;
   out["models"] = nlohmann::ordered_json::array();
   // 1. Every model's configurations: counted passes (checked against the graph) and NLL.
   TimedModes timed;
   {
-    Progress bar("exec: count", int64_t(o.models.size()), "model");
+    Progress bar("exec: count", int64_t(o.models.size() + o.externals.size()), "model");
     for (size_t mi = 0; mi < o.models.size(); ++mi) {
       const std::string& path = o.models[mi];
       timed.start_model(mi);
       out["models"].push_back(exec_family_named(family_of(path).name).measure(path, corpus, o, timed));
       if (o.progress) bar.update(int64_t(mi + 1));
     }
+    for (const std::string& command : o.externals) {
+      timed.start_model(out["models"].size());
+      out["models"].push_back(measure_external(command, corpus, o, timed));
+      if (o.progress) bar.update(int64_t(out["models"].size()));
+    }
     if (o.progress) bar.finish();
   }
-  // 2. The ratios wanted: every configuration to the live Dense model with the most blocks among
-  // the --models (when one is given), every skip to the unskipped static gates, routed savings.
+  // 2. The ratios wanted: every native configuration to the live Dense model with the most blocks
+  // among the --models (when one is given), every skip to the unskipped static gates, routed
+  // savings; every mode of an external model to its own reference mode (when it offers one), never
+  // to a native Dense (another process, another device and timer).
+  const auto is_external = [&](size_t i) { return out["models"][timed.modes()[i].model]["family"] == "external"; };
+  const auto external_reference = [&](size_t i) -> long {
+    const auto& m = out["models"][timed.modes()[i].model];
+    if (m["reference"].is_null()) return -1;
+    for (size_t k = 0; k < m["modes"].size(); ++k)
+      if (m["modes"][k]["mode"] == m["reference"]["mode"]) return timed.find(timed.modes()[i].model, "modes", k);
+    return -1;
+  };
   long dense_reference = -1;
   int dense_layers = -1;
   for (size_t mi = 0; mi < out["models"].size(); ++mi) {
     const auto& m = out["models"][mi];
-    if (m["gate"] == "dense" && m["config"]["n_layer"].get<int>() > dense_layers) {
+    if (m["family"] != "external" && m["gate"] == "dense" && m["config"]["n_layer"].get<int>() > dense_layers) {
       dense_layers = m["config"]["n_layer"];
       dense_reference = timed.find(mi, "modes", 0);
     }
   }
   std::vector<std::pair<size_t, size_t>> ratios;
-  if (dense_reference >= 0)
-    for (size_t i = 0; i < timed.modes().size(); ++i) ratios.push_back({i, size_t(dense_reference)});
+  for (size_t i = 0; i < timed.modes().size(); ++i) {
+    const long reference = is_external(i) ? external_reference(i) : dense_reference;
+    if (reference >= 0) ratios.push_back({i, size_t(reference)});
+  }
   for (size_t i = 0; i < timed.modes().size(); ++i)
     if (timed.modes()[i].list == "skip_sweep") ratios.push_back({i, size_t(timed.find(timed.modes()[i].model, "skip_sweep", 0))});
   for (const auto& s : timed.savings())
@@ -133,7 +185,7 @@ nlohmann::ordered_json run_exec(const Corpus& corpus, const ExecOptions& o) {
   {
     Progress bar("exec: time", o.runs, "round");
     timing = time_interleaved(
-        timed.modes().size(), [&](size_t i) { return time_once(timed.modes()[i].pass); }, ratios, io,
+        timed.modes().size(), [&](size_t i) { return timed.modes()[i].measure(); }, ratios, io,
         [&](int rounds) {
           if (o.progress) bar.update(std::min(rounds, o.runs), rounds > o.runs ? std::to_string(rounds) + " rounds" : "");
         });
@@ -164,8 +216,13 @@ nlohmann::ordered_json run_exec(const Corpus& corpus, const ExecOptions& o) {
   }
   for (size_t i = 0; i < timed.modes().size(); ++i) {
     auto& e = entry(i);
-    // Null where no Dense model is among the --models.
-    e["latency_ratio_to_dense"] = dense_reference >= 0 ? ratio(i, size_t(dense_reference)) : nlohmann::ordered_json(nullptr);
+    // Null where no Dense model is among the --models, and for every external mode.
+    e["latency_ratio_to_dense"] =
+        dense_reference >= 0 && !is_external(i) ? ratio(i, size_t(dense_reference)) : nlohmann::ordered_json(nullptr);
+    if (is_external(i)) {
+      const long reference = external_reference(i);
+      e["latency_ratio_to_reference"] = reference >= 0 ? ratio(i, size_t(reference)) : nlohmann::ordered_json(nullptr);
+    }
     if (timed.modes()[i].list == "skip_sweep")
       e["latency_ratio_to_unskipped"] = ratio(i, size_t(timed.find(timed.modes()[i].model, "skip_sweep", 0)));
   }
@@ -181,9 +238,11 @@ nlohmann::ordered_json run_exec(const Corpus& corpus, const ExecOptions& o) {
   prov["data"] = {{"dir", corpus.dir()}, {"test_sha256", corpus.split("test").content_hash()}};
   out["provenance"] = prov;
   if (!o.out_dir.empty()) {
+    // Both documents complete before either is written: a failure leaves neither.
+    const std::string json = out.dump(2) + "\n", md = exec_markdown(out);
     ensure_folder(o.out_dir, "--out");
-    write_file_atomically(o.out_dir + "/exec.json", [&](std::ostream& s) { s << out.dump(2) << "\n"; });
-    write_file_atomically(o.out_dir + "/exec.md", [&](std::ostream& s) { s << exec_markdown(out); });
+    write_file_atomically(o.out_dir + "/exec.json", [&](std::ostream& s) { s << json; });
+    write_file_atomically(o.out_dir + "/exec.md", [&](std::ostream& s) { s << md; });
   }
   return out;
 }
@@ -209,21 +268,39 @@ std::string exec_markdown(const nlohmann::ordered_json& e) {
      << " GFLOP/s. Latency ratios: the median of the per-round ratios with its 95% paired bootstrap interval; \"faster\" or "
         "\"slower\" only where the whole interval lies beyond the "
      << margin << " margin. FLOPs: " << e["flop_convention"].get<std::string>() << ".\n\n";
+  const auto external = [](const nlohmann::ordered_json& m) { return m.value("family", std::string()) == "external"; };
+  const bool any_external = std::any_of(e["models"].begin(), e["models"].end(), external);
+  const bool any_native = !std::all_of(e["models"].begin(), e["models"].end(), external);
   md << "| model | mode | executed blocks | GFLOP/token | of which controller, MFLOP/token | of which mixing, MFLOP/token | "
-        "latency median [p10, p90] ms | tokens/s | ratio to Dense | NLL |\n"
+        "latency median [p10, p90] ms | tokens/s | "
+     << (any_external ? "ratio to Dense (native) / reference (external)" : "ratio to Dense")
+     << " | NLL |\n"
         "|---|---|---:|---:|---:|---:|---|---:|---:|---:|\n";
+  // An external model: its label, executed blocks as rows per token (a fraction where tokens skip
+  // blocks; – where the adapter names no blocks unit), no mixing kind, the ratio to its reference.
   auto row = [&](const nlohmann::ordered_json& m, const nlohmann::ordered_json& r, const std::string& mode) {
     const auto& c = m["config"];
-    std::string name = m["gate"].get<std::string>() + " L" + std::to_string(c["n_layer"].get<int>()) + " D" +
-                       std::to_string(c["d_model"].get<int>());
-    const std::string ratio = r["latency_ratio_to_dense"].is_null() ? "–" : latency_ratio_text(r["latency_ratio_to_dense"]);
+    const bool ext = external(m);
+    const std::string name = ext ? m["label"].get<std::string>()
+                                 : m["gate"].get<std::string>() + " L" + std::to_string(c["n_layer"].get<int>()) + " D" +
+                                       std::to_string(c["d_model"].get<int>());
+    const auto& ratio_json = r[ext ? "latency_ratio_to_reference" : "latency_ratio_to_dense"];
+    const std::string ratio = ratio_json.is_null() ? "–" : latency_ratio_text(ratio_json);
     std::string nll = r.contains("nll") ? std::to_string(r["nll"].get<double>()).substr(0, 6) : "–";
     auto mflop_per_token = [&](const char* kind) {
-      return 1e3 * r["gflop_per_pass_by_kind"][kind].get<double>() / m["tokens_per_pass"].get<double>();
+      if (!r["gflop_per_pass_by_kind"].contains(kind)) return std::string("–");
+      char v[32];
+      std::snprintf(v, sizeof v, "%.4g", 1e3 * r["gflop_per_pass_by_kind"][kind].get<double>() / m["tokens_per_pass"].get<double>());
+      return std::string(v);
     };
-    std::snprintf(buf, sizeof buf, "| %s | %s | %d / %d | %.4g | %.4g | %.4g | %.2f [%.2f, %.2f] | %.0f | %s | %s |\n", name.c_str(),
-                  mode.c_str(), r["executed_blocks"].get<int>(), r["total_blocks"].get<int>(), r["gflop_per_token"].get<double>(),
-                  mflop_per_token("controller"), mflop_per_token("mixing"),
+    char blocks[64] = "–";
+    if (!ext)
+      std::snprintf(blocks, sizeof blocks, "%d / %d", r["executed_blocks"].get<int>(), r["total_blocks"].get<int>());
+    else if (!r["executed_blocks"].is_null())
+      std::snprintf(blocks, sizeof blocks, "%.3g / %d", r["executed_blocks"].get<double>(), r["total_blocks"].get<int>());
+    std::snprintf(buf, sizeof buf, "| %s | %s | %s | %.4g | %s | %s | %.2f [%.2f, %.2f] | %.0f | %s | %s |\n", name.c_str(),
+                  mode.c_str(), blocks, r["gflop_per_token"].get<double>(),
+                  mflop_per_token("controller").c_str(), mflop_per_token("mixing").c_str(),
                   1e3 * r["latency"]["median_s"].get<double>(), 1e3 * r["latency"]["p10_s"].get<double>(),
                   1e3 * r["latency"]["p90_s"].get<double>(), r["tokens_per_s"].get<double>(), ratio.c_str(), nll.c_str());
     md << buf;
@@ -235,6 +312,21 @@ std::string exec_markdown(const nlohmann::ordered_json& e) {
         std::snprintf(buf, sizeof buf, "skip tau=%.3g", r["threshold"].get<double>());
         row(m, r, buf);
       }
+  }
+  // External models: each mode's latency against the reference; the operators no FLOP was counted for.
+  for (const auto& m : e["models"]) {
+    if (!external(m)) continue;
+    md << "\n" << m["label"].get<std::string>() << " (" << m["path"].get<std::string>() << "), run by its adapter on "
+       << m["device"].get<std::string>() << " (timer " << m["timer"].get<std::string>() << "):\n";
+    for (const auto& r : m["modes"]) {
+      const std::string mode = r["mode"].get<std::string>();
+      if (!m["reference"].is_null() && mode != m["reference"]["mode"])
+        md << "- `" << mode << "`: " << reference_difference_text(r["latency_ratio_to_reference"], m["reference"]["label"]) << "\n";
+      if (r["uncounted_ops"].empty()) continue;
+      std::string ops;
+      for (const auto& [op, calls] : r["uncounted_ops"].items()) ops += (ops.empty() ? "" : ", ") + op + " x" + calls.dump();
+      md << "- `" << mode << "` ran operators with no FLOP formula; not counted: " << ops << "\n";
+    }
   }
   for (const auto& m : e["models"]) {
     if (!m.contains("skip_sweep")) continue;
@@ -268,7 +360,8 @@ std::string exec_markdown(const nlohmann::ordered_json& e) {
       md << "\n";
     }
   }
-  md << "\nlive: the controller computes the gates; replay: recorded gates supplied, controller off; gates_forced_to_1: "
+  if (any_native)
+    md << "\nlive: the controller computes the gates; replay: recorded gates supplied, controller off; gates_forced_to_1: "
         "every g = 1; skip tau: calibrated static gates, blocks whose static gate is below tau removed from the graph "
         "(tau = 0 removes nothing); identity_mixing: MUDD streams take only the newest source, hyper-connection squares are the "
         "identity of their initialisation (plain Pre-Norm; the mixing still runs in both). Routed models (moe, mod): replay and cross_input supply recorded routing (cross_input: the routing of "
@@ -279,6 +372,13 @@ std::string exec_markdown(const nlohmann::ordered_json& e) {
         "depths (cross_input: the next window's); full_depth and fixed_depth_N replay constant depths, the static truncation "
         "curve of the same weights (their mean depth, depth histogram, FLOPs by kind and NLL minus the curve at equal FLOPs "
         "are in exec.json). NLL in nats/byte on the evaluation windows.\n";
+  if (any_external)
+    md << "\nExternal models (--external): the adapter runs, counts and times each pass in its own process, on its own device "
+          "(FLOPs: " << e["flop_convention_external"].get<std::string>() << "; executed blocks: rows of the blocks unit per "
+          "token). live runs the model's controller; replay hands back the outputs the controller recorded on the same batch "
+          "(its logits checked equal to live's on every batch); static_profile hands the calibration windows' mean output to "
+          "every window and token; reference is the adapter's reference model. Ratios against the reference, never against a "
+          "native Dense. NLL in nats per token of the adapter's tokenizer.\n";
   return md.str();
 }
 

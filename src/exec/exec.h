@@ -18,6 +18,10 @@ inline constexpr const char* kExecSchema = "fca-exec-v2";
 
 struct ExecOptions {
   std::vector<std::string> models;
+  // Models fca does not implement: the commands that start their adapters (exec/external_exec.h),
+  // and the seconds to wait for each of their answers.
+  std::vector<std::string> externals;
+  double external_timeout_s = 600;
   int batch = 8;
   int runs = 20;            // timed rounds at least (every configuration once per round)
   int max_runs = 200;       // timed rounds at most
@@ -40,6 +44,10 @@ struct TokenWindows {
 };
 TokenWindows load_token_windows(const TextSplit& split, int T, int wanted);
 
+// Throws Error naming the flag when the options cannot run: no model at all, --skip-threshold
+// without a model it applies to, a bad count, margin or timeout. run_exec checks them first;
+// `fca exec` before it opens the corpus.
+void check_exec_options(const ExecOptions& options);
 nlohmann::ordered_json run_exec(const Corpus& corpus, const ExecOptions& options);
 std::string exec_markdown(const nlohmann::ordered_json& exec);
 // A latency ratio object of exec.json as text: "x1.042 [1.013, 1.071] no measurable difference at

@@ -49,6 +49,8 @@ class ExternalAuditable : public AuditableModel {
   const std::string& adapter_family() const { return adapter_family_; }
   const std::string& command() const { return connection_->command(); }
   const AdapterConnection& connection() const { return *connection_; }
+  // For requests beyond the audit's (fca exec's exec_prepare, exec_pass, exec_time).
+  AdapterConnection& connection() { return *connection_; }
 
  private:
   // Reads the per-window NLL [B] and the logits digest of a run answer.
