@@ -9,11 +9,14 @@
 #include <fstream>
 #include <map>
 
+#include "core/error.h"
 #include "core/exec_counters.h"
+#include "core/safetensors.h"
 #include "core/threads.h"
 #include "core/undefined_statistic.h"
 #include "exec/exec.h"
 #include "exec/counted_pass.h"
+#include "exec/external_exec.h"
 #include "models/gated/exec/flops.h"
 #include "models/mudd/exec/flops.h"
 #include "models/gated/forward.h"
@@ -260,6 +263,156 @@ TEST(ExecSkip, LiveFeatureGateCannotSkip) {
   EXPECT_THROW(gated_forward(model, rs, tokens.data(), 1, c.seq_len, live, 0, &executed), Error);
 }
 
+// An external model's counts: one counted pass's `counts` JSON (as fca_adapter writes it) becomes
+// the mode's fields; every malformed or implausible answer is refused with the field named.
+const char* kCounts = R"({"gemm_flops": 3000000000, "controller_flops": 1000000000, "controller_evaluations": 4,
+  "units": {"blocks": {"modules": 4, "calls": 4, "rows": 56}, "experts": {"modules": 8, "calls": 16, "rows": 32}},
+  "modules": [{"name": "blocks.0", "class": "Block", "calls": 1, "rows": 16, "flops": 500000000, "controller": false}],
+  "gemm_ops": {"aten.mm.default": {"calls": 12, "flops": 4000000000}},
+  "zero_ops": {"aten.add.Tensor": 30}, "uncounted_ops": {"fca_test.opaque.default": 4}})";
+
+nlohmann::ordered_json external_units() { return {{"blocks", 4}, {"experts", 8}}; }
+
+std::string counts_with(const std::string& key, const nlohmann::json& value) {
+  nlohmann::json c = nlohmann::json::parse(kCounts);
+  c[key] = value;
+  return c.dump();
+}
+
+TEST(ExecExternal, CountsBecomeTheModeEntry) {
+  const auto j = external_counted_fields(kCounts, "live", external_units(), 16, "answer");
+  EXPECT_EQ(j["total_blocks"], 4);
+  EXPECT_EQ(j["executed_blocks"], 3.5);  // 56 block rows over 16 tokens: half the tokens skip one block
+  EXPECT_EQ(j["executed_units_per_token"]["experts"], 2.0);
+  EXPECT_EQ(j["unit_rows_per_pass"]["blocks"], 56);
+  EXPECT_EQ(j["unit_calls_per_pass"]["experts"], 16);
+  EXPECT_EQ(j["controller_evaluations_per_pass"], 4);
+  EXPECT_DOUBLE_EQ(j["gflop_per_pass"].get<double>(), 4.0);
+  EXPECT_DOUBLE_EQ(j["gflop_per_token"].get<double>(), 0.25);
+  EXPECT_EQ(j["gflop_per_pass_by_kind"].dump(), R"({"gemm":3.0,"controller":1.0})");  // no mixing kind
+  EXPECT_EQ(j["gemm_ops"]["aten.mm.default"]["gflop"], 4.0);
+  EXPECT_EQ(j["zero_ops"]["aten.add.Tensor"], 30);
+  EXPECT_EQ(j["uncounted_ops"]["fca_test.opaque.default"], 4);
+  EXPECT_EQ(j["modules"][0]["gflop"], 0.5);
+  EXPECT_EQ(j["modules"][0]["controller"], false);
+  // No blocks unit named: total and executed blocks are null.
+  nlohmann::json c = nlohmann::json::parse(kCounts);
+  c["units"].erase("blocks");
+  const auto k = external_counted_fields(c.dump(), "live", {{"experts", 8}}, 16, "answer");
+  EXPECT_TRUE(k["total_blocks"].is_null());
+  EXPECT_TRUE(k["executed_blocks"].is_null());
+}
+
+TEST(ExecExternal, MalformedCountsAreRefused) {
+  auto refused = [](const std::string& counts, const std::string& mode, const std::string& expected) {
+    try {
+      (void)external_counted_fields(counts, mode, external_units(), 16, "answer");
+      ADD_FAILURE() << "accepted: " << counts;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
+    }
+  };
+  refused(counts_with("gemm_flops", -1), "live", "'gemm_flops' must be in [0");
+  refused(R"({"gemm_flops": NaN})", "live", "counts is not valid JSON");
+  refused(counts_with("controller_flops", "1e9"), "live", "'controller_flops' must be a number");
+  nlohmann::json c = nlohmann::json::parse(kCounts);
+  c.erase("zero_ops");
+  refused(c.dump(), "live", "'zero_ops' is missing");
+  refused(counts_with("controller_evaluations", 2.5), "live", "'controller_evaluations' must be an integer");
+  refused(counts_with("controller_evaluations", 0), "live", "the live pass reports 0 controller evaluations");
+  refused(kCounts, "replay", "the replay pass reports 4 controller evaluations, expected 0");
+  refused(kCounts, "static_profile", "static_profile pass reports 4");
+  // The units must be those of exec_prepare: the same kinds, the same matched modules.
+  refused(counts_with("units", {{"blocks", {{"modules", 4}, {"calls", 4}, {"rows", 56}}}}), "live", "unit kinds");
+  refused(counts_with("units", {{"blocks", {{"modules", 3}, {"calls", 4}, {"rows", 56}}}, {"experts", {{"modules", 8}, {"calls", 16}, {"rows", 32}}}}),
+          "live", "3 modules, expected exec_prepare's 4");
+  refused(counts_with("units", {{"blocks", {{"modules", 4}, {"calls", -4}, {"rows", 56}}}, {"experts", {{"modules", 8}, {"calls", 16}, {"rows", 32}}}}),
+          "live", "'calls' must be in 0 ..");
+  refused(counts_with("zero_ops", {{"aten.add.Tensor", -3}}), "live", "'aten.add.Tensor' must be in 0 ..");
+  refused(counts_with("gemm_ops", {{"aten.mm.default", {{"calls", 1}}}}), "live", "'flops' is missing");
+  refused(counts_with("modules", {{{"name", "b"}, {"class", "B"}, {"calls", 1}, {"rows", 1}, {"flops", -1.0}, {"controller", false}}}),
+          "live", "'flops' must be in [0");
+  refused(counts_with("modules", "blocks"), "live", "'modules' must be an array");
+  // A reference may evaluate a controller or not.
+  EXPECT_NO_THROW((void)external_counted_fields(counts_with("controller_evaluations", 0), "reference", external_units(), 16, "a"));
+}
+
+SafetensorsReader prepare_answer(std::map<std::string, std::string> meta) {
+  std::map<std::string, std::string> m{{"modes", R"([{"mode": "live"}, {"mode": "replay"}, {"mode": "static_profile", "profile": "LayerMean"},
+                                                     {"mode": "reference", "label": "Dense"}])"},
+                                       {"device", "cpu"}, {"timer", "perf_counter"}, {"threads", "2"}, {"units", R"({"blocks": 4})"}};
+  for (const auto& [k, v] : meta) m[k] = v;
+  return SafetensorsReader(encode_safetensors({}, m), "answer");
+}
+
+TEST(ExecExternal, PrepareAnswerIsChecked) {
+  const ExternalExecSetup s = parse_exec_prepare(prepare_answer({}));
+  EXPECT_EQ(s.modes, (std::vector<std::string>{"live", "replay", "static_profile", "reference"}));
+  EXPECT_EQ(s.reference_label, "Dense");
+  EXPECT_EQ(s.threads, 2);
+  EXPECT_EQ(s.units.dump(), R"({"blocks":4})");
+  EXPECT_EQ(parse_exec_prepare(prepare_answer({{"modes", R"([{"mode": "live"}])"}})).reference_label, "");
+  auto refused = [](std::map<std::string, std::string> meta, const std::string& expected) {
+    try {
+      (void)parse_exec_prepare(prepare_answer(std::move(meta)));
+      ADD_FAILURE() << "accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
+    }
+  };
+  refused({{"modes", R"([{"mode": "replay"}, {"mode": "live"}])"}}, "must list \"live\" first");
+  refused({{"modes", R"([{"mode": "live"}, {"mode": "fast"}])"}}, "mode \"fast\", expected live, replay");
+  refused({{"modes", R"([{"mode": "live"}, {"mode": "live"}])"}}, "offered twice");
+  refused({{"modes", R"([{"mode": "live"}, {"mode": "reference"}])"}}, "'label' is missing");
+  refused({{"modes", "[]"}}, "non-empty JSON array");
+  refused({{"timer", "wall"}}, "timer \"wall\"");
+  refused({{"threads", "0"}}, "\"threads\"");
+  refused({{"units", R"({"blocks": -1})"}}, "'blocks' must be in 0 ..");
+  refused({{"units", "{blocks}"}}, "units is not valid JSON");
+}
+
+TEST(ExecExternal, SecondsMustBeAPositiveFiniteTime) {
+  auto seconds = [](const std::string& text) { return external_seconds(SafetensorsReader(encode_safetensors({}, {{"seconds", text}}), "a")); };
+  EXPECT_EQ(seconds("0.0125"), 0.0125);
+  for (const char* bad : {"0", "0.0", "-0.1", "nan", "inf", "1e6", "2e7", "", "0.1s"}) EXPECT_THROW((void)seconds(bad), Error) << bad;
+}
+
+// exec.md for an external model: its label, executed blocks as a fraction, no mixing, the ratio to
+// its reference in the table and in words below it, and the operators it could not count.
+TEST(ExecExternal, MarkdownRendersExternalEntries) {
+  auto ratio = [](double estimate, double low, double high, const char* difference) {
+    return nlohmann::ordered_json{{"estimate", estimate}, {"ci95", {low, high}}, {"runs", 5}, {"margin", 0.05}, {"difference", difference}};
+  };
+  auto mode = [&](const char* name, nlohmann::ordered_json blocks, nlohmann::ordered_json ratio_to_reference, nlohmann::ordered_json uncounted) {
+    return nlohmann::ordered_json{{"mode", name}, {"total_blocks", 4}, {"executed_blocks", blocks},
+                                  {"gflop_per_token", 0.5}, {"gflop_per_pass_by_kind", {{"gemm", 1.0}, {"controller", 0.5}}},
+                                  {"uncounted_ops", uncounted}, {"nll", 1.25},
+                                  {"latency", {{"median_s", 0.002}, {"p10_s", 0.001}, {"p90_s", 0.003}}}, {"tokens_per_s", 8000.0},
+                                  {"latency_ratio_to_dense", nullptr}, {"latency_ratio_to_reference", ratio_to_reference}};
+  };
+  nlohmann::ordered_json m{{"path", "external: python3 a.py"}, {"family", "external"}, {"gate", "tiny"}, {"label", "tiny"},
+                           {"config", nlohmann::ordered_json::object()}, {"device", "cpu"}, {"timer", "perf_counter"},
+                           {"tokens_per_pass", 16}, {"reference", {{"label", "Dense"}, {"mode", "reference"}}}};
+  m["modes"] = {mode("live", 3.5, ratio(1.308, 1.251, 1.36, "slower"), {{"fca_test.opaque.default", 4}}),
+                mode("replay", 4.0, ratio(0.8, 0.75, 0.85, "faster"), nlohmann::ordered_json::object()),
+                mode("static_profile", nullptr, ratio(1.01, 0.97, 1.04, "no measurable difference at this size"), nlohmann::ordered_json::object()),
+                mode("reference", 4.0, ratio(1.0, 1.0, 1.0, "no measurable difference at this size"), nlohmann::ordered_json::object())};
+  nlohmann::ordered_json e{{"settings", {{"batch", 1}, {"runs", 5}, {"max_runs", 5}, {"warmup", 1}, {"margin", 0.05}}},
+                           {"timing", {{"rounds", 5}, {"stopped_because", "the maximum of 5 rounds was reached"}}},
+                           {"provenance", {{"threads", 2}}}, {"sgemm_peak_gflops", 100.0}, {"flop_convention", "native"},
+                           {"flop_convention_external", "dispatcher"}, {"models", {m}}};
+  const std::string md = exec_markdown(e);
+  EXPECT_NE(md.find("| ratio to Dense (native) / reference (external) | NLL |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| tiny | live | 3.5 / 4 | 0.5 | 31.25 | – | 2.00 [1.00, 3.00] | 8000 |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| tiny | static_profile | – |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| x1.308 [1.251, 1.360] slower | 1.2500 |"), std::string::npos) << md;
+  EXPECT_NE(md.find("- `live`: 30.8% slower than Dense [25.1%, 36.0%]\n"), std::string::npos) << md;
+  EXPECT_NE(md.find("- `replay`: 20.0% faster than Dense [15.0%, 25.0%]\n"), std::string::npos) << md;
+  EXPECT_NE(md.find("- `static_profile`: no measurable difference at this size from Dense [-3.0%, +4.0%]\n"), std::string::npos) << md;
+  EXPECT_EQ(md.find("- `reference`:"), std::string::npos) << md;
+  EXPECT_NE(md.find("not counted: fca_test.opaque.default x4\n"), std::string::npos) << md;
+}
+
 class ExecCli : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -353,6 +506,26 @@ TEST_F(ExecCli, BadInput) {
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("calibratable gates"), std::string::npos) << r.output;
   EXPECT_FALSE(std::filesystem::exists(dir.file("x/exec.json")));
+}
+
+TEST_F(ExecCli, ExternalFlagsAreChecked) {
+  auto r = testing::run_fca({"exec", "--data", dir.path(), "--out", dir.file("x")});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("fca: error: exec needs at least one --model or --external"), std::string::npos) << r.output;
+  r = testing::run_fca({"exec", "--external", "sh -c 'exit 3'", "--skip-threshold", "0.5", "--data", dir.path(), "--out", dir.file("x")});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("fca: error: --skip-threshold applies to fca's own models (--model)"), std::string::npos) << r.output;
+  r = testing::run_fca({"exec", "--external", "sh -c 'exit 3'", "--external-timeout", "0", "--data", dir.path(), "--out", dir.file("x")});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("--external-timeout"), std::string::npos) << r.output;
+  // An adapter that exits: named, and nothing written (the native model measured first included).
+  r = testing::run_fca({"exec", "--model", dir.file("dense.safetensors"), "--external", "sh -c 'exit 3'", "--data", dir.path(),
+                        "--runs", "1", "--warmup", "0", "--eval-windows", "8", "--out", dir.file("x"), "--no-progress"});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("fca: error: "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("sh -c 'exit 3'"), std::string::npos) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("x/exec.json")));
+  EXPECT_FALSE(std::filesystem::exists(dir.file("x/exec.md")));
 }
 
 }  // namespace
