@@ -51,10 +51,34 @@ class GateController(torch.nn.Module):
         return torch.sigmoid(self.bias[l] + phi @ self.weight[l])
 
 
+class Block(torch.nn.Module):
+    """One pre-LN block's update F_l(h) = u + w, as a module of its own (so that hooks see which
+    blocks run and on how many rows). It reads the checkpoint's tensors of block l from P."""
+
+    def __init__(self, P, l: int, D: int, H: int):
+        super().__init__()
+        self.P, self.p, self.D, self.H = P, f"blocks.{l}.", D, H
+
+    def forward(self, h: torch.Tensor, causal: torch.Tensor):
+        """h [B, T, D] -> (F_l [B, T, D], the scores s [B, H, T, T], log-attention logp)."""
+        P, p, D, H = self.P, self.p, self.D, self.H
+        B, T, _ = h.shape
+        dh = D // H
+        a = F.layer_norm(h, (D,), P[p + "ln1.weight"], P[p + "ln1.bias"], LN_EPS)
+        qkv = a @ P[p + "attn.qkv.weight"].T + P[p + "attn.qkv.bias"]
+        q, k, v = (t.view(B, T, H, dh).transpose(1, 2) for t in qkv.split(D, dim=-1))
+        s = ((q @ k.transpose(-1, -2)) / math.sqrt(dh)).masked_fill(~causal, float("-inf"))  # [B, H, T, T]
+        logp = torch.log_softmax(s, dim=-1)
+        u = (logp.exp() @ v).transpose(1, 2).reshape(B, T, D) @ P[p + "attn.proj.weight"].T + P[p + "attn.proj.bias"]
+        m = F.layer_norm(h + u, (D,), P[p + "ln2.weight"], P[p + "ln2.bias"], LN_EPS)
+        w = F.gelu(m @ P[p + "mlp.fc.weight"].T + P[p + "mlp.fc.bias"], approximate="tanh")
+        return u + w @ P[p + "mlp.proj.weight"].T + P[p + "mlp.proj.bias"], s, logp
+
+
 class GatedTransformer(torch.nn.Module):
     """Forward pass over an fca-gated-v1 checkpoint's tensors, float32, no autograd. The trunk's
     tensors are buffers (so that the module's state is the whole checkpoint), the gate's are the
-    parameters of its controller module."""
+    parameters of its controller module; each block's update is a Block module."""
 
     def __init__(self, path: str):
         super().__init__()
@@ -67,27 +91,18 @@ class GatedTransformer(torch.nn.Module):
         for name, t in self.P.items():
             if not name.startswith("gate."):
                 self.register_buffer(name.replace(".", "__"), t)
+        self.blocks = torch.nn.ModuleList(Block(self.P, l, self.D, self.H) for l in range(self.L))
         self.controller = GateController(self.P, c)
 
     def forward(self, x: torch.Tensor, gates: Optional[torch.Tensor], on_controller=lambda: None):
         """x int64 [B, T]; gates None (live) or [B, L, T] to replay. Returns logits [B, T, V], g [B, L, T]."""
-        P, L, D, H = self.P, self.L, self.D, self.H
+        P, L, D = self.P, self.L, self.D
         B, T = x.shape
-        dh = D // H
         causal = torch.ones(T, T, dtype=torch.bool).tril()
         h = P["wte"][x] + P["wpe"][:T]
         used, prev_logp = [], None
         for l in range(L):
-            p = f"blocks.{l}."
-            a = F.layer_norm(h, (D,), P[p + "ln1.weight"], P[p + "ln1.bias"], LN_EPS)
-            qkv = a @ P[p + "attn.qkv.weight"].T + P[p + "attn.qkv.bias"]
-            q, k, v = (t.view(B, T, H, dh).transpose(1, 2) for t in qkv.split(D, dim=-1))
-            s = ((q @ k.transpose(-1, -2)) / math.sqrt(dh)).masked_fill(~causal, float("-inf"))  # [B, H, T, T]
-            logp = torch.log_softmax(s, dim=-1)
-            u = (logp.exp() @ v).transpose(1, 2).reshape(B, T, D) @ P[p + "attn.proj.weight"].T + P[p + "attn.proj.bias"]
-            m = F.layer_norm(h + u, (D,), P[p + "ln2.weight"], P[p + "ln2.bias"], LN_EPS)
-            w = F.gelu(m @ P[p + "mlp.fc.weight"].T + P[p + "mlp.fc.bias"], approximate="tanh")
-            upd = u + w @ P[p + "mlp.proj.weight"].T + P[p + "mlp.proj.bias"]                   # F_l [B, T, D]
+            upd, s, logp = self.blocks[l](h, causal)                                            # F_l [B, T, D]
             if gates is None:        # live: run the controller
                 phi = features(s, logp, prev_logp, causal, upd, h) if self.gate == "featuregate" else None
                 g = self.controller(l, B, T, phi)
@@ -119,6 +134,8 @@ def features(s, logp, prev_logp, causal, upd, h) -> torch.Tensor:
 
 
 class GatedAdapter(fca_adapter.Adapter):
+    executed = {"blocks": "blocks.*"}          # fca exec: the modules whose rows are the executed blocks
+
     def __init__(self, path: str):
         super().__init__()
         self.path = path
@@ -134,6 +151,9 @@ class GatedAdapter(fca_adapter.Adapter):
             identity=torch.ones(m.L, 1, 1),               # g = 1: a plain residual stream
             static_profile="LayerMean", structure_removed="GlobalMean",
             config=m.config, parameter_count=sum(t.numel() for t in m.P.values()))
+
+    def exec_controllers(self):
+        return ["controller"]                   # fca exec: the products inside it are the controller's
 
     def forward(self, ids, coefficients=None):
         B, T = ids.shape

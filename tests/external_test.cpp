@@ -18,32 +18,12 @@
 namespace fca {
 namespace {
 
+using testing::python;
+using testing::python_has_torch;
+using testing::read_json;
 using testing::run_fca;
-
-// The Python with Debian's python3-torch (make test installs it; CMake's FCA_PYTHON).
-std::string python() { return FCA_PYTHON; }
-
-bool python_has_torch() {
-  static const bool ok = std::system((python() + " -c 'import torch, numpy' >/dev/null 2>&1").c_str()) == 0;
-  return ok;
-}
-
-std::string source(const std::string& relative) { return std::string(FCA_SOURCE_DIR) + "/" + relative; }
-
-// Runs a shell command (its stderr joined to its stdout): its exit status and its output.
-std::pair<int, std::string> run_shell(const std::string& cmd) {
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (pipe == nullptr) return {-1, "popen failed: " + cmd};
-  std::string output;
-  char buf[4096];
-  for (size_t n; (n = fread(buf, 1, sizeof buf, pipe)) > 0;) output.append(buf, n);
-  return {pclose(pipe), output};
-}
-
-nlohmann::json read_json(const std::string& path) {
-  std::ifstream in(path);
-  return nlohmann::json::parse(in);
-}
+using testing::run_shell;
+using testing::source;
 
 // Every number of the native audit.json against the external one. Paths that name the run, not the
 // model's figures, are left out (provenance, the model's path, family and description, the cache
@@ -251,6 +231,13 @@ TEST_F(External, StudyWithAnExternalVariant) {
   const auto native = read_json(out + "/fg-s1-audit/audit.json"), external = read_json(out + "/fg-pytorch-audit/audit.json");
   EXPECT_NEAR(native["baseline"]["nll"].get<double>(), external["baseline"]["nll"].get<double>(), 1e-5);
   EXPECT_NE(testing::read_bytes(out + "/report.html").find("[external: gated-pytorch]"), std::string::npos);
+  // Its execution is measured through the adapter with the native variant's, and its card shows it.
+  const auto exec = read_json(out + "/exec/exec.json");
+  ASSERT_EQ(exec["models"].size(), 2u);
+  EXPECT_EQ(exec["models"][1]["family"], "external");
+  EXPECT_EQ(exec["models"][1]["model_sha256"], external["provenance"]["model_sha256"]);
+  EXPECT_EQ(exec["models"][1]["modes"][0]["executed_blocks"], 2.0);
+  EXPECT_NE(testing::read_bytes(out + "/report.html").find("measured in the adapter&#39;s process"), std::string::npos);
   r = run_fca({"study", "--config", dir.file("study.json"), "--out", out});
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("audit fg-pytorch (external): done before, skipped"), std::string::npos) << r.output;
@@ -303,7 +290,7 @@ TEST_F(External, HookedModelsOfThirdPartyStylesAreAuditedAsTheyAre) {
 // The Python API: fca_adapter.audit runs fca on the model this Python process holds (no second
 // Python process), returns audit.json and raises AuditError with fca's message.
 TEST_F(External, PythonApiAuditsTheModelInProcess) {
-  const std::string cmd = std::string("FCA_BIN=") + FCA_BINARY + " " + python() + " " + source("tests/external/api_audit.py") + " " +
+  const std::string cmd = std::string("FCA_BIN=") + FCA_BINARY + " " + python() + " " + source("tests/external/api_checks.py") + " audit " +
                           dir.path() + " " + dir.file("api") + " 2>&1";
   const auto [status, output] = run_shell(cmd);
   EXPECT_EQ(status, 0) << output;

@@ -166,4 +166,27 @@ void expect_gradients_match_finite_differences(const std::vector<TensorSlot>& la
   }
 }
 
+std::pair<int, std::string> run_shell(const std::string& cmd) {
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (pipe == nullptr) return {-1, "popen failed: " + cmd};
+  std::string output;
+  char buf[4096];
+  for (size_t n; (n = fread(buf, 1, sizeof buf, pipe)) > 0;) output.append(buf, n);
+  return {pclose(pipe), output};
+}
+
+std::string python() { return FCA_PYTHON; }
+
+bool python_has_torch() {
+  static const bool ok = std::system((python() + " -c 'import torch, numpy' >/dev/null 2>&1").c_str()) == 0;
+  return ok;
+}
+
+std::string source(const std::string& relative) { return std::string(FCA_SOURCE_DIR) + "/" + relative; }
+
+nlohmann::json read_json(const std::string& path) {
+  std::ifstream in(path);
+  return nlohmann::json::parse(in);
+}
+
 }  // namespace fca::testing

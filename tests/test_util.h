@@ -3,7 +3,10 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
+
+#include "core/json.h"
 
 #include "models/base/tensor_slot.h"
 #include "models/gated/config.h"
@@ -58,5 +61,15 @@ struct CommandResult {
 // Runs the built fca binary with the given arguments (shell-quoted here); with ranks > 0, as that
 // many MPI ranks under mpirun.
 CommandResult run_fca(const std::vector<std::string>& args, int ranks = 0);
+// Runs a shell command (its stderr joined to its stdout): its exit status and its output.
+std::pair<int, std::string> run_shell(const std::string& cmd);
+
+// The Python with Debian's python3-torch (make test installs it; CMake's FCA_PYTHON), and whether it
+// imports torch and numpy.
+std::string python();
+bool python_has_torch();
+// A path in the source tree.
+std::string source(const std::string& relative);
+nlohmann::json read_json(const std::string& path);
 
 }  // namespace fca::testing

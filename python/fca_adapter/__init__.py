@@ -17,8 +17,9 @@ from .protocol import (PROTOCOL, Adapter, AdapterError, Coefficients, Descriptio
                        encode_safetensors, logits_digest, main, read_message, read_safetensors_file, serve,
                        sha256_files, window_nll, write_message)
 from .hooks import Controller, HookedAdapter, match_modules
-from .api import AuditError, audit, find_fca, local_rank, rank, ranks
+from .api import AuditError, audit, exec, find_fca, local_rank, rank, ranks
+from .execution import Reference
 
-__all__ = ["PROTOCOL", "Adapter", "AdapterError", "AuditError", "audit", "find_fca", "local_rank", "rank", "ranks", "Coefficients", "Controller", "Description", "HookedAdapter",
+__all__ = ["PROTOCOL", "Adapter", "AdapterError", "AuditError", "audit", "exec", "Reference", "find_fca", "local_rank", "rank", "ranks", "Coefficients", "Controller", "Description", "HookedAdapter",
            "decode_safetensors", "encode_safetensors", "logits_digest", "main", "match_modules", "read_message",
            "read_safetensors_file", "serve", "sha256_files", "window_nll", "write_message"]

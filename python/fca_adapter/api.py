@@ -1,4 +1,4 @@
-"""The Python API: audit an adapter's in-memory model with one call.
+"""The Python API: audit an adapter's in-memory model, or measure its execution, with one call.
 
     result = fca_adapter.audit(adapter, data="data/nlp-corpus", out="runs/my-audit", eval_windows=128)
 
@@ -8,7 +8,8 @@ two `cat`s that carry fca's requests to this process and the answers back over i
 which `serve` answers here. fca's progress shows on stderr; a failure raises AuditError with fca's
 message; the result is audit.json as a dict. Flags are fca audit's, with underscores for dashes
 (`eval_windows=32`, `no_progress=True`, `allow_insensitive_replay=True`). The fca binary is `fca=`,
-else $FCA_BIN, else `fca` on PATH.
+else $FCA_BIN, else `fca` on PATH. `exec(adapter, data=..., out=...)` runs `fca exec` the same way
+and returns exec.json.
 """
 
 import json
@@ -74,18 +75,16 @@ def find_fca(fca: Optional[str] = None) -> str:
     return binary
 
 
-def audit(adapter: Adapter, data: Optional[str] = None, out: Optional[str] = None, fca: Optional[str] = None,
-          **flags) -> dict:
-    """Runs `fca audit` on `adapter` in this process and returns audit.json (see the module docstring)."""
+def _run_fca(subcommand: str, adapter: Adapter, out: str, data: Optional[str], fca: Optional[str], flags) -> None:
+    """Runs `fca SUBCOMMAND --external <relay> --out OUT ...` with this process answering the adapter's
+    requests; raises AuditError with fca's message when it fails."""
     binary = find_fca(fca)
-    if out is None:
-        raise AuditError("audit: give out= (the output folder of audit.json, windows.csv, audit.md)")
     requests_r, requests_w = os.pipe()   # fca's relay writes requests into requests_w; serve reads them
     answers_r, answers_w = os.pipe()     # serve writes answers into answers_w; the relay reads them
     # The answers' cat runs in the background (an asynchronous list's stdin would be /dev/null, but it
     # reads answers_r); the requests' cat is the shell itself, reading fca's pipe on its stdin.
     relay = f"cat <&{answers_r} & exec cat >&{requests_w}"
-    command = [binary, "audit", "--external", relay, "--out", out] + (["--data", data] if data else []) + _flag_args(flags)
+    command = [binary, subcommand, "--external", relay, "--out", out] + (["--data", data] if data else []) + _flag_args(flags)
     process = subprocess.Popen(command, pass_fds=(requests_w, answers_r), stdin=subprocess.DEVNULL,
                                stderr=subprocess.PIPE)
     os.close(requests_w)
@@ -111,6 +110,29 @@ def audit(adapter: Adapter, data: Optional[str] = None, out: Optional[str] = Non
     if status != 0:
         errors = [line.strip() for line in tail if line.startswith("fca: ")]
         usage = [line.strip() for line in tail if line.strip() and not line.startswith("Run with --help")]
-        raise AuditError(errors[-1] if errors else usage[-1] if usage else f"fca audit exited with status {status}")
+        raise AuditError(errors[-1] if errors else usage[-1] if usage else f"fca {subcommand} exited with status {status}")
+
+
+def audit(adapter: Adapter, data: Optional[str] = None, out: Optional[str] = None, fca: Optional[str] = None,
+          **flags) -> dict:
+    """Runs `fca audit` on `adapter` in this process and returns audit.json (see the module docstring)."""
+    if out is None:
+        raise AuditError("audit: give out= (the output folder of audit.json, windows.csv, audit.md)")
+    _run_fca("audit", adapter, out, data, fca, flags)
     with open(os.path.join(out, "audit.json")) as f:
+        return json.load(f)
+
+
+def exec(adapter: Adapter, data: Optional[str] = None, out: Optional[str] = None, fca: Optional[str] = None,
+         reference=None, **flags) -> dict:  # noqa: A001 (fca's command name)
+    """Runs `fca exec` (claim 3: executed work, FLOPs and latency of the model in this process, on its
+    own device) and returns exec.json. `reference`: an execution.Reference the latency is compared
+    with (default: the adapter's own). Flags are fca exec's, with underscores for dashes
+    (`runs=20`, `batch=8`, `eval_windows=16`, `no_progress=True`)."""
+    if out is None:
+        raise AuditError("exec: give out= (the output folder of exec.json, exec.md)")
+    if reference is not None:
+        adapter.reference = reference
+    _run_fca("exec", adapter, out, data, fca, flags)
+    with open(os.path.join(out, "exec.json")) as f:
         return json.load(f)

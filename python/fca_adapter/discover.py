@@ -17,7 +17,8 @@ from typing import Dict, List
 
 import torch
 
-from .hooks import _logits_of, _max_tokens_of
+from .execution import logits_of
+from .hooks import _max_tokens_of
 
 
 def _shapes(output) -> List[List[int]]:
@@ -55,7 +56,7 @@ def list_modules(model: torch.nn.Module, forward, tokens: int, vocab: int) -> Li
             for _ in range(2):
                 records.clear()
                 ids = torch.randint(0, vocab, (2, tokens), generator=generator).to(device)
-                _logits_of(forward(ids))
+                logits_of(forward(ids))
                 passes.append({n: list(outs) for n, outs in records.items()})
     finally:
         for h in handles:

@@ -31,14 +31,15 @@ user never does. (A bf16 or fp16 controller receives fca's float32 coefficients 
 dtype; the recorded ones round-trip exactly, so exact replay stays exact.)
 """
 
+import contextlib
 import dataclasses
-import fnmatch
 import hashlib
 import math
 from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 
+from .execution import Reference, glob_match, logits_of
 from .protocol import Adapter, AdapterError, Description
 
 _WINDOW, _TOKEN, _STREAM = "B", "T", "S"
@@ -96,14 +97,6 @@ class Controller:
         self.from_tensor = from_tensor
 
 
-def _glob_match(pattern: Sequence[str], name: Sequence[str]) -> bool:
-    if not pattern:
-        return not name
-    if pattern[0] == "**":
-        return any(_glob_match(pattern[1:], name[i:]) for i in range(len(name) + 1))
-    return bool(name) and fnmatch.fnmatchcase(name[0], pattern[0]) and _glob_match(pattern[1:], name[1:])
-
-
 def match_modules(model: torch.nn.Module, controllers: Dict[str, Union[str, Controller]]
                   ) -> List[Tuple[str, torch.nn.Module, Controller]]:
     """The matched (name, module, Controller), in `named_modules()` order. A glob that matches no
@@ -115,7 +108,7 @@ def match_modules(model: torch.nn.Module, controllers: Dict[str, Union[str, Cont
     for glob, spec in controllers.items():
         controller = spec if isinstance(spec, Controller) else Controller(spec)
         _parse_axes(controller.axes, f"controllers[{glob!r}]")
-        hits = [(n, m) for n, m in names if _glob_match(glob.split("."), n.split("."))]
+        hits = [(n, m) for n, m in names if glob_match(glob.split("."), n.split("."))]
         if not hits:
             examples = ", ".join(n for n, _ in names[:8])
             raise AdapterError(f"controllers: the glob {glob!r} matches no module of {type(model).__name__} "
@@ -193,14 +186,6 @@ def _from_layout(c: torch.Tensor, call: _Call, axes: _Axes, B: int, T: int) -> t
     return y.reshape(call.output_shape(B, T, axes))
 
 
-def _logits_of(output) -> torch.Tensor:
-    if hasattr(output, "logits"):
-        return output.logits
-    if isinstance(output, (tuple, list)):
-        return output[0]
-    return output
-
-
 def _state_sha256(model: torch.nn.Module) -> str:
     """SHA-256 of the model's state: every tensor's name, dtype, shape and bytes, in name order."""
     h = hashlib.sha256()
@@ -236,6 +221,10 @@ class HookedAdapter(Adapter):
         says why).
     model_sha256: the weights' content hash for the cache manifest (e.g. sha256_files of the
         checkpoint's files); default: SHA-256 of the module's state_dict (names, dtypes, shapes, bytes).
+    executed: for fca exec, unit kind -> module-name globs whose rows are counted as executed work,
+        e.g. {"blocks": "blocks.*", "experts": "**.experts.*"} ("blocks" gives exec's executed blocks).
+    reference: for fca exec, what the latency is compared with (execution.Reference: a Dense model,
+        or a callable running this model with its controller replaced by constants).
     """
 
     def __init__(self, model: torch.nn.Module, forward: Optional[Callable] = None,
@@ -243,8 +232,10 @@ class HookedAdapter(Adapter):
                  max_tokens: Optional[int] = None, tokenizer: Optional[Callable[[bytes], Sequence[int]]] = None,
                  identity: Union[None, float, torch.Tensor] = None, family: Optional[str] = None,
                  description: Optional[str] = None, static_profile: str = "LayerMean",
-                 structure_removed: str = "GlobalMean", model_sha256: Optional[str] = None):
+                 structure_removed: str = "GlobalMean", model_sha256: Optional[str] = None,
+                 executed: Optional[Dict[str, Union[str, Sequence[str]]]] = None, reference: Optional[Reference] = None):
         super().__init__()
+        self.executed, self.reference = dict(executed or {}), reference
         self.model = model
         self._forward = forward or (lambda ids: model(ids))
         self._matched = match_modules(model, controllers or {})
@@ -261,12 +252,17 @@ class HookedAdapter(Adapter):
         self._consumed: List[bool] = []
         self._B = self._T = 0
         self.device = next(iter(model.parameters()), torch.empty(0)).device
+        self._handles: List = []
+        self._attach_hooks()
+        self.exec_units(model)                   # an `executed` glob that matches nothing fails here
+        self._description_cache: Optional[Description] = None
+
+    def _attach_hooks(self) -> None:
         for name, module, _ in self._matched:
-            module.register_forward_hook(self._make_record_hook(name))
+            self._handles.append(module.register_forward_hook(self._make_record_hook(name)))
             for sub_name, sub in module.named_modules():
                 if sub is not module:
-                    sub.register_forward_pre_hook(self._make_refusal_hook(f"{name}.{sub_name}", name))
-        self._description_cache: Optional[Description] = None
+                    self._handles.append(sub.register_forward_pre_hook(self._make_refusal_hook(f"{name}.{sub_name}", name)))
 
     # -- hooks -------------------------------------------------------------------------------
     def _make_record_hook(self, name: str):
@@ -307,7 +303,7 @@ class HookedAdapter(Adapter):
 
     # -- one pass ------------------------------------------------------------------------------
     def _run(self, ids: torch.Tensor):
-        return _logits_of(self._forward(ids.to(self.device)))
+        return logits_of(self._forward(ids.to(self.device)))
 
     def _live(self, ids: torch.Tensor):
         B, T = ids.shape
@@ -416,3 +412,73 @@ class HookedAdapter(Adapter):
             raise AdapterError(f"replay: {len(missing)} controller calls of the live passes did not happen "
                                f"({missing[:4]}): the replay must use every coefficient it is handed")
         return logits.to(torch.float32).cpu(), used
+
+    # -- claim 3, fca exec (execution.py) -----------------------------------------------------
+    def exec_device(self) -> torch.device:
+        return self.device
+
+    def exec_controllers(self) -> List[str]:
+        return [name for name, _, _ in self._matched]
+
+    def exec_counts_controllers(self) -> bool:
+        return True
+
+    def exec_replayed(self, module: torch.nn.Module) -> bool:
+        return getattr(module.__dict__.get("forward"), "fca_replayed", False)
+
+    def exec_handed(self, record) -> List:
+        """Each controller call's output, in its own layout, dtype and device, from a record
+        [B, L, T, S, K]: built once, before the pass that returns them."""
+        values = self.record_values(record)
+        B, _, T = values.shape[:3]
+        outputs = []
+        for l, call in enumerate(self._layout):
+            c = values[:, l, :, :call.streams, :call.sources]
+            out = _from_layout(c, call, self._axes[call.name], B, T).to(device=self.device, dtype=self._dtype[l])
+            controller = self._controller[call.name]
+            outputs.append(controller.from_tensor(out) if controller.from_tensor else out)
+        return outputs
+
+    def exec_forward(self, ids: torch.Tensor, handed) -> torch.Tensor:
+        """One pass: live (handed None: the controllers run, nothing is recorded) or with each
+        controller call returning its prepared output (the controllers' own forwards never run)."""
+        if handed is None:
+            return self._run(ids)
+        position = [0]
+
+        def replacement(name):
+            def forward(*args, **kwargs):
+                layer = position[0]
+                if layer >= len(self._layout) or self._layout[layer].name != name:
+                    raise AdapterError(f"exec replay: controller call {layer} is {name!r}, but the live passes called "
+                                       f"{self._layout[layer].name if layer < len(self._layout) else 'none'!r} there")
+                position[0] += 1
+                return handed[layer]
+            forward.fca_replayed = True
+            return forward
+        own = [module.__dict__.get("forward") for _, module, _ in self._matched]   # an instance-level forward stays
+        try:
+            for name, module, _ in self._matched:
+                module.forward = replacement(name)
+            logits = self._run(ids)
+        finally:
+            for (_, module, _), forward in zip(self._matched, own):
+                if forward is None:
+                    module.__dict__.pop("forward", None)
+                else:
+                    module.forward = forward
+        if position[0] != len(self._layout):
+            raise AdapterError(f"exec replay: {position[0]} of the {len(self._layout)} controller calls of the live "
+                               f"passes happened")
+        return logits
+
+    @contextlib.contextmanager
+    def exec_hooks_detached(self):
+        """No hook of this adapter on any module (the exec counters attach their own)."""
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+        try:
+            yield
+        finally:
+            self._attach_hooks()

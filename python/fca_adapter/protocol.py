@@ -30,6 +30,7 @@ Python 3 with numpy and torch only.
 """
 
 import argparse
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -43,6 +44,9 @@ from typing import BinaryIO, Callable, Dict, List, Optional, Sequence, Tuple, Un
 import numpy as np
 import torch
 import torch.nn.functional as F
+
+from .errors import AdapterError
+from .execution import answer as exec_answer, units_of
 
 PROTOCOL = "fca-external-v1"
 # Largest message accepted (a guard against a corrupt length prefix): 4 GiB.
@@ -181,10 +185,6 @@ class Coefficients:
     discrete: Optional[torch.Tensor] = None
 
 
-class AdapterError(Exception):
-    """Raised by an adapter for a problem to report to fca as an error message."""
-
-
 class Adapter:
     """Subclass and implement describe() and forward(); tokenize() when describe says "ids"."""
 
@@ -208,6 +208,51 @@ class Adapter:
     def count_controller(self, n: int = 1) -> None:
         """Call once per controller evaluation: fca checks that a replay makes none."""
         self._controller_evaluations += n
+
+    # -- claim 3, `fca exec --external` (execution.py). HookedAdapter overrides these; a
+    # hand-written adapter gets the defaults: its `model` attribute (an nn.Module) is counted, its
+    # replay runs through forward(ids, record), and count_controller() counts its controller.
+    executed: Dict[str, Union[str, Sequence[str]]] = {}   # unit kind -> module-name globs, e.g. {"blocks": "blocks.*"}
+    reference = None                                      # an execution.Reference, or None
+
+    def exec_model(self) -> Optional[torch.nn.Module]:
+        model = getattr(self, "model", None)
+        return model if isinstance(model, torch.nn.Module) else None
+
+    def exec_device(self) -> torch.device:
+        model = self.exec_model()
+        for t in (list(model.parameters()) + list(model.buffers())) if model is not None else []:
+            return t.device
+        return torch.device("cpu")
+
+    def exec_units(self, model: Optional[torch.nn.Module]) -> Dict[str, List[str]]:
+        return units_of(model, self.executed)
+
+    def exec_controllers(self) -> List[str]:
+        return []
+
+    def exec_counts_controllers(self) -> bool:
+        """True where the exec counters count controller evaluations from the modules that ran;
+        False: count_controller() does."""
+        return False
+
+    def exec_replayed(self, module: torch.nn.Module) -> bool:
+        return False
+
+    def exec_has_static_profile(self) -> bool:
+        return self.describe().record_kind == "continuous"
+
+    def record_values(self, record) -> torch.Tensor:
+        return _as_record(record).values
+
+    def exec_handed(self, record):
+        return record
+
+    def exec_forward(self, ids: torch.Tensor, handed) -> torch.Tensor:
+        return self.forward(ids, handed)[0]
+
+    def exec_hooks_detached(self):
+        return contextlib.nullcontext()
 
 
 # ------------------------------------------------------------------------------------------------
@@ -323,6 +368,7 @@ def serve(adapter: Adapter, stdin: Optional[BinaryIO] = None, stdout: Optional[B
     stdout = stdout or sys.stdout.buffer
     sys.stdout = sys.stderr          # a print() must not land in the message stream
     description: Optional[Description] = None
+    exec_state: Dict[str, object] = {}   # the ExecSession of an fca exec run
     while True:
         blob = read_message(stdin)
         if blob is None:
@@ -341,6 +387,9 @@ def serve(adapter: Adapter, stdin: Optional[BinaryIO] = None, stdout: Optional[B
                 write_message(stdout, {"ids": ids}, {"type": "tokenize"})
             elif kind in ("run_live", "run_replay"):
                 write_message(stdout, *_run(adapter, description, tensors, kind == "run_replay"))
+            elif kind in ("exec_prepare", "exec_pass", "exec_time"):
+                write_message(stdout, *exec_answer(exec_state, adapter, description, kind, tensors, meta,
+                                                   window_nll, logits_digest))
             else:
                 raise AdapterError(f"unknown request type {kind!r}")
         except Exception as e:       # every failure goes back to fca as text

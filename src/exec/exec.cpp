@@ -47,25 +47,6 @@ nlohmann::ordered_json saving(const nlohmann::ordered_json& mode, const nlohmann
   return s;
 }
 
-// An external mode's latency against its reference in words, from its ratio object: "30.8% slower
-// than Dense [25.1%, 36.0%]", "12.0% faster than Dense [8.1%, 15.2%]", "no measurable difference at
-// this size from Dense [-3.1%, +4.0%]" (the interval as a change of latency), or the undefined note.
-std::string reference_difference_text(const nlohmann::ordered_json& r, const std::string& label) {
-  if (r["estimate"].is_null()) return r["note"].get<std::string>();
-  const double estimate = r["estimate"].get<double>(), low = r["ci95"][0].get<double>(), high = r["ci95"][1].get<double>();
-  const std::string difference = r["difference"].get<std::string>();
-  char buf[256];
-  if (difference == "slower")
-    std::snprintf(buf, sizeof buf, "%.1f%% slower than %s [%.1f%%, %.1f%%]", 100 * (estimate - 1), label.c_str(), 100 * (low - 1),
-                  100 * (high - 1));
-  else if (difference == "faster")
-    std::snprintf(buf, sizeof buf, "%.1f%% faster than %s [%.1f%%, %.1f%%]", 100 * (1 - estimate), label.c_str(), 100 * (1 - high),
-                  100 * (1 - low));
-  else
-    std::snprintf(buf, sizeof buf, "%s from %s [%+.1f%%, %+.1f%%]", difference.c_str(), label.c_str(), 100 * (low - 1), 100 * (high - 1));
-  return buf;
-}
-
 }  // namespace
 
 TokenWindows load_token_windows(const TextSplit& split, int T, int wanted) {
@@ -321,7 +302,7 @@ std::string exec_markdown(const nlohmann::ordered_json& e) {
     for (const auto& r : m["modes"]) {
       const std::string mode = r["mode"].get<std::string>();
       if (!m["reference"].is_null() && mode != m["reference"]["mode"])
-        md << "- `" << mode << "`: " << reference_difference_text(r["latency_ratio_to_reference"], m["reference"]["label"]) << "\n";
+        md << "- `" << mode << "`: " << latency_change_words(r["latency_ratio_to_reference"], m["reference"]["label"]) << "\n";
       if (r["uncounted_ops"].empty()) continue;
       std::string ops;
       for (const auto& [op, calls] : r["uncounted_ops"].items()) ops += (ops.empty() ? "" : ", ") + op + " x" + calls.dump();

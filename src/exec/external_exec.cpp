@@ -161,24 +161,25 @@ nlohmann::ordered_json measure_external(const std::string& command, const Corpus
   // Shared with the timed measurements: the adapter stays open until the interleaved rounds end.
   const auto model = std::make_shared<ExternalAuditable>(command, o.external_timeout_s);
   const int T = model->max_tokens(), B = o.batch;
-  if (o.eval_windows < B)
-    throw Error("exec --external: --eval-windows " + std::to_string(o.eval_windows) + " is below --batch " + std::to_string(B) +
-                " (the timing batch is the first --batch evaluation windows)");
   const TextSplit& test = corpus.split("test");
   const TextSplit& valid = corpus.split("valid");
-  const WindowSet eval = make_windows(model->tokenize(test.name(), {test.bytes(), test.size()}), test, T, o.eval_windows);
+  const std::vector<int32_t> test_ids = model->tokenize(test.name(), {test.bytes(), test.size()});
+  // As for a native model: the timing batch is B windows of the test split, the NLL is over the
+  // evaluation windows, and the static profile comes from the valid split.
+  const WindowSet timing = make_windows(test_ids, test, T, B);
+  const WindowSet eval = make_windows(test_ids, test, T, o.eval_windows);
   const WindowSet calib = make_windows(model->tokenize(valid.name(), {valid.bytes(), valid.size()}), valid, T, o.calib_windows);
   AdapterConnection& adapter = model->connection();
   const ExternalExecSetup setup = parse_exec_prepare(adapter.request(
-      "exec_prepare", {{"inputs", {B, T}, eval.inputs.data(), DType::I32},
+      "exec_prepare", {{"inputs", {timing.count(), T}, timing.inputs.data(), DType::I32},
                        {"calibration", {calib.count(), T}, calib.inputs.data(), DType::I32}}));
-  const int64_t tokens_per_pass = int64_t(B) * T;
+  const int64_t tokens_per_pass = int64_t(timing.count()) * T;
 
-  // One exec_pass of evaluation windows w0 .. w0 + n - 1 in `mode`: the NLL per window into `nll`
+  // One exec_pass of windows w0 .. w0 + n - 1 of `windows` in `mode`: the NLL per window into `nll`
   // [n]; with `counted`, the pass is counted and its fields go there. Returns the logits digest.
-  auto pass = [&](const std::string& mode, int w0, int n, double* nll, nlohmann::ordered_json* counted) {
-    const int32_t* inputs = eval.inputs.data() + int64_t(w0) * T;
-    const int32_t* targets = eval.targets.data() + int64_t(w0) * T;
+  auto pass = [&](const WindowSet& windows, const std::string& mode, int w0, int n, double* nll, nlohmann::ordered_json* counted) {
+    const int32_t* inputs = windows.inputs.data() + int64_t(w0) * T;
+    const int32_t* targets = windows.targets.data() + int64_t(w0) * T;
     const SafetensorsReader a = adapter.request("exec_pass",
                                                 {{"inputs", {n, T}, inputs, DType::I32}, {"targets", {n, T}, targets, DType::I32}},
                                                 {{"mode", mode}, {"count", counted != nullptr ? "1" : "0"}});
@@ -212,17 +213,17 @@ nlohmann::ordered_json measure_external(const std::string& command, const Corpus
   std::vector<std::string> live_digests;
   for (const std::string& mode : setup.modes) {
     nlohmann::ordered_json entry{{"mode", mode}}, counted;
-    std::vector<double> timing_nll(size_t(B), 0.0);
-    std::vector<std::string> digests{pass(mode, 0, B, timing_nll.data(), &counted)};
+    std::vector<double> timing_nll(size_t(timing.count()), 0.0);
+    std::vector<std::string> digests{pass(timing, mode, 0, timing.count(), timing_nll.data(), &counted)};
     entry.update(counted);
-    entry["nll"] = mean_window_nll(eval.count(), B, [&](int w0, int n, double* out) { digests.push_back(pass(mode, w0, n, out, nullptr)); });
+    entry["nll"] = mean_window_nll(eval.count(), B, [&](int w0, int n, double* out) { digests.push_back(pass(eval, mode, w0, n, out, nullptr)); });
     if (mode == "live") live_digests = digests;
     if (mode == "replay") {
       // Exact replay: the same logits as live, batch by batch (timing a replay that computes
       // something else would say nothing about the live model).
       for (size_t i = 0; i < digests.size(); ++i)
         if (digests[i] != live_digests[i]) {
-          const int w0 = i == 0 ? 0 : int(i - 1) * B, n = i == 0 ? B : std::min(B, eval.count() - w0);
+          const int w0 = i == 0 ? 0 : int(i - 1) * B, n = i == 0 ? timing.count() : std::min(B, eval.count() - w0);
           throw Error("`" + command + "`: the replay of " + (i == 0 ? "the counted timing batch" : "evaluation batch " + std::to_string(i - 1)) +
                       " (windows " + std::to_string(w0) + " .. " + std::to_string(w0 + n - 1) + ") has logits SHA-256 " +
                       digests[i].substr(0, 16) + "..., the live pass " + live_digests[i].substr(0, 16) +

@@ -115,6 +115,22 @@ nlohmann::ordered_json paired_ratio_json(const PairedRatio& r, double margin) {
           {"difference", latency_difference_words(latency_difference(r, margin))}};
 }
 
+std::string latency_change_words(const nlohmann::json& r, const std::string& reference) {
+  if (r["estimate"].is_null())
+    return "latency against " + reference + " undefined (" + r.value("note", std::string("no reason given")) + ")";
+  const double estimate = r["estimate"].get<double>(), low = r["ci95"][0].get<double>(), high = r["ci95"][1].get<double>();
+  const bool slower = estimate >= 1.0;
+  // Slower: (ratio - 1) in per cent, the interval in the same order; faster: (1 - ratio), the
+  // interval's ends swapped (the higher ratio is the smaller saving).
+  const double change = slower ? estimate - 1.0 : 1.0 - estimate;
+  const double from = slower ? low - 1.0 : 1.0 - high, to = slower ? high - 1.0 : 1.0 - low;
+  const bool clear = r["difference"] == (slower ? "slower" : "faster");
+  char buf[200];
+  std::snprintf(buf, sizeof buf, clear ? "%.1f%% %s than %s [%.1f%%, %.1f%%]" : "%.1f%% %s than %s [%+.1f%%, %+.1f%%]", 100 * change,
+                slower ? "slower" : "faster", reference.c_str(), 100 * from, 100 * to);
+  return clear ? std::string(buf) : std::string(buf) + ": " + r["difference"].get<std::string>();
+}
+
 InterleavedTiming time_interleaved(size_t count, const std::function<double(size_t)>& measure,
                                    const std::vector<std::pair<size_t, size_t>>& ratios, const InterleavedOptions& o,
                                    const std::function<void(int)>& on_round) {

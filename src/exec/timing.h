@@ -71,6 +71,13 @@ const char* latency_difference_words(LatencyDifference d);
 // or the undefined-statistic shape (estimate and ci95 null, "note": "undefined: ...").
 nlohmann::ordered_json paired_ratio_json(const PairedRatio& r, double margin);
 
+// A ratio object (paired_ratio_json) as a change in per cent against `reference`: "30.8% slower than
+// Dense [25.1%, 36.0%]", "12.0% faster than Dense [8.0%, 15.1%]", or, where the interval does not
+// clear the margin, "3.0% slower than Dense [-1.2%, +7.1%]: no measurable difference at this size";
+// the interval is the ratio's, converted the same way. Undefined ratios: "latency against <reference>
+// undefined (<note>)".
+std::string latency_change_words(const nlohmann::json& ratio, const std::string& reference);
+
 struct InterleavedOptions {
   int warmup = 3;           // untimed runs of each configuration before the first round
   int min_rounds = 20;      // rounds always timed

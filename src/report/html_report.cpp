@@ -238,11 +238,16 @@ std::string report_html(const ReportData& d) {
     for (const auto& e : d.execs) {
       h << "<table><tr><th class=\"l\">model</th><th class=\"l\">mode</th><th>blocks</th><th>GFLOP/token</th>"
            "<th>of which controller, MFLOP/token</th><th class=\"l\">latency ms median [p10, p90]</th><th>tokens/s</th>"
-           "<th>ratio to Dense [95% interval]</th><th>NLL</th></tr>";
+           "<th>ratio to Dense, or to an external model's reference [95% interval]</th><th>NLL</th></tr>";
       for (const auto& m : e.doc["models"]) {
+        // An adapter's model: its latency against the reference the adapter names, measured in its process.
+        const bool external = m.value("family", "") == "external";
         auto row = [&](const nlohmann::json& r, const std::string& mode) {
           h << "<tr><td class=\"l\">" << escape(d.label(m["model_sha256"].get<std::string>(), m["gate"].get<std::string>()))
-            << "</td><td class=\"l\">" << escape(mode) << "</td><td>" << r["executed_blocks"] << "/" << r["total_blocks"] << "</td><td>"
+            << "</td><td class=\"l\">" << escape(mode) << "</td><td>"
+            << (r["executed_blocks"].is_null() ? std::string("–")
+                                               : fmt("%.3g", r["executed_blocks"].get<double>()) + "/" + fmt("%g", r["total_blocks"].get<double>()))
+            << "</td><td>"
             << fmt("%.4g", r["gflop_per_token"].get<double>()) << "</td><td>"
             << (r.contains("gflop_per_pass_by_kind") && m.contains("tokens_per_pass")
                     ? fmt("%.4g", 1e3 * r["gflop_per_pass_by_kind"]["controller"].get<double>() / m["tokens_per_pass"].get<double>())
@@ -251,10 +256,12 @@ std::string report_html(const ReportData& d) {
             << fmt("%.2f", 1e3 * r["latency"]["median_s"].get<double>()) << " [" << fmt("%.2f", 1e3 * r["latency"]["p10_s"].get<double>())
             << ", " << fmt("%.2f", 1e3 * r["latency"]["p90_s"].get<double>()) << "]</td><td>" << fmt("%.0f", r["tokens_per_s"].get<double>())
             << "</td><td>"
-            << (r.contains("latency_ratio_to_dense") ? ratio_cell(r["latency_ratio_to_dense"]) : std::string("–"))
+            << (external ? ratio_cell(r["latency_ratio_to_reference"])
+                         : r.contains("latency_ratio_to_dense") ? ratio_cell(r["latency_ratio_to_dense"]) : std::string("–"))
             << "</td><td>" << (r.contains("nll") ? fmt("%.4f", r["nll"].get<double>()) : std::string("–")) << "</td></tr>";
         };
-        for (const auto& r : m["modes"]) row(r, r["mode"]);
+        for (const auto& r : m["modes"])
+          row(r, external && r["mode"] == "reference" ? "reference: " + r.value("label", std::string("?")) : r["mode"].get<std::string>());
         if (m.contains("skip_sweep"))
           for (const auto& r : m["skip_sweep"]) row(r, "skip tau=" + fmt("%g", r["threshold"].get<double>()));
       }

@@ -357,8 +357,9 @@ std::string figure_latency(const ReportData& d) {
       const auto& c = m["config"];
       series_names.push_back(d.label(m["model_sha256"].get<std::string>(), m["gate"].get<std::string>() + " L" + std::to_string(c.value("n_layer", 0))));
       for (const auto& r : m["modes"])
-        pts.push_back({r["executed_blocks"].get<double>(), 1e3 * r["latency"]["median_s"].get<double>(),
-                       series_names.back() + " " + r["mode"].get<std::string>(), s});
+        if (!r["executed_blocks"].is_null())  // an adapter that names no block modules has no count to place
+          pts.push_back({r["executed_blocks"].get<double>(), 1e3 * r["latency"]["median_s"].get<double>(),
+                         series_names.back() + " " + r["mode"].get<std::string>(), s});
       std::vector<std::pair<double, double>> sw;
       if (m.contains("skip_sweep"))
         for (const auto& r : m["skip_sweep"]) sw.push_back({r["executed_blocks"].get<double>(), 1e3 * r["latency"]["median_s"].get<double>()});

@@ -51,8 +51,8 @@ void expect_shares(const nlohmann::json& j, const std::string& path) {
   }
 }
 
-// Every latency ratio of an exec.json (a mode's or skip's latency_ratio_to_dense and
-// latency_ratio_to_unskipped, a saving's latency_ratio): null (no reference), or an object whose
+// Every latency ratio of an exec.json (a mode's or skip's latency_ratio_to_dense,
+// latency_ratio_to_unskipped and latency_ratio_to_reference, a saving's latency_ratio): null (no reference), or an object whose
 // defined estimate comes with the words the report prints ("difference").
 void expect_latency_ratios(const nlohmann::json& j, const std::string& path) {
   auto check = [&](const nlohmann::json& r, const std::string& where) {
@@ -68,7 +68,7 @@ void expect_latency_ratios(const nlohmann::json& j, const std::string& path) {
     for (const char* list : {"modes", "skip_sweep"}) {
       if (!m.contains(list)) continue;
       for (size_t k = 0; k < m[list].size(); ++k)
-        for (const char* key : {"latency_ratio_to_dense", "latency_ratio_to_unskipped"})
+        for (const char* key : {"latency_ratio_to_dense", "latency_ratio_to_unskipped", "latency_ratio_to_reference"})
           if (m[list][k].contains(key)) check(m[list][k][key], at + "/" + list + "[" + std::to_string(k) + "]/" + key);
     }
     if (m.contains("savings"))
@@ -184,9 +184,17 @@ ReportData load_report_data(const ReportInputs& in) {
     nlohmann::json j = read_json(p);
     expect_schema(j, p, "fca-exec-v2");
     expect_fields(j, p, {"/models", "/settings/batch", "/settings/margin", "/timing/rounds", "/provenance/threads", "/sgemm_peak_gflops"});
-    for (size_t i = 0; i < j["models"].size(); ++i)
-      expect_fields(j["models"][i], p + " models[" + std::to_string(i) + "]",
-                    {"/model_sha256", "/gate", "/modes/0/latency/median_s", "/modes/0/executed_blocks", "/modes/0/total_blocks"});
+    for (size_t i = 0; i < j["models"].size(); ++i) {
+      const auto& m = j["models"][i];
+      const std::string where = p + " models[" + std::to_string(i) + "]";
+      expect_fields(m, where, {"/model_sha256", "/gate", "/modes/0/latency/median_s"});
+      // An adapter's model counts executed blocks only where it names its block modules.
+      if (m.value("family", "") == "external")
+        expect_fields(m, where, {"/device", "/units", "/modes/0/gflop_per_token", "/modes/0/executed_units_per_token",
+                                 "/modes/0/uncounted_ops", "/modes/0/gflop_per_pass_by_kind/controller"});
+      else
+        expect_fields(m, where, {"/modes/0/executed_blocks", "/modes/0/total_blocks"});
+    }
     check_statistics(j, p);
     expect_latency_ratios(j, p);
     d.execs.push_back({p, std::move(j)});
@@ -219,7 +227,8 @@ ReportData load_report_data(const ReportInputs& in) {
     };
     for (const auto& a : d.audits) add(a.doc["provenance"]["model_sha256"], a.doc["model"]["path"], a.doc["model"]["description"]);
     for (const auto& e : d.execs)
-      for (const auto& m : e.doc["models"]) add(m["model_sha256"], m.contains("path") ? m["path"] : nlohmann::json(), nlohmann::json());
+      for (const auto& m : e.doc["models"])
+        add(m["model_sha256"], m.contains("path") ? m["path"] : nlohmann::json(), m.contains("description") ? m["description"] : nlohmann::json());
     const std::vector<std::string> labels = path_labels(paths);
     for (size_t i = 0; i < shas.size(); ++i) d.labels[shas[i]] = labels[i];
   }

@@ -35,10 +35,10 @@ const ReportData::Named* find_aggregate(const ReportData& d, const std::string& 
   return nullptr;
 }
 
-const nlohmann::json* find_exec(const ReportData& d, const std::string& sha256) {
+const nlohmann::json* find_exec(const ReportData& d, const std::string& sha256, bool external) {
   for (const auto& e : d.execs)
     for (const auto& m : e.doc["models"])
-      if (m["model_sha256"] == sha256) return &m;
+      if (m["model_sha256"] == sha256 && (m.value("family", "") == "external") == external) return &m;
   return nullptr;
 }
 

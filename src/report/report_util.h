@@ -17,8 +17,10 @@ std::string interval(const nlohmann::json& ci, const char* format = "%+.5f", dou
 const nlohmann::json* find_condition(const nlohmann::json& audit, const std::string& name);
 // The aggregate among the inputs that combines the checkpoint `sha256` with others, or null.
 const ReportData::Named* find_aggregate(const ReportData& d, const std::string& sha256);
-// The exec entry of a model (matched by weights hash), or null.
-const nlohmann::json* find_exec(const ReportData& d, const std::string& sha256);
+// The exec entry of a model (matched by weights hash), or null. `external`: the entry measured
+// through an adapter (family "external"), else the one fca's engine measured: the same weights file
+// may be audited and timed both ways, and each card shows the engine its audit ran on.
+const nlohmann::json* find_exec(const ReportData& d, const std::string& sha256, bool external);
 
 // A checkpoint's label (ReportData::labels) for an audit document.
 std::string audit_label(const ReportData& d, const nlohmann::json& audit);

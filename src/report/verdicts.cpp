@@ -4,6 +4,7 @@
 #include <set>
 
 #include "core/undefined_statistic.h"
+#include "exec/timing.h"
 #include "report/report.h"
 #include "report/report_util.h"
 
@@ -178,6 +179,43 @@ std::string execution_text(const nlohmann::json& e, bool& saves_compute) {
   return t + ".";
 }
 
+// Claim 3 of a model run by an adapter (fca exec --external): what ran, counted in the adapter's
+// process by module hooks and at the dispatcher, and its latency against the reference it names.
+std::string external_execution_text(const nlohmann::json& e, bool& saves_compute) {
+  const auto& live = e["modes"][0];
+  std::string t;
+  saves_compute = false;
+  if (!live["executed_blocks"].is_null()) {
+    const double executed = live["executed_blocks"].get<double>(), total = live["total_blocks"].get<double>();
+    t = fmt("%.3g", executed) + " of " + fmt("%g", total) + " blocks per token execute with the live controller";
+    saves_compute = executed < total;
+  } else {
+    t = "Executed blocks not counted (the adapter names no block modules)";
+  }
+  for (const auto& [kind, per_token] : live["executed_units_per_token"].items())
+    if (kind != "blocks")
+      t += ", " + kind + " " + fmt("%.3g", per_token.get<double>()) + " of " + std::to_string(e["units"][kind].get<int>()) + " per token";
+  const auto& kinds = live["gflop_per_pass_by_kind"];
+  const double total_gflop = kinds["gemm"].get<double>() + kinds["controller"].get<double>();
+  t += "; " + fmt("%.3g", live["gflop_per_token"].get<double>() * 1e3) + " MFLOP/token" +
+       (kinds["controller"].get<double>() > 0 ? " (controller " + fmt("%.2g%%", 100 * kinds["controller"].get<double>() / total_gflop) + ")"
+                                              : std::string()) +
+       " in " + fmt("%.2f", 1e3 * live["latency"]["median_s"].get<double>()) + " ms per batch on " + e["device"].get<std::string>() +
+       " (measured in the adapter's process)";
+  if (!e["reference"].is_null()) {
+    const std::string reference = e["reference"]["label"].get<std::string>();
+    for (const auto& m : e["modes"])
+      if (m["mode"] != "reference" && !m["latency_ratio_to_reference"].is_null())
+        t += "; " + m["mode"].get<std::string>() + ": " + latency_change_words(m["latency_ratio_to_reference"], reference);
+    for (const auto& s : e.value("savings", nlohmann::json::array()))
+      saves_compute = saves_compute || (s["mode"] == "live" && s["saves"].get<bool>());
+  }
+  std::string uncounted;
+  for (const auto& [op, calls] : live["uncounted_ops"].items()) uncounted += (uncounted.empty() ? "" : ", ") + op + " x" + calls.dump();
+  if (!uncounted.empty()) t += "; operators without a FLOP formula, not counted: " + uncounted;
+  return t + ".";
+}
+
 }  // namespace
 
 std::vector<Verdicts> compute_verdicts(const ReportData& d) {
@@ -222,7 +260,7 @@ std::vector<Verdicts> compute_verdicts(const ReportData& d) {
     // 3. Actual execution, measured by fca exec on whichever of the card's checkpoints it timed.
     std::vector<std::pair<std::string, const nlohmann::json*>> timed;
     for (const auto& sha : group)
-      if (const nlohmann::json* e = report_util::find_exec(d, sha)) timed.push_back({d.label(sha, sha.substr(0, 12)), e});
+      if (const nlohmann::json* e = report_util::find_exec(d, sha, v.family == "external")) timed.push_back({d.label(sha, sha.substr(0, 12)), e});
     if (timed.empty()) {
       v.execution = "Not measured (no exec.json among the inputs times " +
                     std::string(group.size() > 1 ? "any of these checkpoints" : "this checkpoint") + ").";
@@ -233,7 +271,8 @@ std::vector<Verdicts> compute_verdicts(const ReportData& d) {
         v.execution = "Timed on " + names + " (" + std::to_string(timed.size()) + " of " + std::to_string(group.size()) +
                       " checkpoints" + (timed.size() > 1 ? "; figures of " + timed.front().first : std::string()) + "): ";
       }
-      v.execution += execution_text(*timed.front().second, v.saves_compute);
+      const nlohmann::json& e = *timed.front().second;
+      v.execution += e["family"] == "external" ? external_execution_text(e, v.saves_compute) : execution_text(e, v.saves_compute);
     }
     out.push_back(v);
   }

@@ -174,7 +174,7 @@ std::string run_study(const std::string& config_path, const std::string& out_arg
   };
   ReportInputs report;
   report.title = c.title;
-  std::vector<std::string> exec_models;
+  std::vector<std::string> exec_models, exec_externals;
   // The study's audit settings for one model.
   auto audit_options = [&](const std::string& model_path, const std::string& out_dir) {
     AuditOptions a;
@@ -191,8 +191,8 @@ std::string run_study(const std::string& config_path, const std::string& out_arg
 
   for (const auto& v : c.variants) {
     if (v.arch == "external") {
-      // A model fca does not implement: nothing to train and no c.seeds; it is evaluated and audited
-      // through its adapter, and its execution is not measured (exec times fca's own engine).
+      // A model fca does not implement: nothing to train and no c.seeds; it is evaluated, audited and
+      // its execution measured (in its own process, by fca exec --external) through its adapter.
       const std::string stem = out + "/" + v.name;
       const std::string eval_path = stem + ".eval-test.json";
       if (!file_exists(eval_path)) {
@@ -220,6 +220,7 @@ std::string run_study(const std::string& config_path, const std::string& out_arg
       }
       ensure_audit_markdown(audit_dir);
       report.audits.push_back(audit_dir + "/audit.json");
+      exec_externals.push_back(v.command);
       continue;
     }
     std::vector<std::string> variant_audits;
@@ -288,11 +289,15 @@ std::string run_study(const std::string& config_path, const std::string& out_arg
     }
   }
   const std::string exec_dir = out + "/exec";
-  if (!exec_measured(exec_dir, exec_models)) {
-    stage("measure execution of " + std::to_string(exec_models.size()) + " models" +
+  std::vector<std::string> exec_paths = exec_models;  // exec.json's model paths: the native ones, then the adapters'
+  for (const auto& command : exec_externals) exec_paths.push_back("external: " + command);
+  if (!exec_measured(exec_dir, exec_paths)) {
+    stage("measure execution of " + std::to_string(exec_paths.size()) + " models" +
           (file_exists(exec_dir + "/exec.json") ? " (exec.json measured another set of models)" : ""));
     ExecOptions e;
     e.models = exec_models;
+    e.externals = exec_externals;
+    e.external_timeout_s = c.adapter_timeout_s;
     e.runs = c.exec_runs;
     e.max_runs = c.exec_max_runs;
     e.time_budget_s = c.exec_time_budget_s;
