@@ -124,14 +124,17 @@ def read_safetensors_file(path: str) -> Tuple[Dict[str, torch.Tensor], Dict[str,
         shape = [int(d) for d in entry["shape"]]
         if entry["dtype"] == "BF16":   # bf16 is the top half of a float32
             half = np.frombuffer(data[begin:end], dtype="<u2").astype(np.uint32) << 16
-            out[name] = torch.from_numpy(half.view(np.float32).reshape(shape).copy())
+            out[name] = torch.from_numpy(half.view(np.float32).reshape(shape)).clone()
             continue
         dtype = _DTYPES.get(entry["dtype"])
         if dtype is None or end - begin != math.prod(shape) * dtype.itemsize:
             raise ValueError(f"{path}: tensor {name}: dtype {entry['dtype']} or size does not match its shape {shape}")
         array = np.frombuffer(data[begin:end], dtype=dtype).reshape(shape)
         native = np.float32 if entry["dtype"] == "F16" else dtype.newbyteorder("=")   # f16 -> f32 is exact
-        out[name] = torch.from_numpy(array.astype(native, copy=True))
+        # Cloned into torch's allocator, which aligns to 64 bytes: numpy's copies are 16-byte aligned,
+        # and weights at such addresses left PyTorch's products in a slow state for the model's whole
+        # life in some processes (docs/audit-your-model.md, claim 3: measured).
+        out[name] = torch.from_numpy(array.astype(native, copy=True)).clone()
     return out, metadata
 
 
