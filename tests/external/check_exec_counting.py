@@ -126,5 +126,7 @@ check("CUDA timing: synchronised, events around the pass, milliseconds to second
 check("the CPU timer is perf_counter", execution._timer_name(torch.device("cpu")) == "perf_counter" and
       execution._timer_name(torch.device("cuda", 0)) == "cuda_events")
 
+check("glibc's malloc thresholds are fixed before an exec's passes", execution.fix_malloc_thresholds())
+
 print("FAILED: " + ", ".join(failures) if failures else "all checks passed")
 sys.exit(1 if failures else 0)
