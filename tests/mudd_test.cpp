@@ -1,5 +1,5 @@
 // MUDD models against the golden fixtures of the public reference implementation
-// (shared/testdata/muddpythia-tiny*): live logits, every alpha, every hidden state, the final stream,
+// (tests/data/muddpythia-tiny*): live logits, every alpha, every hidden state, the final stream,
 // NLL, and the replay fixtures, for the F32, BF16 and sharded folders; bitwise exact replay; bad folders.
 #include <gtest/gtest.h>
 
@@ -18,8 +18,8 @@
 namespace fca {
 namespace {
 
-const std::string kTiny = std::string(FCA_SOURCE_DIR) + "/../shared/testdata/muddpythia-tiny";
-const std::string kSharded = std::string(FCA_SOURCE_DIR) + "/../shared/testdata/muddpythia-tiny-sharded";
+const std::string kTiny = std::string(FCA_SOURCE_DIR) + "/tests/data/muddpythia-tiny";
+const std::string kSharded = std::string(FCA_SOURCE_DIR) + "/tests/data/muddpythia-tiny-sharded";
 constexpr int B = 3, T = 24;
 
 // Tolerances from the fixture README ("Observed tolerances"): an independent fp32 implementation
