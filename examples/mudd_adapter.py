@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
 """MUDDPythia in plain PyTorch (fp32, CPU), served to fca as an external model.
 
-The model is written from shared/spec/muddpythia.md: a Pythia parallel-residual trunk with QK-RMSNorm,
+The model is written from docs/mudd.md's definition: a Pythia parallel-residual trunk with QK-RMSNorm,
 partial NeoX RoPE and per-layer FFN widths, plus a MUDD dynamic dense connection (DA module i) after
 every block i that mixes all kept hidden states X_0..X_{i+1} into the Q, K, V and R streams of block i+1
 (one output stream after the last block). The DA generator (RMSNorm -> W1 -> GELU -> W2 -> +dense_bs)
 is the "controller" the audit freezes: its post-bias output alpha is what fca caches and replays.
 
-Numerics follow the fp32 reference ("mode F", shared/testdata/README.md): weights upcast to fp32
+Numerics follow the fp32 reference ("mode F", tests/data/README.md): weights upcast to fp32
 (BF16 files are exact), RoPE cos/sin tables rounded to fp16, masked score -65504, exact erf GELU,
 eps = norm_eps (1e-5) for every norm, mixing summed sequentially over sources j = 0..i+1.
 

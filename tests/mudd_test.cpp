@@ -233,7 +233,7 @@ TEST(MuddConfigShapes, WidthsFollowTheFormulas) {
   EXPECT_EQ(c.ffn_width(2), 256);
   EXPECT_EQ(c.ffn_width(3), 384);
   for (int i = 0; i < 4; ++i) EXPECT_EQ(c.da_hidden(i), 64);
-  // The 1.4B shapes (spec section 3.5/3.6): F from 4096 to 12288, H 64 then 128, round64's +64 quirk.
+  // The 1.4B shapes (docs/mudd.md, "Architecture"): F from 4096 to 12288, H 64 then 128, round64's +64 quirk.
   MuddConfig big = c;
   big.n_layer = 24;
   big.intermediate_size = 8192;

@@ -15,7 +15,7 @@
 namespace fca {
 namespace {
 
-// Evenly spaced windows of T+1 tokens (targets shifted by one), as the spec lays them out.
+// Evenly spaced windows of T+1 tokens (targets shifted by one), as docs/data.md lays them out.
 WindowSet make_windows(const std::vector<int32_t>& tokens, const TextSplit& split, int T, int wanted) {
   if (tokens.size() < size_t(T) + 1)
     throw Error(split.path() + ": the " + split.name() + " split has " + std::to_string(tokens.size()) +

@@ -1,6 +1,6 @@
 // Byte-level text corpora: a folder with train.txt / valid.txt / test.txt, or the WikiText raw
 // layout (wiki.train.raw, ...). Splits are memory-mapped raw bytes (no decoding), and windows follow
-// the spec: window i of a split covers bytes [i*T, i*T + T + 1); inputs are its first T bytes,
+// docs/data.md: window i of a split covers bytes [i*T, i*T + T + 1); inputs are its first T bytes,
 // targets its last T.
 #pragma once
 #include <cstdint>
