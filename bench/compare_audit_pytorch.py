@@ -252,7 +252,7 @@ def run(cmd):
 
 
 # ------------------------------------------------------------------------------------------------
-# Windows: the spec's layout, byte-level (token id = byte).
+# Windows: docs/data.md's layout, byte-level (token id = byte).
 
 def windows(path, T, wanted):
     data = np.frombuffer(open(path, "rb").read(), dtype=np.uint8)

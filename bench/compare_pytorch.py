@@ -6,7 +6,7 @@
 
 1. Writes a checkpoint (fca-gated-v1 or fca-hyper-v1, F32) into a temporary directory: gated from
    the reference's init (tests/fixtures/gated_reference.py); hyper from the fixture's init
-   (tests/fixtures/make_hyper_fixture.py) with the spec's static coefficients and dynamic weights
+   (tests/fixtures/make_hyper_fixture.py) with the family's initial static coefficients and dynamic weights
    far from 0 scaled to the width, so that every coefficient depends on the token (DHC's by about
    0.1, mHC's 0.37 standard deviation over tokens) without a chaotic composite gain.
 2. Correctness first, nothing timed yet:
@@ -83,7 +83,7 @@ def logit_bound(f32_vs_f64: float) -> float:
 # fixture's peaky attention makes the statistics' defects visible (a reversed KL: 0.17 on logits).
 FIXTURE_TOLERANCE = 1e-4
 FCA_BENCH_KEYS = ("median_s", "tokens_per_s", "gflops_per_s", "sgemm_peak_gflops", "peak_ratio", "provenance")
-# AdamW settings of the spec's training defaults; the learning rate does not affect timing. torch
+# AdamW settings of the training defaults (docs/model.md); the learning rate does not affect timing. torch
 # 1.13 has no fused AdamW, and its multi-tensor one (foreach=True) was slower on CPU than the
 # default (29 against 20 ms per step at the default shape, one thread), so the default it is.
 LEARNING_RATE = 3e-4
@@ -274,7 +274,7 @@ def time_pytorch(config: dict, params: dict, windows: torch.Tensor, warmup: int,
             model.forward(windows[:, :T])
 
     trained = peer(config, params, requires_grad=True)
-    # Weight decay on 2-D tensors only (the spec's "2-D weight matrices", read literally: wte, wpe,
+    # Weight decay on 2-D tensors only (docs/model.md's "2-D weight matrices", read literally: wte, wpe,
     # the Linear weights, gate.weight, the hyper controllers' projections; never the hyper static
     # coefficients or scales); timing does not depend on the choice.
     decayed = lambda name, p: p.dim() == 2 and not name.endswith((".static", ".scale"))

@@ -1,4 +1,4 @@
-// The ragged pass of the exit family (spec early-exit.md 6 of issue 27): how much of its counted
+// The ragged pass of the exit family (issue 27, docs/exit.md): how much of its counted
 // FLOP saving against full depth becomes latency saving. Depths come from a trained exit checkpoint
 // (its live pass at its threshold on evenly spaced test windows); the same depth records are then
 // replayed by that model and by an initialised model of the same L, H and T at each other --dim

@@ -224,7 +224,7 @@ class _Peer:
 
 
 class GatedPeer(_Peer):
-    """The gated family's forward pass (../shared/spec/gated-transformer.md), float32.
+    """The gated family's forward pass (docs/model.md), float32.
 
     tests/fixtures/gated_reference.py and examples/gated_adapter.py already batch attention over
     heads and tokens (no Python loop but the one over layers); this peer drops what they spend
@@ -325,7 +325,7 @@ class MuddPeer(mudd_adapter.MuddPythia):
     The example mixes with a Python double loop over streams c and sources j, a multiply and an add
     per (c, j) over a [B, T, D] tensor. Here the C_i streams are one [C_i, B, T, D] tensor, built by
     one multiply and i+1 in-place addcmuls, one per source, in the example's order j = 0..i+1
-    (the spec's sequential sum). Measured at L4 D128 T128 B16 on one thread: 1.3 ms per layer
+    (the definition's sequential sum). Measured at L4 D128 T128 B16 on one thread: 1.3 ms per layer
     against the double loop's 2.3 ms and 7 ms for torch.einsum / matmul, which lower this
     contraction to one [C, S] x [S, D] GEMM per token (B T GEMM calls of 4 x 5 x 128).
     Everything else (blocks, attention, the DA generator) is the example's."""
@@ -363,7 +363,7 @@ HC_BLOCK_TENSORS = BLOCK_TENSORS
 
 
 class HyperPeer(_Peer):
-    """The hyper-connection family's forward pass (../shared/spec/hyper-connections.md, fca-hyper-v1),
+    """The hyper-connection family's forward pass (docs/hyper.md, fca-hyper-v1),
     float32, at its fastest in torch 1.13.
 
     tests/fixtures/hyper_reference.py builds the whole (n+1) x (n+1) square per site and token (mHC's
@@ -418,7 +418,7 @@ class HyperPeer(_Peer):
         read = torch.sigmoid(z[..., :n]) + c["hc_eps"]
         rows = z[..., n:].view(B, T, n, n + 1)
         write = 2 * torch.sigmoid(rows[..., 0])
-        M = torch.softmax(rows[..., 1:], dim=-2) + c["hc_eps"]                                     # Sinkhorn (spec 2.5)
+        M = torch.softmax(rows[..., 1:], dim=-2) + c["hc_eps"]                                     # Sinkhorn, docs/hyper.md
         M = M / (M.sum(dim=-1, keepdim=True) + c["hc_eps"])
         for _ in range(c["hc_sinkhorn_iters"] - 1):
             M = M / (M.sum(dim=-2, keepdim=True) + c["hc_eps"])

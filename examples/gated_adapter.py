@@ -5,7 +5,7 @@ Audit an fca checkpoint through PyTorch instead of fca's own engine:
     fca audit --external "python3 examples/gated_adapter.py --model runs/featuregate.safetensors" \
               --data data/nlp-corpus --out audits/featuregate-pytorch
 
-Written from ../shared/spec/gated-transformer.md: pre-LN blocks, h_{l+1} = h_l + g_l * F_l(h_l) with
+Written from docs/model.md: pre-LN blocks, h_{l+1} = h_l + g_l * F_l(h_l) with
 F_l = attention update u plus MLP update w, and g_l from the gate (dense 1, fixed c, uniform and
 layerstatic sigmoid(logit), featuregate sigmoid(b_l + phi . w_l) over four stop-gradient features
 of the block). The coefficient tensor is g per window, [L, T, 1, 1]. Shapes: B windows, T

@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
 """MUDDPythia in plain PyTorch (fp32, CPU), served to fca as an external model.
 
-The model is written from shared/spec/muddpythia.md: a Pythia parallel-residual trunk with QK-RMSNorm,
+The model is written from docs/mudd.md's definition: a Pythia parallel-residual trunk with QK-RMSNorm,
 partial NeoX RoPE and per-layer FFN widths, plus a MUDD dynamic dense connection (DA module i) after
 every block i that mixes all kept hidden states X_0..X_{i+1} into the Q, K, V and R streams of block i+1
 (one output stream after the last block). The DA generator (RMSNorm -> W1 -> GELU -> W2 -> +dense_bs)
 is the "controller" the audit freezes: its post-bias output alpha is what fca caches and replays.
 
-Numerics follow the fp32 reference ("mode F", shared/testdata/README.md): weights upcast to fp32
+Numerics follow the fp32 reference ("mode F", tests/data/README.md): weights upcast to fp32
 (BF16 files are exact), RoPE cos/sin tables rounded to fp16, masked score -65504, exact erf GELU,
 eps = norm_eps (1e-5) for every norm, mixing summed sequentially over sources j = 0..i+1.
 
@@ -96,7 +96,7 @@ class MuddPythia:
         return model
 
     def _check_shapes(self):
-        """Fail hard on a missing or misshapen tensor (dense_bs.* in particular, spec 3.6)."""
+        """Fail hard on a missing or misshapen tensor (dense_bs.* in particular: docs/mudd.md, Architecture)."""
         c, L, D = self.config, self.L, self.D
         def need(name, shape):
             if name not in self.w:
@@ -107,7 +107,7 @@ class MuddPythia:
         need("norm.weight", [D]); need("norm.bias", [D])
         for i in range(L):
             p = f"layers.{i}."
-            ffn = round(c["intermediate_size"] * (i / max(L - 1, 1) + 0.5) / 128) * 128  # spec 3.5
+            ffn = round(c["intermediate_size"] * (i / max(L - 1, 1) + 0.5) / 128) * 128  # docs/mudd.md, Architecture
             norms = ["attention_norm"] if i == 0 else [f"attention_norms.{k}" for k in range(3)]
             for norm in norms + ["ffn_norm"]:
                 need(p + norm + ".weight", [D]); need(p + norm + ".bias", [D])
@@ -136,7 +136,7 @@ class MuddPythia:
     def _rope(self, x):
         """x [B, T, H, dh]: NeoX rotate-half RoPE on dims 0..rot-1 (dim m pairs with m + rot/2).
         The rotated pairs are written interleaved, [y_0, y'_h, y_1, y'_{h+1}, ...], as the reference
-        does (spec 3.4): q and k share the permutation, so q.k is the same sum, but its terms are
+        does (docs/mudd.md, Architecture): q and k share the permutation, so q.k is the same sum, but its terms are
         then added in the reference's order, which makes the scores bit-identical to it."""
         T, half = x.shape[1], self.rot // 2
         cos, sin = self.cos[:T, None, :], self.sin[:T, None, :]          # [T, 1, rot/2]

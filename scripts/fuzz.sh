@@ -10,7 +10,7 @@
 set -euo pipefail
 build=$(cd "$1" && pwd); seconds=$2; shift 2
 root=$(cd "$(dirname "$0")/.." && pwd)
-testdata="$root/../shared/testdata"
+testdata="$root/tests/data"
 seeds="$build/fuzz-seeds"
 fca="$build/fca"
 targets=("$@")

@@ -1,4 +1,4 @@
-// The audit's interventions keep what the spec says they keep, and the audit end to end: exact
+// The audit's interventions keep what docs/audit.md says they keep, and the audit end to end: exact
 // zero penalties where the coefficients are constant, identity = correct for a dense model,
 // nonzero penalties for a trained featuregate model, determinism, and cache refusal.
 #include <gtest/gtest.h>

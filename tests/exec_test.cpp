@@ -122,7 +122,7 @@ TEST(ExecCounters, ControllerAndMixingFlopsAreCountedWhereTheyRun) {
 
 TEST(ExecCounters, MuddCountersMatchTheFormulaAndAReplayReachingTheGeneratorFails) {
   set_threads(2);
-  const MuddModel<float> model = MuddModel<float>::load(std::string(FCA_SOURCE_DIR) + "/../shared/testdata/muddpythia-tiny");
+  const MuddModel<float> model = MuddModel<float>::load(std::string(FCA_SOURCE_DIR) + "/tests/data/muddpythia-tiny");
   const MuddConfig& c = model.config();
   const int B = 2, T = 16;
   std::vector<int32_t> tokens(size_t(B) * T);

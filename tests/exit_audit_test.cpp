@@ -1,4 +1,4 @@
-// The audit on exit-depth records (spec early-exit.md 7, 11.5, 11.7): every condition writes valid
+// The audit on exit-depth records (docs/exit.md, "Exact rules"): every condition writes valid
 // monotone records; cross_input keeps each position's multiset of depths over the windows,
 // token_shuffle and depth_inverted each window's; the profiles meet their largest-remainder
 // targets; MeanDepth's positions are uniform; and an audit of a trained exit model reports each
@@ -196,7 +196,7 @@ TEST(ExitAudit, EveryConditionReportsItsDepthAndCountedFlopsMatchingItsRecords) 
   EXPECT_GT(agreement["exited"].get<int64_t>(), 0);
   EXPECT_GE(agreement["estimate"].get<double>(), 0.0);
   EXPECT_LE(agreement["estimate"].get<double>(), 1.0);
-  // Prefix reuse (spec 7.2): replays started after block m, and the results are bitwise those of
+  // Prefix reuse (docs/exit.md): replays started after block m, and the results are bitwise those of
   // an audit that recomputes it (the compute check adds what the reused prefix did not run).
   EXPECT_GT(j["provenance"]["run"]["prefix_reuse"]["replays_reusing_block_0"].get<int64_t>(), 0);
   AuditOptions no_reuse = a;

@@ -1,4 +1,4 @@
-// The exit family's execution accounting (spec early-exit.md 9, 11.6): the counters of a pass equal
+// The exit family's execution accounting (docs/exit.md, "FLOPs"): the counters of a pass equal
 // the formulas of its depth record for live, replay, full depth, every fixed depth, a random valid
 // record, a record where every token stops at min_exit and T = 1; a block with no running row is
 // neither run nor counted; full depth equals the gated Dense formula of the same shape; a record

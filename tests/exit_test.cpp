@@ -1,7 +1,7 @@
-// The early-exit family (spec shared/spec/early-exit.md): training passes and the ragged window pass
+// The early-exit family (docs/exit.md): training passes and the ragged window pass
 // against the golden fixture of an independent PyTorch implementation
 // (tests/fixtures/make_exit_fixture.py, whose own checks include a token-by-token decode with a K/V
-// cache and eager propagation equal to the window pass); the bitwise properties of spec 10 (threshold
+// cache and eager propagation equal to the window pass); the bitwise properties of the ragged pass (threshold
 // 1 is the gated Dense forward of the same weights, threshold 0 is the Dense model cut at min_exit,
 // replay is the live pass with no classifier, rows do not depend on the batch); gradient checks in
 // double; record validation. Tolerances: expect_close (test_util.cpp), as the other fixtures; the
@@ -183,7 +183,7 @@ TEST(ExitPass, ThresholdOneIsTheDenseForwardOfTheSameWeightsBitForBit) {
   exit_forward(model, rs, x.data(), B, T, never);
   EXPECT_EQ(std::memcmp(rs.logits, dense.data(), sizeof(float) * dense.size()), 0);
   for (int n = 0; n < B * T; ++n) ASSERT_EQ(rs.depth[n], c.n_layer);
-  // The classifier still ran at every exit point (spec 7.0).
+  // The classifier still ran at every exit point (docs/exit.md, "Exact rules").
   EXPECT_EQ(rs.controller_evaluations, c.n_layer - c.min_exit);
 }
 

@@ -182,7 +182,7 @@ TEST_F(External, FeatureGateThroughPyTorchAgreesWithNative) {
 }
 
 TEST_F(External, MuddThroughPyTorchAgreesWithNative) {
-  const std::string folder = std::string(FCA_SOURCE_DIR) + "/../shared/testdata/muddpythia-tiny";
+  const std::string folder = std::string(FCA_SOURCE_DIR) + "/tests/data/muddpythia-tiny";
   ASSERT_TRUE(std::filesystem::exists(folder + "/config.json")) << folder;
   expect_agreement({"--model", folder}, adapter("examples/mudd_adapter.py", folder));
 }
@@ -191,7 +191,7 @@ TEST_F(External, MuddExampleMatchesTheReferenceFixture) {
   // The example's PyTorch MUDD against the reference implementation's golden outputs, and its
   // bitwise replay (tests/external/check_mudd_example.py says what it checks and why).
   const std::string cmd = python() + " " + source("tests/external/check_mudd_example.py") + " --testdata " +
-                          std::string(FCA_SOURCE_DIR) + "/../shared/testdata 2>&1";
+                          std::string(FCA_SOURCE_DIR) + "/tests/data 2>&1";
   const auto [status, output] = run_shell(cmd);
   EXPECT_EQ(status, 0) << output;
 }

@@ -1,5 +1,5 @@
 // The gated model against the golden fixture written by an independent PyTorch implementation of
-// the spec (tests/fixtures/make_gated_fixture.py): logits, gates, features, hidden states, loss,
+// docs/model.md (tests/fixtures/make_gated_fixture.py): logits, gates, features, hidden states, loss,
 // per-window NLL and every parameter gradient, for each gate kind, in float32.
 #include <gtest/gtest.h>
 

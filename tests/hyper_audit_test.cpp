@@ -1,4 +1,4 @@
-// The audit on hyper-connection models (spec section 3): SHC is the audit's negative control (its
+// The audit on hyper-connection models (docs/hyper.md): SHC is the audit's negative control (its
 // coefficients are one constant, so every reassignment condition must give DeltaNLL exactly 0 and the
 // variance decomposition exactly no input or token share); DHC's coefficients vary, so the same
 // conditions move the NLL; exact replay passes with no controller evaluation; the grouped
@@ -92,7 +92,7 @@ TEST_F(HyperAudit, DhcCoefficientsVaryAndTheirReassignmentMovesTheNll) {
   EXPECT_GT(j["variance"]["shares"]["token"].get<double>(), 0.0);
 }
 
-// Spec 7.5's ablation as replays, one group at a time at its disabled value (read 1/n, writes 1,
+// [mHC]'s ablation as replays, one group at a time at its disabled value (read 1/n, writes 1,
 // mixing I), the others cached, after the table's conditions. At initialisation SHC's writes are 1
 // and its mixing I already, so switching those off replays the cached coefficients exactly (DeltaNLL
 // exactly 0); its read is one-hot, so the mean read moves the NLL. Away from the initialisation

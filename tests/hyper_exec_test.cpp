@@ -1,5 +1,5 @@
-// `fca exec` for the hyper-connection family: the counters of every variant agree with the spec's
-// formulas (section 4), computed independently of the code that counts; a replay that reaches the
+// `fca exec` for the hyper-connection family: the counters of every variant agree with the family's
+// formulas (docs/hyper.md), computed independently of the code that counts; a replay that reaches the
 // controller (SHC's copy included) fails the check; exec.json carries the mixing and the controller
 // as their own FLOP rows and compares live execution with dense_same_shape.
 #include <gtest/gtest.h>
@@ -26,7 +26,7 @@ HyperConfig small_config(HyperVariant v) {
   return c;
 }
 
-// The spec's section 4 by hand for n 3, D 16, L 2: mixing per site and token 2nD(n+2) plus the
+// The family's formulas by hand for n 3, D 16, L 2: mixing per site and token 2nD(n+2) plus the
 // read's and the write's own n - 1 and n adds below the multiply-add convention:
 // read D(2n-1) = 80, write nD(2n+1) = 336, so 416 per site, 4 sites, and the collapse D(n-1) = 32.
 TEST(HyperExec, FormulasByHand) {

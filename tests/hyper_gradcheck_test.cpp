@@ -1,4 +1,4 @@
-// The hyper family's backward (spec section 2.7: the mixing, the branches, DHC's LN0 and tanh, mHC's
+// The hyper family's backward (docs/hyper.md: the mixing, the branches, DHC's LN0 and tanh, mHC's
 // 1/r path, sigmoids and unrolled Sinkhorn) through the whole model in double precision against
 // central finite differences, on a sample of every parameter tensor; and in float32 against the
 // gradients of the independent PyTorch implementation (tests/fixtures/hyper_tiny.safetensors).

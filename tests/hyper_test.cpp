@@ -1,4 +1,4 @@
-// The hyper-connection family (shared/spec/hyper-connections.md): the forward pass of SHC, DHC and
+// The hyper-connection family (docs/hyper.md): the forward pass of SHC, DHC and
 // mHC against the golden fixture of an independent PyTorch implementation
 // (tests/fixtures/make_hyper_fixture.py); recording and exact replay (bitwise, no controller
 // evaluation, SHC included); the Pre-Norm equivalence of the initialisation; Sinkhorn; checkpoints.
@@ -98,11 +98,11 @@ TEST(HyperReplay, ExactReplayIsBitwiseWithNoControllerEvaluation) {
   }
 }
 
-// Spec sections 1.3 and 2.9: the initialisation is Pre-Norm. SHC and DHC (dynamic weights 0) start
+// docs/hyper.md, "Parameters and initialisation": it is Pre-Norm. SHC and DHC (dynamic weights 0) start
 // with the read one-hot, writes 1 and mixing I, so every stream is the dense residual stream with
 // the two updates added at two sites, (h + u) + w, and the collapse is n h: bitwise the dense
 // blocks of the same weights run that way. mHC reads 1.54 x and mixes by a doubly stochastic matrix
-// within 1e-6 of its rows: the block LayerNorms see a scaled input, about 1e-3 relative (spec 2.6).
+// within 1e-6 of its rows: the block LayerNorms see a scaled input, about 1e-3 relative.
 TEST(HyperInit, StepZeroIsThePreNormDenseModel) {
   set_threads(2);
   const int B = 2, T = 16, D = 32;
@@ -168,7 +168,7 @@ void hyper_sinkhorn(float* Z, int n, int iters, float eps) {
 }
 
 TEST(HyperSinkhorn, RowsSumToOneAndTheProjectionIsDoublyStochasticNearTheIdentity) {
-  // A non-symmetric matrix of logits (spec P7: test orientation with one).
+  // A non-symmetric matrix of logits (the square's orientation is only tested by one).
   const int n = 4;
   float Z[n * n];
   for (int i = 0; i < n * n; ++i) Z[i] = float(std::sin(1.7 * i) * 3.0);
@@ -178,7 +178,7 @@ TEST(HyperSinkhorn, RowsSumToOneAndTheProjectionIsDoublyStochasticNearTheIdentit
     for (int k = 0; k < n; ++k) row += Z[s * n + k];
     EXPECT_NEAR(row, 1.0f, 1e-5f) << "row " << s;
   }
-  // The spec's initial mixing logits (diagonal 0, off-diagonal -8): diagonal 0.9989907 and
+  // mHC's initial mixing logits (diagonal 0, off-diagonal -8): diagonal 0.9989907 and
   // off-diagonal 3.3612e-4, doubly stochastic already.
   float I[n * n];
   for (int s = 0; s < n; ++s)
@@ -319,7 +319,7 @@ TEST(HyperTrace, StreamsAndReadsAreNamedAndConsistentWithTheCoefficients) {
 namespace fca {
 namespace {
 
-// hc_out_init_div_sqrt_n (spec 1.4, 2.9): the attention and MLP output projections' initial values
+// hc_out_init_div_sqrt_n (docs/hyper.md): the attention and MLP output projections' initial values
 // divided by sqrt(n), nothing else; written into the checkpoint's config, and a config written
 // before the key existed reads as false.
 TEST(HyperInit, OutInitDivSqrtNScalesOnlyTheOutputProjections) {

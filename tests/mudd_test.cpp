@@ -1,5 +1,5 @@
 // MUDD models against the golden fixtures of the public reference implementation
-// (shared/testdata/muddpythia-tiny*): live logits, every alpha, every hidden state, the final stream,
+// (tests/data/muddpythia-tiny*): live logits, every alpha, every hidden state, the final stream,
 // NLL, and the replay fixtures, for the F32, BF16 and sharded folders; bitwise exact replay; bad folders.
 #include <gtest/gtest.h>
 
@@ -18,8 +18,8 @@
 namespace fca {
 namespace {
 
-const std::string kTiny = std::string(FCA_SOURCE_DIR) + "/../shared/testdata/muddpythia-tiny";
-const std::string kSharded = std::string(FCA_SOURCE_DIR) + "/../shared/testdata/muddpythia-tiny-sharded";
+const std::string kTiny = std::string(FCA_SOURCE_DIR) + "/tests/data/muddpythia-tiny";
+const std::string kSharded = std::string(FCA_SOURCE_DIR) + "/tests/data/muddpythia-tiny-sharded";
 constexpr int B = 3, T = 24;
 
 // Tolerances from the fixture README ("Observed tolerances"): an independent fp32 implementation
@@ -233,7 +233,7 @@ TEST(MuddConfigShapes, WidthsFollowTheFormulas) {
   EXPECT_EQ(c.ffn_width(2), 256);
   EXPECT_EQ(c.ffn_width(3), 384);
   for (int i = 0; i < 4; ++i) EXPECT_EQ(c.da_hidden(i), 64);
-  // The 1.4B shapes (spec section 3.5/3.6): F from 4096 to 12288, H 64 then 128, round64's +64 quirk.
+  // The 1.4B shapes (docs/mudd.md, "Architecture"): F from 4096 to 12288, H 64 then 128, round64's +64 quirk.
   MuddConfig big = c;
   big.n_layer = 24;
   big.intermediate_size = 8192;

@@ -1,5 +1,5 @@
 // The MoE and MoD models against the golden fixture of an independent PyTorch implementation of the
-// conditional-computation spec (tests/fixtures/make_routed_fixture.py): logits, hidden states,
+// docs/routed.md (tests/fixtures/make_routed_fixture.py): logits, hidden states,
 // router probabilities and scores, the routing itself, losses with the auxiliary term, per-window
 // NLL and every parameter gradient, in float32. Tolerances: expect_close (test_util.cpp); the
 // generator measured float32 PyTorch within 1.7e-6 relative of the float64 reference here, the same

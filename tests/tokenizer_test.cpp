@@ -1,4 +1,4 @@
-// The GPT-NeoX-20B tokenizer: every case of shared/testdata/gpt-neox-tokenizer/cases.json (checked
+// The GPT-NeoX-20B tokenizer: every case of tests/data/gpt-neox-tokenizer/cases.json (checked
 // there against Hugging Face tokenizers), NFC, BPE order on a tiny tokenizer.json in both merge
 // forms, and the errors for bad files and bad input.
 #include <gtest/gtest.h>
@@ -19,22 +19,22 @@ using nlohmann::json;
 
 std::string testdata(const std::string& name) {
   std::string path = FCA_SOURCE_DIR;
-  path += "/../shared/testdata/gpt-neox-tokenizer/";
+  path += "/tests/data/gpt-neox-tokenizer/";
   path += name;
   return path;
 }
 
-// Loaded once: the file is 2 MB. When shared/ is missing, load throws an Error naming the file,
-// which fails every test that uses it (shared/ is always present in CI, so nothing is skipped).
+// Loaded once: the file is 2 MB. A missing file makes load throw an Error naming it, which fails
+// every test that uses it: the data is part of the repository, so nothing is skipped.
 const BpeTokenizer& neox() {
   static const BpeTokenizer tokenizer = BpeTokenizer::load(testdata("tokenizer.json"));
   return tokenizer;
 }
 
-TEST(TokenizerData, SharedFolderIsPresent) {
+TEST(TokenizerData, FilesArePresent) {
   for (const char* name : {"tokenizer.json", "cases.json"})
     ASSERT_TRUE(std::filesystem::exists(testdata(name)))
-        << "shared test data missing: " << testdata(name) << " (shared/ sits beside the repository)";
+        << "test data missing: " << testdata(name) << " (tests/data/ is part of the repository)";
 }
 
 TEST(TokenizerNeox, AllCasesMatchHuggingFace) {

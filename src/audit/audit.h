@@ -1,4 +1,4 @@
-// `fca audit`: the Frozen-Controller Audit of one model (audit-protocol spec). Stage 1 caches the
+// `fca audit`: the Frozen-Controller Audit of one model (docs/audit.md). Stage 1 caches the
 // live coefficients; stage 2 checks exact replay, then replays every condition with the controller
 // disabled; the statistics give penalties, factor effects, retention, criteria and the variance
 // decomposition. Writes audit.json and windows.csv into the output folder (audit.md is rendered from
@@ -38,7 +38,7 @@ struct AuditOptions {
   bool prefix_reuse = true;
   // token_shuffle and cross_shuffle: one token permutation per (window, layer) shared by every
   // stream (site-joint) instead of one per stream. Moving whole squares keeps structure within a
-  // token, such as mHC's doubly stochastic mixing (hyper-connections spec 3.3).
+  // token, such as mHC's doubly stochastic mixing (docs/hyper.md, "The audit's view").
   bool joint_token_shuffle = false;
   bool progress = true;
   // Stop after the plan (windows, tokens, FLOPs, memory and the time estimated from a probe on this

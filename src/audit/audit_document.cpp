@@ -274,7 +274,7 @@ nlohmann::ordered_json profiles_json(const CalibrationProfiles& profiles, const 
   return out;
 }
 
-// Spec early-exit 7.4: of the evaluation tokens that exit before the last block, the share whose
+// docs/exit.md, exit_agreement: of the evaluation tokens that exit before the last block, the share whose
 // argmax equals their argmax in the identity (full depth) replay.
 nlohmann::ordered_json exit_agreement_json(const std::vector<ConditionRun>& runs) {
   for (const auto& r : runs) {
@@ -285,7 +285,7 @@ nlohmann::ordered_json exit_agreement_json(const std::vector<ConditionRun>& runs
   return {{"estimate", nullptr}, {"note", undefined_note("the identity condition did not run")}};
 }
 
-// Exit-depth records (spec early-exit.md 6): the evaluation windows' depth histogram [L], mean depth,
+// Exit-depth records (docs/exit.md): the evaluation windows' depth histogram [L], mean depth,
 // mean depth by position [T] and continuation probability P(d > k) per exit point.
 nlohmann::ordered_json exit_routing_json(const CoefficientView& A, const CoefficientShape& sh, const std::string& setting,
                                          const std::vector<ConditionRun>& runs) {

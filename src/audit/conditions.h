@@ -1,4 +1,4 @@
-// The audit's conditions (audit-protocol spec, "Conditions"), written once over the coefficient
+// The audit's conditions (docs/audit.md, "Stage 2"), written once over the coefficient
 // tensor's named axes [layer, token, stream, source]: each condition writes the coefficients that
 // window i receives in randomisation r. Nothing here knows which model the tensor came from.
 #pragma once

@@ -1,4 +1,4 @@
-// Exact replay (audit-protocol spec): the live run and the replay of its cached coefficients,
+// Exact replay (docs/audit.md, "Stage 2"): the live run and the replay of its cached coefficients,
 // unchanged, side by side, one window batch at a time. "Exact" means bit patterns: a difference of
 // NaN or of -0 against +0 is a difference, and a non-finite logit or NLL in either pass fails the
 // check whatever the tolerance. Batches are checked independently (on whichever rank runs them)

@@ -28,7 +28,7 @@ class ExitCondition : public Condition {
 };
 
 // cross_input, token_shuffle, cross_shuffle: d_{pi_r(i), sigma_{r,i}(t)} with either part the
-// identity. One sigma per (r, window), used for every exit point (spec 7: the generic per-layer
+// identity. One sigma per (r, window), used for every exit point (docs/exit.md: the generic per-layer
 // sigma would break monotonicity).
 class MovedDepths : public ExitCondition {
  public:

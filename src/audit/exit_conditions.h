@@ -1,4 +1,4 @@
-// The audit's conditions on exit-depth records (spec early-exit.md 7), written over the record kind
+// The audit's conditions on exit-depth records (docs/exit.md, "Exact rules"), written over the record kind
 // exit_depth (continued flags c_{k,t}, depth d_t = 1 + sum_k c_{k,t}), never over a model family.
 // A token's whole depth moves as one unit; every condition writes an executable, monotone record
 // (c_{k,t} = [d_t > k], score = the absorbing fill 1 - c) and is applied only in replay.
@@ -27,7 +27,7 @@ std::vector<int> exit_depths(const CoefficientView& records, int window);
 // Writes depths [T] as window `slot` of `out`: c and the absorbing fill.
 void write_exit_depths(CoefficientTensor& out, int slot, const std::vector<int>& depths);
 
-// PositionDepth and DepthHistogram by the exact integer rules of spec 7.0, and MeanDepth's d-bar.
+// PositionDepth and DepthHistogram by the exact integer rules of docs/exit.md, and MeanDepth's d-bar.
 ExitProfiles exit_profiles(const CoefficientView& calibration);
 
 // Builds an exit condition; throws Error for a name that is not one.

@@ -96,7 +96,7 @@ struct ConditionRun {
   std::optional<double> counted_gemm_flops;
   double reused_prefix_gemm_flops = 0;  // what its replays did not run because they reused the kept prefix
   // Exit-depth records, on identity (FullDepth) only: of the tokens that exit before the last block
-  // in the live records, how many have the same argmax there as at full depth (spec early-exit 7.4).
+  // in the live records, how many have the same argmax there as at full depth (docs/exit.md, exit_agreement).
   int64_t exit_agreeing = 0, exited = 0;
 };
 

@@ -1,7 +1,7 @@
 // The live side of exact replay, kept from the pass that recorded the cache. Stage 1 runs the model
 // live over every evaluation batch to record its coefficients; exact replay then has to show that
-// replaying them reproduces that live run's logits and NLL bit for bit (audit-protocol spec). The
-// recording pass's logits are the live logits the spec means, so instead of running the live pass a
+// replaying them reproduces that live run's logits and NLL bit for bit (docs/audit.md). The
+// recording pass's logits are the live logits the protocol means, so instead of running the live pass a
 // second time, the rank that recorded a batch keeps its logits (poisoned before the pass, so they
 // are the pass's own) and NLLs, and exact replay compares its replay against them: one live pass per
 // evaluation window fewer (about 4.5% of the passes of a small audit).
@@ -12,7 +12,7 @@
 // logits stay in an adapter process keeps their SHA-256 instead, the form exact replay compares
 // them in anyway. What the check then covers is the run that recorded the coefficients (for fca's
 // families, the live pass with a recording coefficient source); where the pass runs again it is
-// the live pass without recording. Both are "the live run" of the spec, and both must equal the
+// the live pass without recording. Both are "the live run" of the protocol, and both must equal the
 // replay bit for bit.
 #pragma once
 #include <cstddef>

@@ -1,5 +1,5 @@
-// The audit's conditions on routing records (conditional-computation spec, "The audit on routing
-// records"), written over the record kinds, not over model families: expert_routing (experts I and
+// The audit's conditions on routing records (docs/routed.md, "Routing records and
+// the audit"), written over the record kinds, not over model families: expert_routing (experts I and
 // weights w per token) and token_selection (a 0/1 selection and weights sigmoid(s) per token).
 // Every condition yields an executable routing (k distinct experts per token; exactly K selected
 // tokens per window and layer) and is applied only in replay.
@@ -23,7 +23,7 @@ struct RoutingProfiles {
 // The routing conditions in report order (correct first).
 const std::vector<std::string>& routing_condition_names();
 
-// The calibration profiles of the spec's table. expert_routing: layer_position_mean takes per
+// The calibration profiles of docs/routed.md's table. expert_routing: layer_position_mean takes per
 // (layer, position) the k experts with the largest mean weight over C (unselected = 0),
 // static_profile per layer over C and tokens; their weights are those means, renormalised over the
 // k slots when k > 1 (as the model's own routing is; for k = 1 the mean weight itself).

@@ -1,4 +1,4 @@
-// The audit's statistics (audit-protocol spec, "Figures computed"): paired-window bootstrap
+// The audit's statistics (docs/audit.md, "Statistics"): paired-window bootstrap
 // percentile intervals, Monte-Carlo standard errors, ratio (retention) intervals, exact sign-flip
 // p-values, Holm's step-down adjustment, and the balanced three-factor functional ANOVA.
 #pragma once

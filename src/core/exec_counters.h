@@ -25,7 +25,7 @@ struct ExecCounters {
   std::atomic<int64_t> blocks_executed{0};         // transformer blocks run
   std::atomic<int64_t> controller_evaluations{0};  // controller calls (one per layer per pass)
   std::atomic<int64_t> routed_rows{0};  // rows a routed computation ran: expert rows (MoE), selected tokens (MoD)
-  std::atomic<int64_t> propagated_rows{0};  // early exit: K/V rows projected for exited tokens (spec 5.2)
+  std::atomic<int64_t> propagated_rows{0};  // early exit: K/V rows projected for exited tokens (docs/exit.md)
   void reset() {
     routed_rows = 0;
     propagated_rows = 0;
@@ -53,7 +53,7 @@ inline thread_local bool controller_gemms = false;
 }
 // Matrix products issued on this thread while a ControllerGemms guard lives are the controller's:
 // their FLOPs go to controller_flops (still one GEMM call each), so that a controller built on GEMMs
-// (the hyper family's DHC and mHC projections) is its own row, as the spec's FLOP tables have it.
+// (the hyper family's DHC and mHC projections) is its own row, as docs/hyper.md's FLOP formulas have it.
 class ControllerGemms {
  public:
   ControllerGemms() : previous_(detail::controller_gemms) { detail::controller_gemms = true; }

@@ -1,6 +1,6 @@
 // Byte-level text corpora: a folder with train.txt / valid.txt / test.txt, or the WikiText raw
 // layout (wiki.train.raw, ...). Splits are memory-mapped raw bytes (no decoding), and windows follow
-// the spec: window i of a split covers bytes [i*T, i*T + T + 1); inputs are its first T bytes,
+// docs/data.md: window i of a split covers bytes [i*T, i*T + T + 1); inputs are its first T bytes,
 // targets its last T.
 #pragma once
 #include <cstdint>
@@ -69,8 +69,8 @@ struct WindowSet {
   int count() const { return int(indices.size()); }
 };
 
-// `wanted` evenly spaced windows of T+1 tokens of a tokenized split (targets shifted by one), as the
-// spec lays them out: window i covers tokens [i*T, i*T + T + 1). `split` names the split in errors.
+// `wanted` evenly spaced windows of T+1 tokens of a tokenized split (targets shifted by one), as
+// docs/data.md lays them out: window i covers tokens [i*T, i*T + T + 1). `split` names the split in errors.
 WindowSet make_windows(const std::vector<int32_t>& tokens, const TextSplit& split, int T, int wanted);
 
 }  // namespace fca

@@ -29,7 +29,7 @@ struct ExecOptions {
   double margin = 0.05;     // practical latency margin: no "faster"/"slower" within it
   int warmup = 3;
   std::vector<double> skip_thresholds;  // each in [0, 1]
-  // Early-exit models: the thresholds of the exit sweep (spec early-exit.md 8), each in [0, 1].
+  // Early-exit models: the thresholds of the exit sweep (docs/exit.md, "Execution"), each in [0, 1].
   std::vector<double> exit_thresholds{0.5, 0.7, 0.8, 0.9, 0.95, 0.99};
   int calib_windows = 64;   // valid-split windows for the calibrated static gates
   int eval_windows = 64;    // test-split windows for NLL

@@ -14,7 +14,7 @@
 namespace fca {
 
 // A named intermediate of the last pass for `fca trace`: [B, T, ...] float values under the stable
-// name of the family's spec ("hidden.3"), viewed in place in the model's run state.
+// name the family's docs give it ("hidden.3"), viewed in place in the model's run state.
 struct TraceTensor {
   std::string name;
   std::vector<int64_t> shape;
@@ -141,7 +141,7 @@ class AuditableModel {
   virtual nlohmann::ordered_json cache_diagnostics(const CoefficientView& /*evaluation*/) const { return nullptr; }
   // Groups of coefficient entries that can be switched off one at a time: the audit's
   // "disabled_<group>" conditions replay the cached coefficients with one group's entries replaced
-  // by their disabled values, every other entry as cached (hyper, spec 7.5: [mHC]'s ablation with
+  // by their disabled values, every other entry as cached (hyper, docs/hyper.md: [mHC]'s ablation with
   // the read 1/n, the writes 1, the mixing I). Empty: none. disabled_profile writes window 0 of
   // `values` (constant over tokens) with every grouped entry's disabled value; disable_group_of
   // gives an entry's group index, or -1 for entries no group switches.

@@ -1,7 +1,7 @@
-// The coefficient tensor A(x) that every controller-bearing model exposes (audit-protocol spec):
+// The coefficient tensor A(x) that every controller-bearing model exposes (docs/audit.md):
 // named axes [layer, token, stream, source] per window, plus a validity mask over
 // [layer, stream, source]. Gated family: [L, T, 1, 1]; MUDD: [L, T, 4, L+1].
-// Routing records (conditional-computation spec) add a discrete field beside the float values:
+// Routing records (docs/routed.md) add a discrete field beside the float values:
 // MoE (expert_routing): values = weights [L, T, 1, k], discrete = expert indices [L, T, k];
 // MoD (token_selection): values = sigmoid(s) [R, T, 1, 1], discrete = selected 0/1 [R, T, 1].
 // Early exit (exit_depth): values = the classifier's q = sigmoid(s) [L-1, T, 1, 1] (absorbing fill

@@ -36,7 +36,7 @@ class FlatModel {
     return *this;
   }
 
-  // The gated-transformer spec's initialisation (ParameterBuffer::initialize) from one seed.
+  // The gated family's initialisation (docs/model.md, ParameterBuffer::initialize) from one seed.
   static FlatModel initialized(const Config& config, uint64_t seed) {
     config.validate("initialisation");
     FlatModel m(config);

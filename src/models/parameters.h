@@ -1,5 +1,5 @@
 // A model's parameters as one flat buffer laid out by a list of named slots (TensorSlot), with the
-// operations every family shares: zero construction, the gated-transformer spec's initialisation by
+// operations every family shares: zero construction, the gated family's initialisation (docs/model.md) by
 // tensor name, checked loading (one file, or shards with tensors used in place) and atomic saving.
 // The one parameter store of every family (FlatModel's gated, moe and mod; MuddModel); slots start
 // on 16-element boundaries so that matrix rows stay aligned.
@@ -18,7 +18,7 @@
 
 namespace fca {
 
-// Builds a layout: slots in the order added, AdamW decay on rank-2 tensors (the spec's rule).
+// Builds a layout: slots in the order added, AdamW decay on rank-2 tensors (docs/model.md).
 class LayoutBuilder {
  public:
   void add(std::string name, std::vector<int64_t> shape, bool weight_decay);
@@ -69,7 +69,7 @@ class ParameterBuffer {
   // The pointers of a pre-norm block's tensors (models/base/block.h) under `prefix` (absent ones null).
   BlockWeights<T> block(const std::string& prefix);
 
-  // The gated-transformer spec's initialisation from one seed, by name: normal(0, 0.02) for wte,
+  // The gated family's initialisation (docs/model.md) from one seed, by name: normal(0, 0.02) for wte,
   // wpe, *qkv.weight, *fc.weight and *router.weight; *proj.weight of the attention, MLP and experts
   // (the residual projections) normal(0, 0.02/sqrt(2L)); LayerNorm weights 1; everything else 0.
   void initialize(int n_layer, uint64_t seed);

@@ -1,5 +1,5 @@
 // AdamW over a flat parameter buffer (decoupled weight decay, as torch.optim.AdamW), with the
-// learning-rate schedule and global-norm gradient clipping of the spec's training defaults.
+// learning-rate schedule and global-norm gradient clipping of the training defaults (docs/model.md).
 #pragma once
 #include <cstdint>
 #include <vector>

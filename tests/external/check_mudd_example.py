@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Checks examples/mudd_adapter.py's MuddPythia against the golden fp32 reference outputs in
-shared/testdata/muddpythia-tiny/fixture.safetensors, and its replay contract.
+tests/data/muddpythia-tiny/fixture.safetensors, and its replay contract.
 
     python3 tests/external/check_mudd_example.py [--testdata DIR]
 
@@ -85,7 +85,7 @@ def protocol_round_trip(fa, folder, ids, logits, flag):
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--testdata", default=os.environ.get("FCA_TESTDATA", "/work/shared/testdata"))
+    parser.add_argument("--testdata", default=os.path.join(REPO, "tests", "data"))
     args = parser.parse_args()
     folder = os.path.join(args.testdata, "muddpythia-tiny")
     torch.set_num_threads(2)

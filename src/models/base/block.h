@@ -2,7 +2,7 @@
 // (src/models/base/): the block as plain functions, split where the families differ (the routed
 // families' MLP, the gated family's gate): the attention half (LN1, attention, u, LN2) and the dense
 // MLP, and the stream's ends (embedding, tied head). Gated, MoE and MoD blocks are all built from
-// these; shapes per the gated-transformer spec, N rows of width D. A block's activations live in
+// these; shapes per docs/model.md, N rows of width D. A block's activations live in
 // BlockActivations (stream.h).
 #pragma once
 #include <cstdint>
@@ -14,7 +14,7 @@
 namespace fca {
 
 // One block's parameters: pointers into a flat parameter (or gradient, or optimizer-moment)
-// buffer; shapes per the gated-transformer spec.
+// buffer; shapes per docs/model.md.
 template <typename T>
 struct BlockWeights {
   T *ln1_weight, *ln1_bias;    // [D]

@@ -1,5 +1,5 @@
 // The shared base of every model family built from the pre-norm transformer block of the
-// gated-transformer spec (src/models/base/): one block's saved activations and the residual
+// gated family's definition (docs/model.md; src/models/base/): one block's saved activations and the residual
 // stream's state (hidden states, tied byte head, backward scratch), carved from one arena.
 #pragma once
 #include <omp.h>

@@ -14,7 +14,7 @@ struct TensorSlot {
   std::vector<int64_t> shape;
   size_t offset;      // in elements from the start of the buffer
   size_t numel;
-  bool weight_decay;  // AdamW decays rank-2 tensors only (the spec's "2-D weight matrices")
+  bool weight_decay;  // AdamW decays rank-2 tensors only (docs/model.md's "2-D weight matrices")
 };
 
 }  // namespace fca

@@ -31,7 +31,7 @@ class ExitAuditable : public RoutedAuditable<ExitAuditTraits> {
  public:
   ExitAuditable(const std::string& path, int max_batch, int max_tokens)
       : RoutedAuditable<ExitAuditTraits>(path, max_batch, max_tokens), threshold_(model_.config().exit_threshold) {}
-  // Rows never depend on the batch: row-independent GEMMs and attention (spec 10), tested.
+  // Rows never depend on the batch: row-independent GEMMs and attention (docs/exit.md), tested.
   bool batch_invariant() const override { return true; }
   // Live runs at the threshold lambda (the config's unless set): "exit_threshold <lambda>".
   std::string controller_setting() const override;

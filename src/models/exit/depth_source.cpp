@@ -25,7 +25,7 @@ void ExitLiveDepth<T>::score(int k, const BatchPosition& batch, int n, const T* 
   const ExitConfig& c = model_.config();
   const int D = c.d_model;
   const auto& w = model_.weights();
-  // Spec 9: LayerNorm(ln_f) 7D + 3 and the score 2D per row.
+  // docs/exit.md, "FLOPs": LayerNorm(ln_f) 7D + 3 and the score 2D per row.
   count_controller_flops(int64_t(n) * (9 * int64_t(D) + 3));
   layernorm_forward(scratch.z, scratch.mean, scratch.rstd, x, w.ln_f_weight, w.ln_f_bias, n, D);
   const T* wk = w.exit_weight + int64_t(k - 1) * D;

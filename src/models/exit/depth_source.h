@@ -1,5 +1,5 @@
-// Where a token's depth comes from (spec 5, 6). At each exit point k (min_exit <= k <= L-1) the
-// ragged pass asks its source which of the n rows still running stop there.
+// Where a token's depth comes from (docs/exit.md, "The depth record"). At each exit point k
+// (min_exit <= k <= L-1) the ragged pass asks its source which of the n rows still running stop there.
 // - ExitLiveDepth: the classifier, s = exit.weight[k-1] . LayerNorm(h_k; ln_f) + exit.bias[k-1],
 //   exit iff s >= tau (logit space, ties exit); counts its FLOPs and one evaluation per exit point.
 // - ExitRecordingDepth: live, and the record (kind exit_depth: continued c and score q = sigmoid(s)

@@ -1,4 +1,4 @@
-// What a pass of an exit model runs, from its depth record alone (spec early-exit.md 9): rows per
+// What a pass of an exit model runs, from its depth record alone (docs/exit.md, "FLOPs"): rows per
 // block, need-based propagated rows, blocks executed, classifier evaluations, and FLOPs by kind.
 // exec checks the counters of every counted pass against these (exec/flops.h), and the audit
 // reports them per condition; the formulas never read a counter.
@@ -22,7 +22,7 @@ struct ExitPassFigures {
   // Eager (decode-faithful) propagation: (L - d) 4 D^2 per token.
   double propagation_decode = 0;
   // The GEMM FLOPs of blocks 1..m (every row, no decision yet): what a replay that reuses the
-  // kept prefix does not run (spec 7.2).
+  // kept prefix does not run (prefix reuse, docs/exit.md).
   double prefix_gemm = 0;
   double gemm() const { return trunk + attention + propagation + head; }
   double total() const { return gemm() + controller; }

@@ -59,7 +59,7 @@ ExitRunState<T>::ExitRunState(const ExitConfig& config_, int max_batch_, int max
 
 namespace {
 
-// Block k's K/V of the exited rows its active queries can see (need-based propagation, spec 5.2):
+// Block k's K/V of the exited rows its active queries can see (need-based propagation, docs/exit.md):
 // per window, every row u < the last active position that is not running. Returns |P_k|; the
 // rows go to rs.propagated. K/V rows past the last active position up to the end of its attention
 // tile (which the kernel reads with probability 0) are zeroed, so that nothing stale is read.

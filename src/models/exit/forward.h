@@ -1,4 +1,4 @@
-// The exit family's inference pass (spec 5, 10): layer-synchronous and ragged. The rows still
+// The exit family's inference pass (docs/exit.md, "Inference"): layer-synchronous and ragged. The rows still
 // running are kept compact, in (window, position) order, in X [n_k, D] with their row index
 // b*T'+t; every GEMM, LayerNorm, GELU and residual add of block k runs on those n_k rows only.
 // After exit point k the continuing rows move to the front (stable) and the exiting rows' states
@@ -53,7 +53,7 @@ struct ExitRunState {
   // What the last pass ran: rows per block |A_k| [L] and propagated rows |P_k| [L] (0 for the
   // blocks a reused prefix skipped).
   std::vector<int64_t> active_rows, propagated_rows;
-  // Blocks 1..m run on every row before any decision (spec 7.2): a replay of the windows of the
+  // Blocks 1..m run on every row before any decision (docs/exit.md): a replay of the windows of the
   // last pass starts from their output, kept in prefix_state [N, D] when reuse is enabled.
   PrefixReuse prefix;
   T* prefix_state;

@@ -1,4 +1,4 @@
-// The `exit` family, token-level early exit (spec: shared/spec/early-exit.md, format fca-exit-v1):
+// The `exit` family, token-level early exit (docs/exit.md, format fca-exit-v1):
 // the gated family's Dense trunk (g = 1) with CALM-style exits: after block k (min_exit <= k <=
 // L-1) a linear classifier on LayerNorm(h_k; ln_f) decides whether the token stops there; every
 // exit shares ln_f and the tied head. Config, parameter layout, read-only weights.
@@ -64,7 +64,7 @@ template <typename T>
 using ExitModel = FlatModel<T, ExitSpec>;
 
 // tau = ln(lambda / (1 - lambda)) computed in double and rounded to float once; +inf for lambda >= 1
-// and -inf for lambda <= 0 (spec 5.1, 7.0). A token exits at point k iff its score s >= tau.
+// and -inf for lambda <= 0 (docs/exit.md). A token exits at point k iff its score s >= tau.
 float exit_logit_threshold(double lambda);
 
 }  // namespace fca

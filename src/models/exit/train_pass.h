@@ -1,4 +1,4 @@
-// The exit family's training passes (spec 4): phase 1 runs the Dense trunk at full depth with every
+// The exit family's training passes (docs/exit.md): phase 1 runs the Dense trunk at full depth with every
 // exit k = m..L supervised through the shared ln_f and tied head, J_LM = sum_k w_k CE_k; phase 2
 // fits the exit classifiers on the frozen trunk, J_exit = mean_k mean_t BCE(sigmoid(s_k), u_k) with
 // CALM's consistency label u_k = [argmax o_k == argmax o_L]. No discrete decision enters either

@@ -18,7 +18,7 @@
 
 namespace fca {
 
-// The controller: the gate function of the spec, reading the gate parameters of a model.
+// The controller: the gate function of docs/model.md, reading the gate parameters of a model.
 template <typename T>
 class GateController {
  public:

@@ -71,7 +71,7 @@ GatedConfig GatedConfig::from_json(const std::string& text, const std::string& w
 std::vector<TensorSlot> gated_tensor_layout(const GatedConfig& c) {
   std::vector<TensorSlot> slots;
   size_t offset = 0;
-  // The spec decays "2-D weight matrices only": exactly the tensors of rank 2 (wte, wpe, Linear
+  // docs/model.md decays "2-D weight matrices only": exactly the tensors of rank 2 (wte, wpe, Linear
   // weights and, by the same rule, featuregate's gate.weight [L, 4]).
   auto add = [&](std::string name, std::vector<int64_t> shape) {
     const bool decay = shape.size() == 2;

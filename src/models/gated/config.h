@@ -1,4 +1,4 @@
-// The gated byte-level transformer family (spec: shared/spec/gated-transformer.md, format
+// The gated byte-level transformer family (docs/model.md, format
 // fca-gated-v1): configuration and the layout of its named parameter tensors.
 #pragma once
 #include <cstdint>

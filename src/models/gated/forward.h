@@ -1,4 +1,4 @@
-// The gated model's forward and backward passes (spec "Forward pass"), as plain functions over a
+// The gated model's forward and backward passes (docs/model.md), as plain functions over a
 // read-only model, a run state and a coefficient source.
 #pragma once
 #include <cstdint>

@@ -44,7 +44,7 @@ struct GatedSpec {
   static std::string describe(const GatedConfig& c);
 };
 
-// The gated model: initialised (the spec's initialisation from one seed: normal(0, 0.02),
+// The gated model: initialised (docs/model.md's initialisation from one seed: normal(0, 0.02),
 // residual projections scaled by 1/sqrt(2L), zero biases, LayerNorm weights 1, gate parameters 0),
 // loaded from an fca-gated-v1 file (format, config and every tensor's name, shape and dtype
 // checked; extra tensors are an error) and saved (F32, atomically) by FlatModel.

@@ -1,7 +1,7 @@
 // Hyper-connection models behind the audit's interface (models/auditable.h): coefficients
 // [site 2L, token, n+1, n+1] with (0, 0) masked; identity = the initialisation's squares (read
-// one-hot at r(p), writes 1, mixing I: plain Pre-Norm, spec 3.2); structure_removed = the grouped
-// source-uniform mean (spec 3.3: reads averaged over the streams, writes kept, each row's mixing
+// one-hot at r(p), writes 1, mixing I: plain Pre-Norm, docs/hyper.md); structure_removed = the grouped
+// source-uniform mean (docs/hyper.md: reads averaged over the streams, writes kept, each row's mixing
 // entries averaged).
 #pragma once
 #include <memory>
@@ -54,15 +54,15 @@ class HyperAuditable : public FamilyAuditable<HyperAuditTraits> {
   std::vector<TraceTensor> trace_tensors(int B, int T, bool live) const override;
   std::string static_profile_name() const override { return "StaticSquareMean"; }
   // Rows: the read (the branch input), then the n new streams; columns: the branch output, then the
-  // n old streams (spec section 2.3).
+  // n old streams (docs/hyper.md).
   std::vector<std::string> stream_labels() const override;
   // mHC only: its mixing is doubly stochastic live; the audit reports max |column sum - 1| of what
-  // each condition replayed (spec 3.3).
+  // each condition replayed (docs/hyper.md).
   std::string coefficient_constraint() const override;
   double constraint_violation(const CoefficientView& coefficients, int window) const override;
   nlohmann::ordered_json cache_diagnostics(const CoefficientView& evaluation) const override;
   std::vector<std::string> source_labels() const override;
-  // Spec 7.5, [mHC]'s ablation as replays: the read (row 0) at 1/n per stream, the writes (column 0)
+  // [mHC]'s ablation as replays (docs/hyper.md): the read (row 0) at 1/n per stream, the writes (column 0)
   // at 1, the mixing block at I, one group at a time, the others as cached.
   std::vector<std::string> disable_groups() const override { return {"read", "write", "mixing"}; }
   void disabled_profile(CoefficientTensor& values) const override;

@@ -1,4 +1,4 @@
-// Backward pass of the hyper model (spec section 2.7). Walks the sites in reverse, following
+// Backward pass of the hyper model (docs/hyper.md, "Backward"). Walks the sites in reverse, following
 // forward.cpp: the write, the branch, the read, then the controller, whose gradient reaches the
 // streams it read (dhc: through LN0; mhc: through Phi and 1/r) and its parameters. Per-token work is
 // parallel; every sum over tokens runs in token order or through a GEMM, so results are

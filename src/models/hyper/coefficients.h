@@ -1,5 +1,5 @@
-// Where the hyper model's coefficient squares come from during a forward pass (spec sections 2.3,
-// 2.5, 3.1): one C_p [n+1, n+1] per site p and token, rows s = targets (0: the branch input, j + 1:
+// Where the hyper model's coefficient squares come from during a forward pass (docs/hyper.md,
+// "Controllers"): one C_p [n+1, n+1] per site p and token, rows s = targets (0: the branch input, j + 1:
 // new stream j), columns k = sources (0: the branch output, i + 1: old stream i), C[0, 0] = 0.
 //
 // - HyperLiveCoefficients: the controller computes C from the site's parameters (and, for dhc and
@@ -30,7 +30,7 @@ struct HyperControllerScratch {
   const T* zeros = nullptr;  // [D] and bias
 };
 
-// The coefficient function of spec section 2.5, reading a model's hc parameters.
+// The coefficient function of docs/hyper.md's "Controllers", reading a model's hc parameters.
 template <typename T>
 class HyperController {
  public:
@@ -50,7 +50,7 @@ class HyperController {
 int64_t hyper_dhc_controller_flops_per_token(const HyperConfig& config);
 int64_t hyper_mhc_controller_flops_per_token(const HyperConfig& config);
 
-// The Sinkhorn projection of spec section 2.5 on kSinkhornLanes n x n matrices of logits at once
+// The Sinkhorn projection of docs/hyper.md on kSinkhornLanes n x n matrices of logits at once
 // (target rows, source columns), in place, Z [n * n][kSinkhornLanes] (lane q holds matrix q, lanes
 // innermost so that the compiler vectorises across matrices): a column softmax plus eps, a row
 // normalisation, then iters - 1 more column and row normalisations (rows last, so rows sum to 1 to
@@ -59,7 +59,7 @@ inline constexpr int kSinkhornLanes = 16;
 template <typename T>
 void hyper_sinkhorn_lanes(T* Z, int n, int iters, T eps);
 
-// Its backward by unrolled backprop through every step (spec section 2.7): from the logits Z and the
+// Its backward by unrolled backprop through every step (docs/hyper.md, "Backward"): from the logits Z and the
 // gradient dM of the result, dZ (all [n * n][kSinkhornLanes]). The forward steps are recomputed into
 // `work` ([(2 iters + 3) n^2][kSinkhornLanes]: the steps and two gradient buffers). Normalisation
 // Y = M / (sigma + eps) along an axis: dM = (dY - sum_axis dY Y) / (sigma + eps); column softmax P:
@@ -117,7 +117,7 @@ class HyperReplayedCoefficients : public HyperCoefficientSource<T> {
 CoefficientShape hyper_coefficient_shape(const HyperConfig& config, int tokens);
 // A tensor of that shape for `windows` windows with (0, 0) masked at every site.
 CoefficientTensor hyper_coefficient_tensor(const HyperConfig& config, int windows, int tokens);
-// Window w of `out` set to the identity squares of spec section 3.2 (the initialisation's): read
+// Window w of `out` set to the identity squares of docs/hyper.md (the initialisation's): read
 // 1 at source r(p) + 1, writes 1, mixing I; replaying them runs the block weights as plain Pre-Norm.
 void fill_hyper_identity(const HyperConfig& config, CoefficientTensor& out, int window);
 

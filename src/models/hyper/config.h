@@ -1,4 +1,4 @@
-// The hyper-connection family (spec: shared/spec/hyper-connections.md, format fca-hyper-v1): the
+// The hyper-connection family (docs/hyper.md, format fca-hyper-v1): the
 // gated family's pre-norm blocks without gates, with n residual streams mixed at two sites per
 // block (attention p = 2l, MLP p = 2l + 1) by a per-token (n+1) x (n+1) coefficient square:
 // static (shc), dynamic with tanh (dhc), or manifold-constrained with Sinkhorn (mhc).
@@ -34,8 +34,8 @@ struct HyperConfig {
   double pre_logit = 1.0;          // hc_pre_logit: +- read logit of b_pre (mhc)
   double res_offdiag_init = -8.0;  // hc_res_offdiag_init: off-diagonal b_res (mhc)
   // hc_out_init_div_sqrt_n: [HC]'s output-module init, the attention and MLP output projections'
-  // initial values divided by sqrt(n) (the paper's "scale by sqrt(n)", read as dividing: spec 1.4).
-  // Off by default: with it off, step-0 HC equals step-0 Dense of the same seed (spec 2.9).
+  // initial values divided by sqrt(n) (the paper's "scale by sqrt(n)", read as dividing: docs/hyper.md).
+  // Off by default: with it off, step-0 HC equals step-0 Dense of the same seed.
   bool out_init_div_sqrt_n = false;
 
   int head_dim() const { return d_model / n_head; }
@@ -50,12 +50,12 @@ struct HyperConfig {
   bool operator==(const HyperConfig&) const = default;
 };
 
-// The valid-entry index e(s, k) of the spec (section 2.3): row-major with (0, 0) skipped.
+// The valid-entry index e(s, k) of docs/hyper.md: row-major with (0, 0) skipped.
 inline int hyper_entry(int n, int s, int k) { return s == 0 ? k - 1 : n + (s - 1) * (n + 1) + k; }
 
 // Every parameter, in a fixed order: the gated family's dense layout (wte, wpe, blocks, ln_f),
 // then per site hc.{p}.static [n+1, n+1] and, for dhc and mhc, hc.{p}.dyn.weight and
-// hc.{p}.dyn.scale. The static and scale tensors are not decayed (spec section 2.8).
+// hc.{p}.dyn.scale. The static and scale tensors are not decayed (docs/hyper.md).
 std::vector<TensorSlot> hyper_tensor_layout(const HyperConfig& config);
 
 }  // namespace fca

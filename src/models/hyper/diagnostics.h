@@ -1,5 +1,5 @@
-// Diagnostics of hyper-connection coefficients computable from a coefficient cache alone (spec
-// section 3.5), and the mHC manifold check of what an intervention replays (section 3.3). Each
+// Diagnostics of hyper-connection coefficients computable from a coefficient cache alone
+// (docs/hyper.md), and the mHC manifold check of what an intervention replays. Each
 // square C_p [n+1, n+1] per site p and token: row 0 the read (columns 1..n), column 0 the write
 // (rows 1..n), the block M_p[j][i] = C_p[1+j][1+i] the mixing, so that X_{p+1} = M_p X_p + write F.
 #pragma once

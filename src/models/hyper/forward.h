@@ -1,4 +1,4 @@
-// The hyper model's forward pass (spec section 2.4) as a plain function over a read-only model, a
+// The hyper model's forward pass (docs/hyper.md) as a plain function over a read-only model, a
 // run state and a coefficient source, and its loss.
 #pragma once
 #include <cstdint>
@@ -30,7 +30,7 @@ double hyper_loss(HyperRunState<T>& rs, const int32_t* targets, double* window_n
 template <typename T>
 void hyper_backward(const HyperModel<T>& model, HyperRunState<T>& rs, HyperModel<T>& grads, T loss_scale);
 
-// The mixing of one site over N tokens (spec section 2.4's bitwise rules: sums over i ascending,
+// The mixing of one site over N tokens (docs/hyper.md's bitwise rules: sums over i ascending,
 // the C[j+1, 0] F term first). read: a [N, D] from X [N, n, D]; write: X' [N, n, D] from F [N, D].
 template <typename T>
 void hyper_read(T* a, const T* X, const T* C, int64_t N, int n, int D);

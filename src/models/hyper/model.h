@@ -12,7 +12,7 @@
 
 namespace fca {
 
-// One site's coefficient parameters (spec section 2.6).
+// One site's coefficient parameters (docs/hyper.md).
 template <typename T>
 struct HyperSiteWeights {
   T* static_part;          // [n+1, n+1]: shc/dhc the coefficients' static part, mhc the logits b ([0,0] = 0)
@@ -37,7 +37,7 @@ struct HyperSpec {
   static std::vector<TensorSlot> layout(const HyperConfig& c) { return hyper_tensor_layout(c); }
   template <typename T>
   static HyperWeights<T> bind(ParameterBuffer<T>& params, const HyperConfig& c);
-  // The static parts and scales of spec section 2.6 (the dynamic weights stay 0): shc/dhc read
+  // The static parts and scales of docs/hyper.md (the dynamic weights stay 0): shc/dhc read
   // one-hot at r(p), writes 1, mixing I; mhc logits +-hc_pre_logit, writes 0, mixing diagonal 0 and
   // off-diagonal hc_res_offdiag_init; scales hc_scale_init.
   template <typename T>

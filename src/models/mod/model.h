@@ -1,4 +1,4 @@
-// The `mod` family, Mixture-of-Depths (spec: shared/spec/conditional-computation.md, format
+// The `mod` family, Mixture-of-Depths (docs/routed.md, format
 // fca-mod-v1): the gated family's Dense transformer in which every routed_every-th block (blocks
 // routed_every-1, 2*routed_every-1, ...) runs only on the K = max(1, floor(c T')) tokens of each
 // window that its router scores highest. Config, parameter layout, read-only weights.

@@ -1,4 +1,4 @@
-// The `moe` family (spec: shared/spec/conditional-computation.md, format fca-moe-v1): the gated
+// The `moe` family (docs/routed.md, format fca-moe-v1): the gated
 // family's transformer with every block's MLP replaced by E experts of width F, of which each token
 // runs its top k. Config, parameter layout and the read-only weights.
 #pragma once

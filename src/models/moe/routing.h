@@ -59,7 +59,7 @@ class MoeReplayedRouting : public MoeRoutingSource<T> {
 // The routing record's shape for windows of `tokens` tokens.
 CoefficientShape moe_record_shape(const MoeConfig& config, int tokens);
 
-// Top-k of p [E] (ties to the lower index, in descending p) and the spec's weights: renormalised
+// Top-k of p [E] (ties to the lower index, in descending p) and docs/routed.md's weights: renormalised
 // over the selected when k > 1, p itself when k = 1.
 template <typename T>
 void moe_top_k(const T* p, int E, int k, int32_t* experts, T* weights);

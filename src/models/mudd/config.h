@@ -1,4 +1,4 @@
-// MUDD models (MUDDFormer dynamic dense connections on a Pythia trunk; spec shared/spec/muddpythia.md):
+// MUDD models (MUDDFormer dynamic dense connections on a Pythia trunk; docs/mudd.md):
 // the configuration read from a Hugging Face folder's config.json, and the derived per-layer widths.
 #pragma once
 #include <cstdint>

@@ -1,4 +1,4 @@
-// The MUDD forward pass (spec "mode F" in float: fp16-rounded RoPE tables, exact GELU, parallel
+// The MUDD forward pass (docs/mudd.md's "mode F" in float: fp16-rounded RoPE tables, exact GELU, parallel
 // residual, QK RMSNorm before partial rotary, per-stream LayerNorms, DA modules, signed unnormalised
 // mixing) with a live, recording or replayed coefficient source, and its backward pass.
 #pragma once

@@ -125,7 +125,7 @@ void MuddModel<T>::bind() {
 }
 
 namespace {
-// Tensors a checkpoint may hold beyond the architecture, which the spec says to ignore.
+// Tensors a checkpoint may hold beyond the architecture, which the loader ignores (docs/mudd.md).
 bool ignorable(const std::string& name) {
   if (name.rfind("layers.", 0) == 0 && name.find(".attention_norm.") != std::string::npos &&
       name.rfind("layers.0.", 0) != 0)

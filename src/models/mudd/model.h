@@ -80,9 +80,9 @@ class MuddModel {
   // Writes config.json and model.safetensors (F32, metadata "format": "pt" plus `extra`) into `dir`
   // (created if missing), each atomically.
   void save(const std::string& dir, const std::map<std::string, std::string>& extra = {}) const;
-  // Training initialisation (spec section 11): every DA's W2 zero and dense_bs one-hot on the
+  // Training initialisation (docs/mudd.md, "Training"): every DA's W2 zero and dense_bs one-hot on the
   // newest source, so training starts as a plain transformer; other weights as the gated family's
-  // spec (normal(0, 0.02), residual projections wo and FFN w2 normal(0, 0.02/sqrt(2L)), zero biases,
+  // (normal(0, 0.02), residual projections wo and FFN w2 normal(0, 0.02/sqrt(2L)), zero biases,
   // LayerNorm and QK-norm scales 1).
   static MuddModel initialized(const MuddConfig& config, uint64_t seed);
 

@@ -1,6 +1,6 @@
 // The GPT-NeoX-20B byte-level BPE tokenizer that Pythia and MUDDPythia use, read from a Hugging Face
-// tokenizer.json and encoding exactly as Hugging Face `tokenizers` does (shared/testdata/README.md
-// §3 lists the rules; tests/tokenizer_test.cpp checks them on its 47 cases):
+// tokenizer.json and encoding exactly as Hugging Face `tokenizers` does (docs/mudd.md,
+// "Tokenizer"; tests/tokenizer_test.cpp checks these rules on its 47 cases):
 //   1. split the text on the added tokens with `normalized: false` (leftmost-longest);
 //   2. NFC every remaining piece;
 //   3. split those on the added tokens with `normalized: true` (NeoX: runs of 2..24 spaces);

@@ -171,7 +171,7 @@ nlohmann::ordered_json measure_exit(const std::string& path, const Corpus& corpu
   m["config"] = nlohmann::json::parse(c.to_json());
   m["tokens_per_pass"] = B * T;
   m["modes"] = modes;
-  m["latency_note"] = "window-pass (prefill-like) latency; decode latency is not measured (spec early-exit.md 13.9)";
+  m["latency_note"] = "window-pass (prefill-like) latency; decode latency is not measured";
   if (!o.skip_thresholds.empty()) m["skip_sweep_note"] = "not applicable: exit models skip blocks per token already";
   return m;
 }

@@ -1,4 +1,4 @@
-// `fca exec` for early-exit models (spec early-exit.md 8): live (the config's threshold), replay,
+// `fca exec` for early-exit models (docs/exit.md, "Execution"): live (the config's threshold), replay,
 // the threshold sweep, full depth, every fixed depth of the same weights (the static truncation
 // curve), cross_input and dense_same_shape; counters checked against the depth record's formulas
 // (flops.h) in every mode; NLL, depth histogram and FLOPs by kind on the evaluation windows; the

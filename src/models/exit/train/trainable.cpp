@@ -47,7 +47,7 @@ ValidStats ExitTrainable::validate(const TextSplit& valid, int64_t windows, int 
 }
 
 std::vector<TrainPhase> ExitTrainable::later_phases() const {
-  // Spec 4.2: lr 1e-2 with cosine decay to 10%, batches from seed + 1.
+  // Phase 2 (docs/exit.md, "Training"): lr 1e-2 with cosine decay to 10%, batches from seed + 1.
   return {TrainPhase{"exit_heads", model_.config().exit_head_steps, 1e-2, 0.1, 1}};
 }
 

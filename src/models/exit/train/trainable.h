@@ -1,4 +1,4 @@
-// The exit family as a Trainable (spec 4): the main steps are phase 1 (the trunk with every exit
+// The exit family as a Trainable (docs/exit.md): the main steps are phase 1 (the trunk with every exit
 // supervised, TrainStep over ExitTrunkFamily), and one later phase, "exit_heads" (phase 2: the
 // classifiers on the frozen trunk, their own AdamW over exit.* alone); its entry in the train
 // layer's family table.

@@ -1,9 +1,9 @@
-// `fca exec` for the hyper-connection family (hyper-connections spec, sections 3.4 and 4): every
+// `fca exec` for the hyper-connection family (docs/hyper.md, "Execution"): every
 // sub-block always runs, so the question is what the n streams cost. Modes: live (the controller
 // computes each site's square), replay (the recorded squares, controller off), cross_input (another
-// window's squares), identity_mixing (the squares of spec section 3.2: plain Pre-Norm through the
+// window's squares), identity_mixing (the identity squares of docs/hyper.md: plain Pre-Norm through the
 // stream machinery) and dense_same_shape. The stream mixing and the controller are counted as their
-// own FLOP rows and checked against the spec's formulas.
+// own FLOP rows and checked against the formulas below.
 #pragma once
 #include "exec/exec_family.h"
 #include "models/hyper/config.h"
@@ -13,7 +13,7 @@ namespace fca {
 // The family's entry in the exec layer's family table.
 ExecFamily hyper_exec_family();
 
-// FLOPs per forward pass over B windows of T tokens, by the spec's section 4 (never from counters):
+// FLOPs per forward pass over B windows of T tokens, by the family's formulas (never from counters):
 // the trunk's GEMMs and head; the mixing (read, write and mix at every site, the final collapse); the
 // live controller (SHC 0; DHC and mHC their projection GEMMs plus the element-wise work).
 double hyper_gemm_flops(const HyperConfig& config, int B, int T);

@@ -28,7 +28,7 @@ HyperConfig config_of(const ModelShape& shape, const nlohmann::json& settings, c
 }  // namespace
 
 TrainFamily hyper_train_family() {
-  const HyperConfig d;  // the spec's defaults
+  const HyperConfig d;  // the family's defaults
   TrainFamily f;
   f.name = "hyper";
   f.description = "hyper: hyper-connections (shc, dhc, mhc; n residual streams mixed at two sites per block)";

@@ -23,7 +23,7 @@ struct HyperFamily {
 };
 
 // Settings: hc_variant, hc_streams, hc_tanh, hc_scale_init, hc_sinkhorn_iters, hc_eps, hc_norm_eps,
-// hc_pre_logit, hc_res_offdiag_init (spec section 2.1, the same defaults); single-file checkpoints.
+// hc_pre_logit, hc_res_offdiag_init (docs/hyper.md, the same defaults); single-file checkpoints.
 TrainFamily hyper_train_family();
 
 }  // namespace fca

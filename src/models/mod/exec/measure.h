@@ -1,4 +1,4 @@
-// `fca exec` for the Mixture-of-Depths family (conditional-computation spec, "Execution"): what the routing
+// `fca exec` for the Mixture-of-Depths family (docs/routed.md, "Execution"): what the routing
 // really executed (tokens per routed block, GEMM FLOPs counted at the call sites and checked against
 // the formula of the graph that ran) and what it cost, for live routing, replay, cross_input replay
 // and dense_same_shape.

@@ -22,7 +22,7 @@ struct ModFamily {
   static void backward(const Model& m, RunState& rs, Model& grads, float scale) { mod_backward(m, rs, grads, scale); }
 };
 
-// Settings: capacity, routed_every (conditional-computation spec); single-file checkpoints.
+// Settings: capacity, routed_every (docs/routed.md); single-file checkpoints.
 TrainFamily mod_train_family();
 
 }  // namespace fca

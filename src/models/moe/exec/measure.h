@@ -1,4 +1,4 @@
-// `fca exec` for the MoE family (conditional-computation spec, "Execution"): what the routing
+// `fca exec` for the MoE family (docs/routed.md, "Execution"): what the routing
 // really executed (expert rows per layer and expert, GEMM FLOPs counted at the call sites and checked
 // against the formula of the graph that ran) and what it cost, for live routing, replay, cross_input
 // replay (a load-changing condition), dense_experts, dense_same_shape and the Dense model whose MLP

@@ -24,7 +24,7 @@ struct MoeFamily {
   static void backward(const Model& m, RunState& rs, Model& grads, float scale) { moe_backward(m, rs, grads, scale); }
 };
 
-// Settings: experts, top_k, expert_hidden, aux_loss (conditional-computation spec); single-file checkpoints.
+// Settings: experts, top_k, expert_hidden, aux_loss (docs/routed.md); single-file checkpoints.
 TrainFamily moe_train_family();
 
 }  // namespace fca

@@ -11,7 +11,7 @@ namespace {
 
 // The config of a fresh model of this shape and these settings; errors prefixed by `where`.
 MuddConfig config_of(const ModelShape& shape, const nlohmann::json&, const std::string& where) {
-  // Byte-level MUDD (spec muddpythia.md section 11).
+  // Byte-level MUDD (docs/mudd.md, "Training").
   MuddConfig m;
   m.n_layer = shape.layers;
   m.dim = shape.dim;
@@ -35,7 +35,7 @@ MuddConfig config_of(const ModelShape& shape, const nlohmann::json&, const std::
 TrainFamily mudd_train_family() {
   TrainFamily f;
   f.name = "mudd";
-  f.description = "mudd: dynamic dense connections (muddpythia spec; --out is then a folder)";
+  f.description = "mudd: dynamic dense connections (docs/mudd.md; --out is then a folder)";
   f.checkpoint_is_folder = true;
   f.files = [](const std::string& out) {
     return CheckpointFiles{out + "/model.safetensors", out + "/train-state.safetensors", out + "/train.log.jsonl"};

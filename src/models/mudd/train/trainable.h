@@ -1,4 +1,4 @@
-// Byte-level MUDD models (spec muddpythia.md section 11) as a Trainable (FlatTrainable, like every
+// Byte-level MUDD models (docs/mudd.md, "Training") as a Trainable (FlatTrainable, like every
 // family), saved as Hugging Face folders (config.json + model.safetensors) that the same loader
 // reads, and the family's entry in the train layer's family table (train/train_family.h).
 #pragma once
