@@ -256,7 +256,7 @@ TEST_F(External, StudyRejectsAnExternalVariantWithoutCommand) {
 // tuple-returning gate with converters, a bf16 gate. Each passes exact replay and the sensitivity
 // probe with 0 controller evaluations in every replay; what the hooks cannot vouch for is refused.
 TEST_F(External, HookedModelsOfThirdPartyStylesAreAuditedAsTheyAre) {
-  const std::map<std::string, int> layers{{"mudd", 3}, {"moe", 3}, {"twice", 2}, {"tuple", 3}, {"bf16", 3}};
+  const std::map<std::string, int> layers{{"mudd", 3}, {"moe", 3}, {"twice", 2}, {"tuple", 3}, {"bf16", 3}, {"tensors", 3}};
   for (const auto& [style, L] : layers) {
     const std::string out = dir.file("hooked-" + style);
     auto args = audit_args(out);
@@ -377,6 +377,19 @@ TEST_F(BrokenAdapter, ReportsOtherCoefficientsThanItWasHanded) {
 
 TEST_F(BrokenAdapter, CountsNoControllerEvaluationsLive) {
   expect_failure("uncounted", {"reports 0 controller evaluations for a live pass"});
+}
+
+TEST_F(BrokenAdapter, CountsMoreControllerEvaluationsLiveThanLayers) {
+  expect_failure("overcounted", {"reports 3 controller evaluations for a live pass", "expected 2, one per controller layer"});
+}
+
+// HookedAdapter's default model hash over a third-party model's tensors of every kind (0-dim,
+// non-contiguous, fp16, bool, integer, non-persistent, tied) and its refusals of meta and sparse
+// tensors: tests/external/check_state_hash.py.
+TEST_F(External, StateHashCoversEveryTensorKind) {
+  const auto [status, output] = run_shell(python() + " " + source("tests/external/check_state_hash.py") + " 2>&1");
+  EXPECT_EQ(status, 0) << output;
+  EXPECT_NE(output.find("all checks passed"), std::string::npos) << output;
 }
 
 TEST_F(BrokenAdapter, CommandThatIsNoAdapter) {

@@ -24,10 +24,11 @@ Each call of a matched module in one forward pass is one layer of the coefficien
 Live, the matched modules run as usual and their outputs are recorded exactly (bf16 and fp16 as
 float32, which holds them exactly). In replay, each matched module returns the coefficients fca
 hands it, in its output's layout, dtype and device, and its own computation never runs: this is
-structural, not a promise. The module's forward is replaced for the pass, any of its submodules
-that is called anyway fails the request naming it, and its parameters are NaN for the pass, so a
-code path that reads them anyway fails exact replay. The hooks count controller evaluations; the
-user never does. (A bf16 or fp16 controller receives fca's float32 coefficients rounded to its
+structural, not a promise. The module's forward is replaced for the pass (an instance-level
+forward the module had is restored after it), any of its submodules that is called anyway fails the
+request naming it, and its floating-point parameters and buffers are NaN for the pass, so a code
+path that reads them anyway fails exact replay. The hooks count controller evaluations, in replay
+too (a call of the module's own forward or of a module inside it); the user never does. (A bf16 or fp16 controller receives fca's float32 coefficients rounded to its
 dtype; the recorded ones round-trip exactly, so exact replay stays exact.)
 """
 
@@ -187,12 +188,26 @@ def _from_layout(c: torch.Tensor, call: _Call, axes: _Axes, B: int, T: int) -> t
 
 
 def _state_sha256(model: torch.nn.Module) -> str:
-    """SHA-256 of the model's state: every tensor's name, dtype, shape and bytes, in name order."""
+    """SHA-256 of the model's state: every parameter and buffer (persistent or not; a tied parameter
+    once, under its first name), by name order: its name, dtype, shape and bytes. Any dtype and
+    layout of a dense tensor: 0-dim, non-contiguous, bf16/fp16, bool, integer. Meta tensors (no
+    values) and sparse tensors are refused: give model_sha256= for such a model."""
     h = hashlib.sha256()
-    for name, t in sorted(model.state_dict().items()):
-        t = t.detach().cpu().contiguous()
+    tensors = dict(model.named_parameters())            # deduplicated: a tied parameter once
+    for name, b in model.named_buffers():
+        if not any(b is t for t in tensors.values()):
+            tensors[name] = b
+    for name in sorted(tensors):
+        t = tensors[name]
+        if t.is_meta:
+            raise AdapterError(f"HookedAdapter: tensor {name!r} is on the meta device (it has no values to hash): "
+                               f"load the weights first, or give model_sha256=")
+        if t.layout != torch.strided:
+            raise AdapterError(f"HookedAdapter: tensor {name!r} is {t.layout} (sparse): its bytes are not hashed here; "
+                               f"give model_sha256= (e.g. sha256_files of the checkpoint)")
+        flat = t.detach().cpu().contiguous().reshape(-1)
         h.update(f"{name}:{t.dtype}:{list(t.shape)}\n".encode())
-        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+        h.update(flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b"")
     return h.hexdigest()
 
 
@@ -267,6 +282,8 @@ class HookedAdapter(Adapter):
     # -- hooks -------------------------------------------------------------------------------
     def _make_record_hook(self, name: str):
         def hook(module, inputs, output):
+            if self._mode == "replay" and not self.exec_replayed(module):
+                self.count_controller()      # the module's own forward ran in replay: a real evaluation
             if self._mode != "live":
                 return None
             self.count_controller()
@@ -282,6 +299,7 @@ class HookedAdapter(Adapter):
     def _make_refusal_hook(self, name: str, owner: str):
         def hook(module, inputs):
             if self._mode == "replay":
+                self.count_controller()      # counted, then refused: the answer never reaches fca
                 raise AdapterError(f"replay: module {name!r}, inside the controller {owner!r}, was called: a "
                                    f"controller's modules must not run in replay (does the model call it directly?)")
             return None
@@ -299,6 +317,7 @@ class HookedAdapter(Adapter):
             out = _from_layout(c, call, self._axes[name], self._B, self._T).to(device=self.device, dtype=self._dtype[layer])
             controller = self._controller[name]
             return controller.from_tensor(out) if controller.from_tensor else out
+        forward.fca_replayed = True
         return forward
 
     # -- one pass ------------------------------------------------------------------------------
@@ -388,21 +407,27 @@ class HookedAdapter(Adapter):
         self._B, self._T, self._handed = B, T, coefficients
         self._consumed = [False] * len(self._layout)
         saved = []
+        own = [module.__dict__.get("forward") for _, module, _ in self._matched]   # an instance-level forward stays
         try:
             for name, module, _ in self._matched:
                 module.forward = self._replacement(name)
-                for p in module.parameters():
-                    saved.append((p, p.data))
-                    p.data = torch.full_like(p.data, float("nan"))
+                # The controller's floating-point state is NaN for the pass (parameters and buffers),
+                # so that a code path reading it anyway fails exact replay. Integer and bool buffers
+                # have no NaN and stay.
+                for t in list(module.parameters()) + [b for b in module.buffers() if b.is_floating_point()]:
+                    saved.append((t, t.data))
+                    t.data = torch.full_like(t.data, float("nan"))
             self._mode = "replay"
             logits = self._run(ids)
         finally:
             self._mode = "off"
-            for name, module, _ in self._matched:
-                if "forward" in module.__dict__:
-                    del module.forward
-            for p, data in saved:
-                p.data = data
+            for (_, module, _), forward in zip(self._matched, own):
+                if forward is None:
+                    module.__dict__.pop("forward", None)
+                else:
+                    module.forward = forward
+            for t, data in saved:
+                t.data = data
         missing = [self._layout[l].name for l, used in enumerate(self._consumed) if not used]
         used = coefficients.clone()
         for l, consumed in enumerate(self._consumed):

@@ -8,7 +8,8 @@ answers), stdout (describe prints to the real stdout, corrupting the framing), r
 raises), controller (replay evaluates the controller), ignores (replay runs its own controller,
 uncounted, and claims to have used the coefficients it was handed: the bug that once produced a clean
 audit), ignores_reported (the same, but it reports the coefficients it really used), uncounted (live
-passes never count the controller).
+passes never count the controller), overcounted (live passes count one evaluation more than the
+layers).
 """
 
 import os
@@ -24,7 +25,7 @@ import fca_adapter  # noqa: E402
 from gated_adapter import GatedAdapter  # noqa: E402
 
 FAULTS = ("wrong_shape", "inexact", "exit", "hang", "stdout", "raise", "controller", "ignores", "ignores_reported",
-          "uncounted")
+          "uncounted", "overcounted")
 
 
 class FaultyAdapter(GatedAdapter):
@@ -53,6 +54,8 @@ class FaultyAdapter(GatedAdapter):
         logits, used = super().forward(ids, coefficients)
         if replay and self.fault == "controller":
             self.count_controller()
+        if not replay and self.fault == "overcounted":
+            self.count_controller()                                         # one more than the layers
         if replay and self.fault == "inexact":
             logits = logits.clone()
             logits[0, 0, 0] = torch.nextafter(logits[0, 0, 0], torch.tensor(float("inf")))

@@ -10,6 +10,8 @@ Styles (byte-level, vocab 256, 16 positions, random weights of a fixed seed):
   twice   one gate module shared by two blocks: called twice per forward pass
   tuple   a gate returning (values, auxiliary loss), given with to_tensor / from_tensor converters
   bf16    a bf16 gate in a float32 model
+  tensors a 0-dim learnable scale, a non-contiguous parameter, fp16/bool/integer buffers (one not
+          persistent) and a tied head: the state is hashed as it is
 
 Faults (each must be refused by fca):
   unused     the glob matches a module whose output the logits never use
@@ -147,9 +149,31 @@ class GatedStyle(Base):
         return self.head(x)
 
 
+# -- tensors of every kind, as third-party code holds them -----------------------------------------
+class TensorKinds(GatedStyle):
+    """A gated model that also holds a learnable 0-dim scale (as a public hyper-connections
+    implementation does), a non-contiguous parameter, fp16, bool and integer buffers (one not
+    persistent) and an output head tied to the embedding: HookedAdapter hashes its state as it is."""
+
+    def __init__(self):
+        super().__init__()
+        self.scale = nn.Parameter(torch.tensor(1.0))
+        self.mix = nn.Parameter(torch.randn(D, D).t())                 # non-contiguous
+        self.register_buffer("table", torch.randn(4).to(torch.float16))
+        self.register_buffer("active", torch.tensor([True, False, True]))
+        self.register_buffer("steps", torch.arange(3), persistent=False)
+        self.head.weight = self.embed.weight                             # tied
+
+    def forward(self, ids):
+        x = self.embed_ids(ids) @ self.mix * self.scale + self.table.float().sum() * self.active.float().mean()
+        for l, block in enumerate(self.blocks):
+            x = x + self.gates[l](x) * block(x)
+        return self.head(x)
+
+
 def build(style, fault=None):
     """(model, controllers, identity) of a style."""
-    torch.manual_seed({"mudd": 1, "moe": 2, "twice": 3, "tuple": 4, "bf16": 5}[style])
+    torch.manual_seed({"mudd": 1, "moe": 2, "twice": 3, "tuple": 4, "bf16": 5, "tensors": 6}[style])
     if style == "mudd":
         return MuddStyle(), {"dynamic_dense.*": "S B T K"}, None
     if style == "moe":
@@ -164,6 +188,8 @@ def build(style, fault=None):
     if style == "bf16":
         model = GatedStyle(dtype=torch.bfloat16, unused=fault == "unused")
         return model, ({"probe": "B T K"} if fault == "unused" else {"gates.*": "B T K"}), 1.0
+    if style == "tensors":
+        return TensorKinds(), {"gates.*": "B T K"}, 1.0
     raise ValueError(style)
 
 
@@ -175,7 +201,7 @@ def adapter(style, fault=None):
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
-    parser.add_argument("--style", required=True, choices=["mudd", "moe", "twice", "tuple", "bf16"])
+    parser.add_argument("--style", required=True, choices=["mudd", "moe", "twice", "tuple", "bf16", "tensors"])
     parser.add_argument("--fault", choices=["unused", "direct"])
     args = parser.parse_args()
     torch.set_num_threads(2)

@@ -123,13 +123,15 @@ void ExternalAuditable::run_live(const int32_t* inputs, const int32_t* targets, 
   const SafetensorsReader a = connection_->request(
       "run_live", {{"inputs", {B, T}, inputs, DType::I32}, {"targets", {B, T}, targets, DType::I32}});
   read_run_answer(a, B, window_nll);
-  // A live pass runs the controller: an adapter that reports no evaluation does not count them (or
-  // recorded nothing), and its replay count of 0 would then mean nothing either.
+  // A live pass runs the controller once per layer of its record: an adapter that reports another
+  // count does not count what runs (0: it counts nothing, and its replay count of 0 would then mean
+  // nothing either; more: something it counts is not one layer's evaluation).
   const int64_t evaluations = answer_integer(a, "controller_evaluations", 0, int64_t(1) << 50);
-  if (evaluations < 1)
-    throw Error(a.path() + ": the adapter reports 0 controller evaluations for a live pass of " + std::to_string(B) +
-                " windows; a live pass runs the controller, so its count cannot be 0 (fca_adapter.HookedAdapter counts "
-                "through its hooks; a hand-written Adapter calls count_controller() at each evaluation)");
+  if (evaluations != shape_.layers)
+    throw Error(a.path() + ": the adapter reports " + std::to_string(evaluations) + " controller evaluations for a live pass of " +
+                std::to_string(B) + " windows, expected " + std::to_string(shape_.layers) +
+                ", one per controller layer of its record (fca_adapter.HookedAdapter counts each call of a hooked module; "
+                "a hand-written Adapter calls count_controller() once per layer's evaluation)");
   live_evaluations_ += evaluations;
   const CoefficientShape& s = shape_;
   const TensorInfo& values = answer_tensor(a, "coefficients", DType::F32, {B, s.layers, T, s.streams, s.sources});
