@@ -525,5 +525,26 @@ TEST_F(ReplayCheck, AReplayUnlikeTheRecordingPassStopsTheAudit) {
   expect_refused<RecordingPassDiffers>("recording-differs", "3 logits differ in bits");
 }
 
+// audit.json's exact_replay "passed" is the verdict its own figures give at its tolerance, not a
+// constant: the document says what ran, whichever path wrote it.
+TEST(ExactReplayDocument, PassedIsTheVerdictOfTheFiguresBesideIt) {
+  ExactReplay r;
+  r.batches = 3;
+  EXPECT_TRUE(r.to_json(0)["passed"].get<bool>());
+  r.differing_logits = 5;
+  r.max_abs_delta_logit = 1e-6;
+  EXPECT_FALSE(r.to_json(0)["passed"].get<bool>()) << "bitwise replay with differing logits";
+  EXPECT_FALSE(r.to_json(1e-7)["passed"].get<bool>()) << "a difference above the tolerance";
+  EXPECT_TRUE(r.to_json(1e-5)["passed"].get<bool>()) << "a difference within the tolerance";
+  r.non_finite = 1;
+  EXPECT_FALSE(r.to_json(1e-5)["passed"].get<bool>()) << "a non-finite value fails at any tolerance";
+  ExactReplay digest;
+  digest.by_digest = true;
+  digest.batches = 2;
+  digest.digest_mismatches = 1;
+  EXPECT_FALSE(digest.to_json(0)["passed"].get<bool>());
+  EXPECT_EQ(digest.to_json(0)["logits_compared"], "sha256");
+}
+
 }  // namespace
 }  // namespace fca
