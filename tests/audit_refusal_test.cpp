@@ -177,6 +177,14 @@ TEST_F(AuditEndToEnd, AReplayThatIgnoresItsCoefficientsIsRefused) {
   EXPECT_TRUE(good["replay_sensitivity"]["passed"].get<bool>());
   EXPECT_GT(good["replay_sensitivity"]["differing_logits"].get<int64_t>(), 0);
   EXPECT_EQ(good["replay_sensitivity"]["controller_evaluations"], 0);
+  // Audited anyway, it does not pool: its zero penalties would count as evidence in an aggregate.
+  try {
+    aggregate_audits({dir.file("good/audit.json"), dir.file("ignoring/audit.json")}, 100, 1);
+    ADD_FAILURE() << "aggregate pooled an audit run with --allow-insensitive-replay";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(dir.file("ignoring/audit.json") + " was audited with --allow-insensitive-replay"),
+              std::string::npos) << e.what();
+  }
 }
 
 // An audit stopped after one and then after two more window batches (as a kill would leave it:
@@ -523,6 +531,28 @@ TEST_F(ReplayCheck, NanNllStopsTheAudit) { expect_refused<NanNllReplay>("nan-nll
 TEST_F(ReplayCheck, NanLogitStopsTheAudit) { expect_refused<NanLogitReplay>("nan-logit", "3 logits differ in bits"); }
 TEST_F(ReplayCheck, AReplayUnlikeTheRecordingPassStopsTheAudit) {
   expect_refused<RecordingPassDiffers>("recording-differs", "3 logits differ in bits");
+}
+
+
+// audit.json's exact_replay "passed" is the verdict its own figures give at its tolerance, not a
+// constant: the document says what ran, whichever path wrote it.
+TEST(ExactReplayDocument, PassedIsTheVerdictOfTheFiguresBesideIt) {
+  ExactReplay r;
+  r.batches = 3;
+  EXPECT_TRUE(r.to_json(0)["passed"].get<bool>());
+  r.differing_logits = 5;
+  r.max_abs_delta_logit = 1e-6;
+  EXPECT_FALSE(r.to_json(0)["passed"].get<bool>()) << "bitwise replay with differing logits";
+  EXPECT_FALSE(r.to_json(1e-7)["passed"].get<bool>()) << "a difference above the tolerance";
+  EXPECT_TRUE(r.to_json(1e-5)["passed"].get<bool>()) << "a difference within the tolerance";
+  r.non_finite = 1;
+  EXPECT_FALSE(r.to_json(1e-5)["passed"].get<bool>()) << "a non-finite value fails at any tolerance";
+  ExactReplay digest;
+  digest.by_digest = true;
+  digest.batches = 2;
+  digest.digest_mismatches = 1;
+  EXPECT_FALSE(digest.to_json(0)["passed"].get<bool>());
+  EXPECT_EQ(digest.to_json(0)["logits_compared"], "sha256");
 }
 
 }  // namespace

@@ -216,6 +216,22 @@ TEST_F(AuditEndToEnd, AggregateAppliesCriteriaAndRefusesWhatDoesNotCombine) {
   other["model"]["description"] = "featuregate L 3, D 16, H 2, T 16";
   testing::write_text(dir.file("a2-config.json"), other.dump());
   refused({a1, dir.file("a2-config.json")}, "differ in /model/description");
+  // The protocol's settings: the token shuffle, the exit threshold and the replay tolerance. The
+  // error names both files and says what was expected and what was found.
+  auto with = [&](const std::string& from, const std::string& name, const std::string& pointer, const nlohmann::json& value) {
+    nlohmann::json j = nlohmann::json::parse(testing::read_bytes(from));
+    j[nlohmann::json::json_pointer(pointer)] = value;
+    testing::write_text(dir.file(name), j.dump());
+    return dir.file(name);
+  };
+  const std::string joint = "site-joint: one permutation per window and layer, shared by every stream";  // --joint-token-shuffle
+  refused({a1, with(a2, "a2-shuffle.json", "/settings/token_shuffle", joint)},
+          dir.file("a2-shuffle.json") + " and " + a1 + " differ in /settings/token_shuffle (expected \"per stream: one "
+              "permutation per window, layer and stream\" as in " + a1 + ", found \"" + joint + "\")");
+  refused({with(a1, "a1-exit.json", "/routing/controller_setting", "exit_threshold 0.5"),
+           with(a2, "a2-exit.json", "/routing/controller_setting", "exit_threshold 0.9")},
+          "differ in /routing/controller_setting (expected \"exit_threshold 0.5\"");
+  refused({a1, with(a2, "a2-tolerance.json", "/exact_replay/tolerance", 1e-6)}, "differ in /exact_replay/tolerance (expected 0.0");
 }
 
 TEST_F(AuditEndToEnd, ThePlanCountsEveryPassAndIsRecordedBesideTheMeasuredTime) {

@@ -247,13 +247,47 @@ TEST_F(Cli, NumbersOutOfRangeAreNamedPlainly) {
     EXPECT_NE(r.output.find(part), std::string::npos) << "missing '" << part << "' in: " << r.output;
     EXPECT_LT(r.output.size(), 400u) << r.output;
   };
-  short_error({"train", "--lr", "1e999", "--out", dir.file("x.safetensors")}, "--lr: '1e999' is outside the range of a double");
-  short_error({"train", "--lr", "1e-400", "--out", dir.file("x.safetensors")}, "--lr: '1e-400' is outside the range of a double");
-  short_error({"train", "--lr", "0", "--out", dir.file("x.safetensors")}, "--lr: must be positive, found 0");
-  short_error({"train", "--lr", "nan", "--out", dir.file("x.safetensors")}, "--lr: 'nan' is not a finite number");
-  short_error({"audit", "--model", model, "--out", dir.file("a"), "--small-penalty", "-1"}, "must not be negative, found -1");
-  short_error({"audit", "--model", model, "--out", dir.file("a"), "--seed", "-1"}, "--seed: '-1' is not an integer in 0 .. 18446744073709551615");
-  short_error({"train", "--seed", "99999999999999999999", "--out", dir.file("x.safetensors")}, "--seed: '99999999999999999999' is not an integer");
+  short_error({"train", "--lr", "1e999", "--out", dir.file("x.safetensors")}, "--lr: 1e999 is not a number > 0 (it is outside the range of a double)");
+  short_error({"train", "--lr", "1e-400", "--out", dir.file("x.safetensors")}, "--lr: 1e-400 is not a number > 0 (it is outside the range of a double)");
+  short_error({"train", "--lr", "0", "--out", dir.file("x.safetensors")}, "--lr: 0 is not a number > 0");
+  short_error({"train", "--lr", "nan", "--out", dir.file("x.safetensors")}, "--lr: 'nan' is not a number > 0");
+  short_error({"audit", "--model", model, "--out", dir.file("a"), "--small-penalty", "-1"}, "--small-penalty: -1 is not a number >= 0");
+  short_error({"audit", "--model", model, "--out", dir.file("a"), "--seed", "-1"}, "--seed: '-1' is not a whole number in 0 .. 18446744073709551615");
+  short_error({"train", "--seed", "99999999999999999999", "--out", dir.file("x.safetensors")}, "--seed: '99999999999999999999' is not a whole number");
+  expect_no_stray_files({"m.safetensors"});
+}
+
+// Every numeric flag of every command, given a negative, malformed or out-of-range value, names
+// itself and its valid range in words: never CLI11's bounds (DBL_MAX in 309 digits, "1797...") or a
+// conversion error that names no range.
+TEST_F(Cli, NumericFlagsNameTheirRangeInWords) {
+  const std::string out = dir.file("x.safetensors");
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases{
+      {{"train", "--threads", "-3", "--out", out}, "--threads: -3 is not a whole number >= 0 (0 = all cores)"},
+      {{"eval", "--model", model, "--threads", "x"}, "--threads: 'x' is not a whole number >= 0 (0 = all cores)"},
+      {{"train", "--layers", "1.5", "--out", out}, "--layers: '1.5' is not a whole number >= 1"},
+      {{"train", "--steps", "-5", "--out", out}, "--steps: -5 is not a whole number >= 1"},
+      {{"train", "--eval-every", "-1", "--out", out}, "--eval-every: -1 is not a whole number >= 0 (0 = at the end only)"},
+      {{"train", "--min-lr-ratio", "2", "--out", out}, "--min-lr-ratio: 2 is not a number in [0, 1]"},
+      {{"eval", "--model", model, "--batch", "abc"}, "--batch: 'abc' is not a whole number >= 1"},
+      {{"eval", "--model", model, "--windows", "-99999999999999999999"}, "--windows: -99999999999999999999 is not a whole number >= 0 (0 = all)"},
+      {{"bench", "forward", "--runs", "0"}, "--runs: 0 is not a whole number >= 1"},
+      {{"audit", "--model", model, "--reps", "1"}, "--reps: 1 is not a whole number in 2 .. 100000"},
+      {{"audit", "--model", model, "--eval-windows", "1e9"}, "--eval-windows: '1e9' is not a whole number in 2 .. 16777216"},
+      {{"audit", "--model", model, "--high-retention", "-0.5"}, "--high-retention: -0.5 is not a number in [0, 1]"},
+      {{"audit", "--model", model, "--batch", "-2"}, "--batch: -2 is not a whole number >= 0 (0 = chosen by a probe)"},
+      {{"exec", "--model", model, "--out", dir.file("e"), "--batch", "3000000000"},
+       "--batch: 3000000000 is not a whole number >= 1: the largest allowed is 2147483647"},
+      {{"exec", "--model", model, "--out", dir.file("e"), "--margin", "1"}, "--margin: 1 is not a number in [1e-06, 0.999999]"},
+      {{"exec", "--model", model, "--out", dir.file("e"), "--time-budget", "-1"}, "--time-budget: -1 is not a number >= 0"},
+      {{"aggregate", model, model, "--out", dir.file("g"), "--bootstrap", "-1"}, "--bootstrap: -1 is not a whole number >= 1"}};
+  for (const auto& [args, message] : cases) {
+    const auto r = run_fca(args);
+    EXPECT_NE(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find(message), std::string::npos) << "missing '" << message << "' in: " << r.output;
+    EXPECT_EQ(r.output.find("1797"), std::string::npos) << r.output;
+    EXPECT_LT(r.output.size(), 400u) << r.output;
+  }
   expect_no_stray_files({"m.safetensors"});
 }
 

@@ -62,25 +62,41 @@ nlohmann::json field_or_null(const nlohmann::json& j, const std::string& pointer
   return j.contains(p) ? j.at(p) : nlohmann::json();
 }
 
+// An audit run with --allow-insensitive-replay: its replay ignored the coefficients it was handed,
+// so each of its penalties is 0 by construction. Pooled, those zeros would count as evidence of no
+// functional dependence. Throws naming the file.
+void check_replay_sensitive(const nlohmann::json& audit, const std::string& path) {
+  const nlohmann::json passed = field_or_null(audit, "/replay_sensitivity/passed");
+  if (passed.is_null()) throw Error("aggregate: " + path + ": field '/replay_sensitivity/passed' is missing");
+  if (passed != true)
+    throw Error("aggregate: " + path + " was audited with --allow-insensitive-replay (/replay_sensitivity/passed is " +
+                passed.dump() + "): its replay did not depend on the coefficients it was handed, so its penalties are 0 "
+                "by construction, not evidence, and it does not combine with other audits");
+}
+
 // Audits combine only when they are audits of different checkpoints of one configuration, made
-// with one protocol: the same windows of the same data, the same randomisation seed and
-// repetitions, the same thresholds. Throws naming both files and the field that differs. The batch
-// is not part of the protocol: it only groups windows into passes (and by default a probe chooses
-// it per run; fca's own models give the same results at any batch, docs/audit.md).
+// with one protocol: the same windows of the same data, the same randomisation seed, repetitions
+// and token shuffle, the same exit threshold (an exit model's records depend on it), the same
+// replay tolerance, the same thresholds. Throws naming both files, the field that differs and both
+// values. The batch is not part of the protocol: it only groups windows into passes (and by
+// default a probe chooses it per run; fca's own models give the same results at any batch,
+// docs/audit.md).
 void check_combinable(const std::vector<nlohmann::json>& audits, const std::vector<std::string>& paths) {
   static const std::vector<std::string> same{
       "/model/family",           "/model/description",           "/model/coefficient_shape",     "/model/record_kind",
       "/settings/eval_windows",  "/settings/calib_windows",      "/settings/seq_len",
-      "/settings/reps",          "/settings/seed",
+      "/settings/reps",          "/settings/seed",               "/settings/token_shuffle",
       "/settings/bootstrap_resamples", "/settings/conditions",
+      "/routing/controller_setting",   "/exact_replay/tolerance",
       "/provenance/data/eval_split_sha256", "/provenance/data/calib_split_sha256",
       "/criteria/static_penalty_small/threshold", "/criteria/retention_high/threshold"};
+  for (size_t i = 0; i < audits.size(); ++i) check_replay_sensitive(audits[i], paths[i]);
   for (size_t i = 1; i < audits.size(); ++i) {
     for (const auto& f : same) {
       const nlohmann::json a = field_or_null(audits[0], f), b = field_or_null(audits[i], f);
       if (a != b)
-        throw Error("aggregate: " + paths[i] + " and " + paths[0] + " differ in " + f + " (" + b.dump() + " vs " + a.dump() +
-                    "): only audits of one configuration, made with the same protocol, combine");
+        throw Error("aggregate: " + paths[i] + " and " + paths[0] + " differ in " + f + " (expected " + a.dump() + " as in " +
+                    paths[0] + ", found " + b.dump() + "): only audits of one configuration, made with the same protocol, combine");
     }
     for (size_t k = 0; k < i; ++k) {
       const nlohmann::json hi = field_or_null(audits[i], "/provenance/model_sha256"), hk = field_or_null(audits[k], "/provenance/model_sha256");

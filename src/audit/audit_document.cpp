@@ -78,19 +78,6 @@ nlohmann::ordered_json settings_json(const AuditSetup& s, const AuditInputs& in)
           {"cache_from_other_build", in.cache_from_other_build}};
 }
 
-nlohmann::ordered_json exact_replay_json(const ExactReplay& exact, double tolerance) {
-  return {{"max_abs_delta_logit", exact.max_abs_delta_logit},
-          {"max_abs_delta_nll", exact.max_abs_delta_nll},
-          {"max_abs_delta_nll_vs_cache", exact.max_abs_delta_nll_cache},
-          {"tolerance", tolerance},
-          {"logits_compared", exact.by_digest ? "sha256" : "values"},
-          {"differing_logits", exact.differing_logits},
-          {"differing_nll_windows", exact.differing_nll_windows},
-          {"non_finite", exact.non_finite},
-          {"batches", exact.batches},
-          {"passed", true}};
-}
-
 // What a condition's replays ran (AuditableModel::record_compute), beside its DeltaNLL: mean
 // blocks per token (an exit model's mean depth) and its difference to correct, GEMM GFLOP per
 // token by the records' formulas and as counted (plus the prefix reused replays did not run), and
@@ -344,7 +331,7 @@ nlohmann::ordered_json audit_document(const AuditableModel& model, const AuditSe
   j["schema"] = kAuditSchema;
   j["model"] = model_json(model, s);
   j["settings"] = settings_json(s, in);
-  j["exact_replay"] = exact_replay_json(exact, o.replay_tolerance);
+  j["exact_replay"] = exact.to_json(o.replay_tolerance);
   const double base_mean = mean(table.base());
   j["replay_sensitivity"] = probe.to_json(o.allow_insensitive_replay);
   j["baseline"] = {{"nll", base_mean}, {"bits_per_byte", base_mean / std::log(2.0)}, {"byte_ppl", std::exp(base_mean)},

@@ -55,6 +55,19 @@ void ExactReplay::merge(const ExactReplay& b) {
   live_from_recording += b.live_from_recording;
 }
 
+nlohmann::ordered_json ExactReplay::to_json(double tolerance) const {
+  return {{"max_abs_delta_logit", max_abs_delta_logit},
+          {"max_abs_delta_nll", max_abs_delta_nll},
+          {"max_abs_delta_nll_vs_cache", max_abs_delta_nll_cache},
+          {"tolerance", tolerance},
+          {"logits_compared", by_digest ? "sha256" : "values"},
+          {"differing_logits", differing_logits},
+          {"differing_nll_windows", differing_nll_windows},
+          {"non_finite", non_finite},
+          {"batches", batches},
+          {"passed", passed(tolerance)}};
+}
+
 std::string ExactReplay::failure(double tolerance) const {
   return (by_digest ? "logits SHA-256 differs in " + std::to_string(digest_mismatches) + " of " + std::to_string(batches) +
                           " batches"

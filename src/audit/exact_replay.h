@@ -31,6 +31,8 @@ struct ExactReplay {
 
   bool passed(double tolerance) const;
   void merge(const ExactReplay& batch);
+  // The figures and the verdict passed(tolerance) they give, as audit.json's "exact_replay".
+  nlohmann::ordered_json to_json(double tolerance) const;
   // Why it failed, for the error that stops the audit.
   std::string failure(double tolerance) const;
 };

@@ -40,29 +40,29 @@ void add_audit_command(CLI::App& app) {
   cmd->add_option("--external-timeout", f->external_timeout, "Seconds to wait for each answer of the adapter")
       ->check(positive_number)->capture_default_str();
   cmd->add_option("--data", f->data, "Data folder (test = evaluation set, valid = calibration set); default: the nlp-corpus");
-  cmd->add_option("--eval-windows", a.eval_windows, "Evaluation windows from the test split")->check(CLI::Range(2, 1 << 24))->capture_default_str();
-  cmd->add_option("--calib-windows", a.calib_windows, "Calibration windows from the valid split")->check(positive_number)->capture_default_str();
-  cmd->add_option("--seq", a.tokens, "Window length T (0 = the model's seq_len)")->check(non_negative_number)->capture_default_str();
-  cmd->add_option("--reps", a.reps, "Randomisations per randomised condition")->check(CLI::Range(2, 100000))->capture_default_str();
+  cmd->add_option("--eval-windows", a.eval_windows, "Evaluation windows from the test split")->check(whole_number(2, "", 1 << 24))->capture_default_str();
+  cmd->add_option("--calib-windows", a.calib_windows, "Calibration windows from the valid split")->check(whole_number(1))->capture_default_str();
+  cmd->add_option("--seq", a.tokens, "Window length T (0 = the model's seq_len)")->check(whole_number(0, "0 = the model's seq_len"))->capture_default_str();
+  cmd->add_option("--reps", a.reps, "Randomisations per randomised condition")->check(whole_number(2, "", 100000))->capture_default_str();
   cmd->add_option("--batch", a.batch,
                  "Windows per forward pass; 0 = the fastest of 1..16 by a probe where results do not depend on it "
                  "(fca's gated and MUDD models), else 8")
-      ->check(non_negative_number)->capture_default_str();
-  cmd->add_option("--bootstrap", a.bootstrap_resamples, "Bootstrap resamples")->check(positive_number)->capture_default_str();
+      ->check(whole_number(0, "0 = chosen by a probe"))->capture_default_str();
+  cmd->add_option("--bootstrap", a.bootstrap_resamples, "Bootstrap resamples")->check(whole_number(1))->capture_default_str();
   cmd->add_option("--seed", a.seed, "Audit seed (randomisations and bootstrap)")->check(unsigned_integer)->capture_default_str();
   cmd->add_option("--conditions", f->conditions, "Comma-separated conditions (default: all that apply)");
   cmd->add_option("--cache", a.cache_path, "Coefficient cache: reused when it exists and matches, else written (default: <out>/cache.safetensors)");
   cmd->add_option("--small-penalty", a.small_penalty, "Threshold: static_profile penalty small iff upper CI < this")
       ->check(non_negative_number)->capture_default_str();
   cmd->add_option("--high-retention", a.high_retention, "Threshold: retention high iff lower CI > this")
-      ->check(CLI::Range(0.0, 1.0))->capture_default_str();
+      ->check(number_in(0, 1))->capture_default_str();
   cmd->add_option("--replay-tolerance", a.replay_tolerance, "Allowed replay difference (0 = bitwise; for other backends only)")
       ->check(non_negative_number)->capture_default_str();
   cmd->add_option("--out", a.out_dir, "Output folder (audit.json, windows.csv, audit.md); required except with --plan");
   cmd->add_option("--exit-threshold", f->exit_threshold,
                   "Early-exit models: the threshold lambda in [0, 1] the live pass and its records use (default: the "
                   "checkpoint's); one audit per threshold, recorded in the cache")
-      ->check(CLI::Range(0.0, 1.0));
+      ->check(number_in(0, 1));
   cmd->add_flag("--no-progress", f->no_progress, "No progress bar");
   cmd->add_flag("--plan", f->plan_only,
                 "Print the plan (passes, tokens, FLOPs, memory, time estimated from a short probe) and stop");
@@ -127,7 +127,7 @@ void add_aggregate_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("aggregate", "Combine audits of independently trained checkpoints");
   cmd->add_option("audits", f->audits, "audit.json files (one per checkpoint)")->required()->check(CLI::ExistingFile);
   cmd->add_option("--out", f->out, "Output folder (aggregate.json, aggregate.md); default: print only");
-  cmd->add_option("--bootstrap", f->bootstrap, "Bootstrap resamples")->check(positive_number)->capture_default_str();
+  cmd->add_option("--bootstrap", f->bootstrap, "Bootstrap resamples")->check(whole_number(1))->capture_default_str();
   cmd->add_option("--seed", f->seed, "Bootstrap seed")->check(unsigned_integer)->capture_default_str();
   cmd->callback([f] {
     if (!f->out.empty()) ensure_folder(f->out, "--out");  // before anything is printed or computed

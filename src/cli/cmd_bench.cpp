@@ -42,10 +42,10 @@ void add_bench_flags(CLI::App& cmd, BenchFlags& f) {
   f.family.add_to(cmd, "Family of the fresh model (without --model)");
   cmd.add_option("--model", f.model, "Checkpoint or model folder to benchmark (default: a fresh model of the family flags)");
   cmd.add_option("--seed", f.seed, "Initialisation seed of the fresh model")->check(unsigned_integer)->capture_default_str();
-  cmd.add_option("--batch", f.batch, "Windows per pass")->check(positive_number)->capture_default_str();
-  cmd.add_option("--tokens", f.seq, "Tokens per window (0 = the model's seq_len)")->check(non_negative_number)->capture_default_str();
-  cmd.add_option("--runs", f.runs, "Timed repetitions (passes or training steps)")->check(positive_number)->capture_default_str();
-  cmd.add_option("--warmup", f.warmup, "Untimed warm-up repetitions")->check(non_negative_number)->capture_default_str();
+  cmd.add_option("--batch", f.batch, "Windows per pass")->check(whole_number(1))->capture_default_str();
+  cmd.add_option("--tokens", f.seq, "Tokens per window (0 = the model's seq_len)")->check(whole_number(0, "0 = the model's seq_len"))->capture_default_str();
+  cmd.add_option("--runs", f.runs, "Timed repetitions (passes or training steps)")->check(whole_number(1))->capture_default_str();
+  cmd.add_option("--warmup", f.warmup, "Untimed warm-up repetitions")->check(whole_number(0))->capture_default_str();
   cmd.add_flag("--json", f.json, "Print one JSON object instead of a table");
   add_threads_flag(cmd, f.threads);
 }

@@ -27,10 +27,10 @@ void add_eval_command(CLI::App& app) {
   cmd->add_option("--data", f->data, "Data folder; default: the nlp-corpus");
   cmd->add_option("--split", f->split, "Split to evaluate")->check(CLI::IsMember({"train", "valid", "test"}))->capture_default_str();
   cmd->add_option("--windows", f->windows, "Evenly spaced windows to evaluate (0 = all)")
-      ->check(non_negative_number)
+      ->check(whole_number(0, "0 = all"))
       ->capture_default_str();
-  cmd->add_option("--seq", f->seq, "Window length T (0 = the model's seq_len)")->check(non_negative_number)->capture_default_str();
-  cmd->add_option("--batch", f->batch, "Windows per forward pass")->check(positive_number)->capture_default_str();
+  cmd->add_option("--seq", f->seq, "Window length T (0 = the model's seq_len)")->check(whole_number(0, "0 = the model's seq_len"))->capture_default_str();
+  cmd->add_option("--batch", f->batch, "Windows per forward pass")->check(whole_number(1))->capture_default_str();
   cmd->add_option("--out", f->out, "JSON result file (default: <model>.eval-<split>.json)");
   cmd->add_flag("--no-progress", f->no_progress, "No progress bar");
   add_threads_flag(*cmd, f->threads);

@@ -30,23 +30,23 @@ void add_exec_command(CLI::App& app) {
   cmd->add_option("--external-timeout", e.external_timeout_s, "Seconds to wait for each answer of an adapter")
       ->check(positive_number)->capture_default_str();
   cmd->add_option("--data", f->data, "Data folder (timing and NLL windows from test, calibration from valid)");
-  cmd->add_option("--batch", e.batch, "Windows per forward pass")->check(positive_number)->capture_default_str();
+  cmd->add_option("--batch", e.batch, "Windows per forward pass")->check(whole_number(1))->capture_default_str();
   cmd->add_option("--runs", e.runs, "Timed rounds at least (every configuration of every model once per round, interleaved)")
-      ->check(positive_number)->capture_default_str();
+      ->check(whole_number(1))->capture_default_str();
   cmd->add_option("--max-runs", e.max_runs, "Timed rounds at most: rounds go on until every latency ratio's 95% interval is "
                                             "narrower than --margin, the --time-budget is spent, or this many")
-      ->check(positive_number)->capture_default_str();
+      ->check(whole_number(1))->capture_default_str();
   cmd->add_option("--time-budget", e.time_budget_s, "Seconds of timed runs after which no round beyond --runs starts")
       ->check(non_negative_number)->capture_default_str();
   cmd->add_option("--margin", e.margin, "Practical latency margin: a ratio within 1 +- margin is never called faster or slower")
-      ->check(CLI::Range(1e-6, 0.999999))->capture_default_str();
-  cmd->add_option("--warmup", e.warmup, "Warm-up runs")->check(non_negative_number)->capture_default_str();
+      ->check(number_in(1e-6, 0.999999))->capture_default_str();
+  cmd->add_option("--warmup", e.warmup, "Warm-up runs")->check(whole_number(0))->capture_default_str();
   cmd->add_option("--skip-threshold", f->thresholds, "Comma-separated thresholds in [0, 1] for the real skip sweep (--model only)");
   cmd->add_option("--exit-thresholds", f->exit_thresholds,
                   "Early-exit models: comma-separated thresholds in [0, 1] of the exit sweep (default 0.5,0.7,0.8,0.9,0.95,0.99)");
   cmd->add_option("--calib-windows", e.calib_windows, "Valid-split windows for the calibrated static gates")
-      ->check(positive_number)->capture_default_str();
-  cmd->add_option("--eval-windows", e.eval_windows, "Test-split windows for NLL")->check(positive_number)->capture_default_str();
+      ->check(whole_number(1))->capture_default_str();
+  cmd->add_option("--eval-windows", e.eval_windows, "Test-split windows for NLL")->check(whole_number(1))->capture_default_str();
   cmd->add_option("--out", e.out_dir, "Output folder (exec.json, exec.md)")->required();
   cmd->add_flag("--no-progress", f->no_progress, "No progress bar");
   add_threads_flag(*cmd, f->threads);

@@ -24,15 +24,15 @@ void add_train_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("train", "Train a byte-level model of any trainable family (--arch)");
   TrainOptions& t = f->train;
   f->family.add_to(*cmd, "Model family");
-  cmd->add_option("--batch", t.batch, "Windows per micro-batch")->check(positive_number)->capture_default_str();
+  cmd->add_option("--batch", t.batch, "Windows per micro-batch")->check(whole_number(1))->capture_default_str();
   cmd->add_option("--grad-accum", t.grad_accum, "Micro-batches per optimizer step")
-      ->check(positive_number)
+      ->check(whole_number(1))
       ->capture_default_str();
-  cmd->add_option("--steps", t.steps, "Optimizer steps of the whole schedule")->check(positive_number)->capture_default_str();
+  cmd->add_option("--steps", t.steps, "Optimizer steps of the whole schedule")->check(whole_number(1))->capture_default_str();
   cmd->add_option("--lr", t.lr, "Peak learning rate")->check(positive_number)->capture_default_str();
-  cmd->add_option("--warmup", t.warmup, "Linear warm-up steps")->check(non_negative_number)->capture_default_str();
+  cmd->add_option("--warmup", t.warmup, "Linear warm-up steps")->check(whole_number(0))->capture_default_str();
   cmd->add_option("--min-lr-ratio", t.min_lr_ratio, "Cosine decay floor as a fraction of the peak")
-      ->check(CLI::Range(0.0, 1.0))
+      ->check(number_in(0, 1))
       ->capture_default_str();
   cmd->add_option("--clip", t.clip, "Global gradient-norm clip (0 = off)")->check(non_negative_number)->capture_default_str();
   cmd->add_option("--weight-decay", t.adamw.weight_decay, "AdamW weight decay on 2-D weights")
@@ -41,18 +41,18 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--seed", t.seed, "Seed of initialisation and batches")->check(unsigned_integer)->capture_default_str();
   cmd->add_option("--data", f->data, "Data folder (train/valid/test .txt or wiki.*.raw); default: the nlp-corpus");
   cmd->add_option("--eval-every", t.eval_every, "Validate every N steps (0 = at the end only)")
-      ->check(non_negative_number)
+      ->check(whole_number(0, "0 = at the end only"))
       ->capture_default_str();
   cmd->add_option("--eval-windows", t.eval_windows, "Validation windows (evenly spaced)")
-      ->check(positive_number)
+      ->check(whole_number(1))
       ->capture_default_str();
   cmd->add_option("--checkpoint-every", t.checkpoint_every, "Checkpoint every N steps (0 = at the end only)")
-      ->check(non_negative_number)
+      ->check(whole_number(0, "0 = at the end only"))
       ->capture_default_str();
-  cmd->add_option("--log-every", t.log_every, "Write a log line every N steps")->check(positive_number)->capture_default_str();
+  cmd->add_option("--log-every", t.log_every, "Write a log line every N steps")->check(whole_number(1))->capture_default_str();
   cmd->add_option("--stop-after", t.stop_after,
                   "Stop (with a checkpoint) after N steps of this run; the schedule still spans --steps")
-      ->check(non_negative_number)
+      ->check(whole_number(0, "0 = run all"))
       ->capture_default_str();
   cmd->add_option("--out", t.out, "Checkpoint to write (.safetensors)")->required();
   cmd->add_option("--log", t.log_path, "JSON-lines training log (default: <out>.log.jsonl)");

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstdio>
+#include <functional>
 
 #include "core/error.h"
 #include "core/file_io.h"
@@ -12,35 +14,57 @@
 namespace fca::cli {
 namespace {
 
-// The value as a double, or an error message; the whole text must be one number.
-std::string parse_number(const std::string& text, double& v) {
-  const char* end = text.data() + text.size();
-  const auto [p, ec] = std::from_chars(text.data(), end, v);
-  if (ec == std::errc::result_out_of_range) return "'" + text + "' is outside the range of a double";
-  if (ec != std::errc() || p != end) return "'" + text + "' is not a number";
-  if (!std::isfinite(v)) return "'" + text + "' is not a finite number";
-  return {};
+// A validator of numbers in the range `words` describes ("a number > 0"), `in_range` its test.
+// The whole text must be one finite double.
+CLI::Validator real_number(const std::string& words, std::function<bool(double)> in_range, const std::string& type) {
+  return CLI::Validator(
+      [words, in_range](std::string& text) {
+        double v = 0;
+        const char* end = text.data() + text.size();
+        const auto [p, ec] = std::from_chars(text.data(), end, v);
+        if (ec == std::errc::result_out_of_range) return text + " is not " + words + " (it is outside the range of a double)";
+        if (text.empty() || ec != std::errc() || p != end || !std::isfinite(v)) return "'" + text + "' is not " + words;
+        if (!in_range(v)) return text + " is not " + words;
+        return std::string();
+      },
+      type);
+}
+
+std::string format_bound(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
 }
 
 }  // namespace
 
-const CLI::Validator positive_number(
-    [](std::string& text) {
-      double v = 0;
-      std::string error = parse_number(text, v);
-      if (error.empty() && !(v > 0)) error = "must be positive, found " + text;
-      return error;
-    },
-    "POSITIVE");
+const CLI::Validator positive_number = real_number("a number > 0", [](double v) { return v > 0; }, "POSITIVE");
+const CLI::Validator non_negative_number = real_number("a number >= 0", [](double v) { return v >= 0; }, "NONNEGATIVE");
 
-const CLI::Validator non_negative_number(
-    [](std::string& text) {
-      double v = 0;
-      std::string error = parse_number(text, v);
-      if (error.empty() && v < 0) error = "must not be negative, found " + text;
-      return error;
-    },
-    "NONNEGATIVE");
+CLI::Validator number_in(double low, double high) {
+  return real_number("a number in [" + format_bound(low) + ", " + format_bound(high) + "]",
+                     [low, high](double v) { return v >= low && v <= high; }, "NUMBER");
+}
+
+CLI::Validator whole_number(int64_t low, const std::string& meaning, int64_t high) {
+  // An int flag's ceiling is not part of what the flag means: said only when it is exceeded.
+  const bool int_ceiling = high == std::numeric_limits<int>::max();
+  const std::string words = "a whole number " + (int_ceiling ? ">= " + std::to_string(low) : "in " + std::to_string(low) + " .. " + std::to_string(high)) +
+                            (meaning.empty() ? "" : " (" + meaning + ")");
+  return CLI::Validator(
+      [words, low, high, int_ceiling](std::string& text) {
+        int64_t v = 0;
+        const char* end = text.data() + text.size();
+        const auto [p, ec] = std::from_chars(text.data(), end, v);
+        const bool out_of_int64 = ec == std::errc::result_out_of_range;
+        if (text.empty() || (ec != std::errc() && !out_of_int64) || p != end) return "'" + text + "' is not " + words;
+        if (out_of_int64 ? text[0] == '-' : v < low) return text + " is not " + words;
+        if (out_of_int64 || v > high)
+          return text + " is not " + words + (int_ceiling ? ": the largest allowed is " + std::to_string(high) : "");
+        return std::string();
+      },
+      "INT");
+}
 
 const CLI::Validator unsigned_integer(
     [](std::string& text) {
@@ -48,11 +72,10 @@ const CLI::Validator unsigned_integer(
       const char* end = text.data() + text.size();
       const auto [p, ec] = std::from_chars(text.data(), end, v);
       if (text.empty() || ec != std::errc() || p != end)
-        return "'" + text + "' is not an integer in 0 .. 18446744073709551615";
+        return "'" + text + "' is not a whole number in 0 .. 18446744073709551615";
       return std::string();
     },
     "UINT");
-
 
 void FamilyFlags::add_to(CLI::App& app, const std::string& arch_help) {
   arch = train_families().front().name;
@@ -65,12 +88,12 @@ void FamilyFlags::add_to(CLI::App& app, const std::string& arch_help) {
   help.back() = '.';
   app.add_option("--arch", arch, help)->check(CLI::IsMember(arches))->capture_default_str();
   app.add_option("--layers", shape.layers, "Number of blocks L (FixedDepth-N is --gate dense --layers N)")
-      ->check(CLI::PositiveNumber)
+      ->check(whole_number(1))
       ->capture_default_str();
-  app.add_option("--dim", shape.dim, "Model width D")->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--heads", shape.heads, "Attention heads H (D % H == 0)")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--dim", shape.dim, "Model width D")->check(whole_number(1))->capture_default_str();
+  app.add_option("--heads", shape.heads, "Attention heads H (D % H == 0)")->check(whole_number(1))->capture_default_str();
   app.add_option("--seq", shape.seq, "Sequence length T (window length and number of positions)")
-      ->check(CLI::PositiveNumber)
+      ->check(whole_number(1))
       ->capture_default_str();
   for (const auto& family : train_families())
     for (const auto& s : family.settings) {
@@ -106,7 +129,7 @@ nlohmann::json FamilyFlags::settings(const CLI::App& app) const {
 
 void add_threads_flag(CLI::App& app, int& threads) {
   app.add_option("--threads", threads, "Threads for kernels and GEMM (0 = all cores)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(whole_number(0, "0 = all cores"))
       ->capture_default_str();
 }
 

@@ -2,6 +2,7 @@
 #pragma once
 #include <CLI/CLI.hpp>
 #include "core/json.h"
+#include <limits>
 #include <string>
 
 #include <map>
@@ -28,12 +29,17 @@ struct FamilyFlags {
   std::map<std::string, std::vector<std::string>> families_;   // setting key -> families that have it
 };
 
-// Validators whose messages say plainly what was wrong (CLI11's own print the range's bounds, e.g.
-// DBL_MAX in 309 digits). A number must parse completely, be finite and representable (1e-400
-// underflows: refused, not read as 0).
-extern const CLI::Validator positive_number;      // > 0
-extern const CLI::Validator non_negative_number;  // >= 0
-extern const CLI::Validator unsigned_integer;     // 0 .. 2^64-1, digits only (CLI11 would wrap "-1")
+// Validators whose messages say the valid range in words; CLI11 puts the flag before them
+// ("--threads: -3 is not a whole number >= 0 (0 = all cores)"). CLI11's own print the range's
+// bounds, e.g. DBL_MAX in 309 digits, and its conversion errors name no range. A number must parse
+// completely, be finite and representable (1e-400 underflows: refused, not read as 0).
+extern const CLI::Validator positive_number;      // a number > 0
+extern const CLI::Validator non_negative_number;  // a number >= 0
+CLI::Validator number_in(double low, double high);  // a number in [low, high]
+// A whole number >= low and <= high (by default the most an int flag holds); `meaning`, if any,
+// follows the range in the message: whole_number(0, "0 = all cores").
+CLI::Validator whole_number(int64_t low, const std::string& meaning = "", int64_t high = std::numeric_limits<int>::max());
+extern const CLI::Validator unsigned_integer;  // 0 .. 2^64-1, digits only (CLI11 would wrap "-1")
 
 // --threads N (0 = all cores); applied with apply_threads() before any work.
 void add_threads_flag(CLI::App& app, int& threads);
