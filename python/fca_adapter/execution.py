@@ -30,9 +30,6 @@ import torch
 from .counting import count_pass
 from .errors import AdapterError
 
-MODES = ("live", "replay", "static_profile", "reference")
-
-
 @dataclasses.dataclass
 class Reference:
     """What `fca exec` compares the model's latency with (its `reference` mode).

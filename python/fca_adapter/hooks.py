@@ -305,6 +305,22 @@ class HookedAdapter(Adapter):
             return None
         return hook
 
+    @contextlib.contextmanager
+    def _forwards_replaced(self, replacement: Callable[[str], Callable]):
+        """Every matched module's forward is replacement(name) inside the block; after it, the
+        module's own forward again (an instance-level forward it had is restored, not deleted)."""
+        own = [module.__dict__.get("forward") for _, module, _ in self._matched]
+        try:
+            for name, module, _ in self._matched:
+                module.forward = replacement(name)
+            yield
+        finally:
+            for (_, module, _), forward in zip(self._matched, own):
+                if forward is None:
+                    module.__dict__.pop("forward", None)
+                else:
+                    module.forward = forward
+
     def _replacement(self, name: str):
         def forward(*args, **kwargs):
             layer = len([c for c in self._consumed if c])
@@ -407,10 +423,8 @@ class HookedAdapter(Adapter):
         self._B, self._T, self._handed = B, T, coefficients
         self._consumed = [False] * len(self._layout)
         saved = []
-        own = [module.__dict__.get("forward") for _, module, _ in self._matched]   # an instance-level forward stays
         try:
             for name, module, _ in self._matched:
-                module.forward = self._replacement(name)
                 # The controller's floating-point state is NaN for the pass (parameters and buffers),
                 # so that a code path reading it anyway fails exact replay. Integer and bool buffers
                 # have no NaN and stay.
@@ -418,14 +432,10 @@ class HookedAdapter(Adapter):
                     saved.append((t, t.data))
                     t.data = torch.full_like(t.data, float("nan"))
             self._mode = "replay"
-            logits = self._run(ids)
+            with self._forwards_replaced(self._replacement):
+                logits = self._run(ids)
         finally:
             self._mode = "off"
-            for (_, module, _), forward in zip(self._matched, own):
-                if forward is None:
-                    module.__dict__.pop("forward", None)
-                else:
-                    module.forward = forward
             for t, data in saved:
                 t.data = data
         missing = [self._layout[l].name for l, used in enumerate(self._consumed) if not used]
@@ -481,17 +491,8 @@ class HookedAdapter(Adapter):
                 return handed[layer]
             forward.fca_replayed = True
             return forward
-        own = [module.__dict__.get("forward") for _, module, _ in self._matched]   # an instance-level forward stays
-        try:
-            for name, module, _ in self._matched:
-                module.forward = replacement(name)
+        with self._forwards_replaced(replacement):
             logits = self._run(ids)
-        finally:
-            for (_, module, _), forward in zip(self._matched, own):
-                if forward is None:
-                    module.__dict__.pop("forward", None)
-                else:
-                    module.forward = forward
         if position[0] != len(self._layout):
             raise AdapterError(f"exec replay: {position[0]} of the {len(self._layout)} controller calls of the live "
                                f"passes happened")

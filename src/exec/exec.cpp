@@ -236,6 +236,12 @@ std::string latency_ratio_text(const nlohmann::json& r) {
   return buf;
 }
 
+std::string uncounted_ops_text(const nlohmann::json& mode) {
+  std::string ops;
+  for (const auto& [op, calls] : mode["uncounted_ops"].items()) ops += (ops.empty() ? "" : ", ") + op + " x" + calls.dump();
+  return ops;
+}
+
 std::string exec_markdown(const nlohmann::ordered_json& e) {
   std::ostringstream md;
   char buf[512];
@@ -303,9 +309,8 @@ std::string exec_markdown(const nlohmann::ordered_json& e) {
       const std::string mode = r["mode"].get<std::string>();
       if (!m["reference"].is_null() && mode != m["reference"]["mode"])
         md << "- `" << mode << "`: " << latency_change_words(r["latency_ratio_to_reference"], m["reference"]["label"]) << "\n";
-      if (r["uncounted_ops"].empty()) continue;
-      std::string ops;
-      for (const auto& [op, calls] : r["uncounted_ops"].items()) ops += (ops.empty() ? "" : ", ") + op + " x" + calls.dump();
+      const std::string ops = uncounted_ops_text(r);
+      if (ops.empty()) continue;
       md << "- `" << mode << "` ran operators with no FLOP formula; not counted: " << ops << "\n";
     }
   }

@@ -53,5 +53,7 @@ std::string exec_markdown(const nlohmann::ordered_json& exec);
 // A latency ratio object of exec.json as text: "x1.042 [1.013, 1.071] no measurable difference at
 // this size", or its undefined note.
 std::string latency_ratio_text(const nlohmann::json& ratio);
+// An external mode's uncounted_ops as text, "fca_test.opaque_matmul.default x1, ..." ("" when none).
+std::string uncounted_ops_text(const nlohmann::json& mode);
 
 }  // namespace fca

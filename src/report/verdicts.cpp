@@ -4,6 +4,7 @@
 #include <set>
 
 #include "core/undefined_statistic.h"
+#include "exec/exec.h"
 #include "exec/timing.h"
 #include "report/report.h"
 #include "report/report_util.h"
@@ -210,8 +211,7 @@ std::string external_execution_text(const nlohmann::json& e, bool& saves_compute
     for (const auto& s : e.value("savings", nlohmann::json::array()))
       saves_compute = saves_compute || (s["mode"] == "live" && s["saves"].get<bool>());
   }
-  std::string uncounted;
-  for (const auto& [op, calls] : live["uncounted_ops"].items()) uncounted += (uncounted.empty() ? "" : ", ") + op + " x" + calls.dump();
+  const std::string uncounted = uncounted_ops_text(live);
   if (!uncounted.empty()) t += "; operators without a FLOP formula, not counted: " + uncounted;
   return t + ".";
 }
