@@ -227,8 +227,9 @@ TEST_F(AuditEndToEnd, AStoppedAuditResumesToTheSameResults) {
     // sensitivity probe's two replays of a calibration batch of 8 in each run.
     EXPECT_EQ(replayed, 24 + 24 * per_window + 3 * 8 + 3 * 2 * 8);
     // Live: the cache pass over 24 + 16 windows, which is also exact replay's live half (the resumed
-    // runs read the cache and the journal), plus the probe's warm-up window and live batch in each run.
-    EXPECT_EQ(live, 24 + 16 + 3 * (1 + 8));
+    // runs read the cache and the journal), the plain live pass of one batch of 8 that checks the
+    // recording pass (first run), plus the probe's warm-up window and live batch in each run.
+    EXPECT_EQ(live, 24 + 16 + 8 + 3 * (1 + 8));
     EXPECT_EQ(testing::read_bytes(dir.file(family + "-whole/windows.csv")),
               testing::read_bytes(dir.file(family + "-resumed/windows.csv")));
   }
@@ -296,6 +297,7 @@ TEST_F(AuditEndToEnd, CacheIsReusedAndMismatchesAreRefused) {
   const auto& first_live = first["provenance"]["run"]["exact_replay_live_pass"];
   EXPECT_EQ(first_live["recording_pass"], first["exact_replay"]["batches"]);
   EXPECT_EQ(first_live["rerun"], 0);
+  EXPECT_EQ(first_live["recording_pass_checked_against_plain_live"], 1) << "one rank, one batch";
   o.cache_path = dir.file("a/cache.safetensors");
   o.batch = 8;  // no batch probe: its live passes are not the audit's
   GatedAuditable again(m1, o.batch, 1 << 20);
@@ -304,6 +306,7 @@ TEST_F(AuditEndToEnd, CacheIsReusedAndMismatchesAreRefused) {
   EXPECT_TRUE(reused["settings"]["cache_reused"].get<bool>());
   EXPECT_EQ(reused["provenance"]["run"]["exact_replay_live_pass"]["recording_pass"], 0);
   EXPECT_EQ(reused["provenance"]["run"]["exact_replay_live_pass"]["rerun"], reused["exact_replay"]["batches"]);
+  EXPECT_EQ(reused["provenance"]["run"]["exact_replay_live_pass"]["recording_pass_checked_against_plain_live"], 0);
   EXPECT_EQ(first["exact_replay"], reused["exact_replay"]) << "the result does not say which live run it compared with";
   EXPECT_EQ(counting.live_windows, 24 + 1 + 8) << "exact replay's live passes, the plan probe's window and batch";
 }
@@ -369,23 +372,29 @@ class NanNllReplay : public GatedAuditable {
 };
 
 // A model whose logits after one kind of pass differ in one element from what the pass computed
-// (a copy that last_logits() hands out until the next pass): after every replay a NaN (see
-// NanNllReplay); or, after the pass that records the cache, one ulp, while a live pass without
-// recording and the replay agree. Exact replay must compare the replay with the run the
-// coefficients came from (recorded_live.h), and fail; comparing with a fresh live pass would not.
-template <bool kAfterRecording>
+// (a copy that last_logits() hands out until the next pass):
+// - replay: a NaN after every replay (see NanNllReplay);
+// - recording: one ulp after the pass that records the cache, while a live pass without recording
+//   and the replay agree. Exact replay must compare the replay with the run the coefficients came
+//   from (recorded_live.h), and fail; comparing with a fresh live pass would not.
+// - plain_live: one ulp after every live pass without recording, while the recording pass and the
+//   replay agree (a recording source that changes the run, so that replay reproduces the recording
+//   and not the model). Comparing with the recording pass alone would pass; the plain live pass
+//   that checks it must fail the audit.
+enum class ChangedPass { replay, recording, plain_live };
+template <ChangedPass kPass>
 class OneLogitChanged : public GatedAuditable {
  public:
   using GatedAuditable::GatedAuditable;
   void run_live(const int32_t* inputs, const int32_t* targets, int B, int T, CoefficientTensor* record, int first,
                 double* window_nll) override {
     GatedAuditable::run_live(inputs, targets, B, T, record, first, window_nll);
-    change_logit(kAfterRecording && record != nullptr, B, T);
+    change_logit(record != nullptr ? kPass == ChangedPass::recording : kPass == ChangedPass::plain_live, B, T);
   }
   void run_replay(const int32_t* inputs, const int32_t* targets, int B, int T, const CoefficientTensor& c,
                   double* window_nll) override {
     GatedAuditable::run_replay(inputs, targets, B, T, c, window_nll);
-    change_logit(!kAfterRecording, B, T);
+    change_logit(kPass == ChangedPass::replay, B, T);
   }
   const float* last_logits() const override { return changed_ ? logits_.data() : GatedAuditable::last_logits(); }
 
@@ -394,14 +403,15 @@ class OneLogitChanged : public GatedAuditable {
     changed_ = change;
     if (!change) return;
     logits_.assign(GatedAuditable::last_logits(), GatedAuditable::last_logits() + size_t(B) * T * vocab());
-    if (kAfterRecording) logits_[7] = std::nextafter(logits_[7], 1e9f);
-    else logits_[5] = std::nanf("");
+    if (kPass == ChangedPass::replay) logits_[5] = std::nanf("");
+    else logits_[7] = std::nextafter(logits_[7], 1e9f);
   }
   std::vector<float> logits_;
   bool changed_ = false;
 };
-using NanLogitReplay = OneLogitChanged<false>;
-using RecordingPassDiffers = OneLogitChanged<true>;
+using NanLogitReplay = OneLogitChanged<ChangedPass::replay>;
+using RecordingPassDiffers = OneLogitChanged<ChangedPass::recording>;
+using PlainLivePassDiffers = OneLogitChanged<ChangedPass::plain_live>;
 
 // A replayed source that reaches the controller: it hands back the cached gates, but evaluates the
 // gate function on the way (as a source that "just checks" the live value would). The count is
@@ -531,6 +541,12 @@ TEST_F(ReplayCheck, NanNllStopsTheAudit) { expect_refused<NanNllReplay>("nan-nll
 TEST_F(ReplayCheck, NanLogitStopsTheAudit) { expect_refused<NanLogitReplay>("nan-logit", "3 logits differ in bits"); }
 TEST_F(ReplayCheck, AReplayUnlikeTheRecordingPassStopsTheAudit) {
   expect_refused<RecordingPassDiffers>("recording-differs", "3 logits differ in bits");
+}
+// Every batch's recording pass is kept here, so only the check of the recording pass against a plain
+// live pass (one batch) sees the difference: one logit of that batch.
+TEST_F(ReplayCheck, ARecordingPassUnlikeThePlainLivePassStopsTheAudit) {
+  expect_refused<PlainLivePassDiffers>("plain-live-differs",
+                                       "the pass that recorded the cache differs from the plain live pass (1 logits differ in bits");
 }
 
 

@@ -237,13 +237,14 @@ TEST_F(AuditEndToEnd, AggregateAppliesCriteriaAndRefusesWhatDoesNotCombine) {
 TEST_F(AuditEndToEnd, ThePlanCountsEveryPassAndIsRecordedBesideTheMeasuredTime) {
   const std::string m = model_of(GateKind::featuregate, 0);
   const auto j = audit(m, "plan");
-  // 24 + 16 windows: the cache pass (40 live, also exact replay's live half), exact replay (24
-  // replayed), the replay sensitivity probe (a calibration batch of 8, replayed twice), four
-  // randomized conditions x 3 reps and four profile conditions x 1, over 24 windows each.
+  // 24 + 16 windows: the cache pass (40 live, also exact replay's live half), the plain live pass
+  // of one batch of 8 that checks the recording pass, exact replay (24 replayed), the replay
+  // sensitivity probe (a calibration batch of 8, replayed twice), four randomized conditions x 3
+  // reps and four profile conditions x 1, over 24 windows each.
   const auto& plan = j["provenance"]["run"]["plan"];
-  EXPECT_EQ(plan["live_windows"], 40);
+  EXPECT_EQ(plan["live_windows"], 40 + 8);
   EXPECT_EQ(plan["replay_windows"], 24 + 2 * 8 + 24 * (4 * 3 + 4));
-  EXPECT_EQ(plan["tokens"], (40 + 24 + 2 * 8 + 24 * 16) * 16);
+  EXPECT_EQ(plan["tokens"], (40 + 8 + 24 + 2 * 8 + 24 * 16) * 16);
   EXPECT_GT(plan["gflop"].get<double>(), 0);
   EXPECT_GT(plan["estimated_s"].get<double>(), 0);
   const auto& measured = j["provenance"]["run"]["measured"];
@@ -378,10 +379,11 @@ TEST_F(AuditEndToEnd, PlanOnlyWritesNothing) {
   GatedAuditable model(m, o.batch, 1 << 20);
   const auto plan = run_audit(model, Corpus(dir.path()), o);
   EXPECT_FALSE(std::filesystem::exists(dir.file("planned")));
-  // 24 evaluation windows: the cache pass over 24 + 16 (also exact replay's live half); replayed:
-  // exact replay, the sensitivity probe's two replays of a calibration batch of 8, 3 randomised
-  // conditions x 3 reps, 4 fixed profiles, layer_permutation x 3.
-  EXPECT_EQ(plan["plan"]["live_windows"], 24 + 16);
+  // 24 evaluation windows: the cache pass over 24 + 16 (also exact replay's live half) and the plain
+  // live pass of one batch of 8 that checks the recording pass; replayed: exact replay, the
+  // sensitivity probe's two replays of a calibration batch of 8, 3 randomised conditions x 3 reps,
+  // 4 fixed profiles, layer_permutation x 3.
+  EXPECT_EQ(plan["plan"]["live_windows"], 24 + 16 + 8);
   EXPECT_EQ(plan["plan"]["replay_windows"], 24 * (1 + 3 * 3 + 4 + 3) + 2 * 8);
   EXPECT_GT(plan["plan"]["estimated_s"].get<double>(), 0.0);
   const auto& memory = plan["plan"]["memory_bytes"];

@@ -111,6 +111,8 @@ TEST_F(Distributed, AnAuditOnTwoOrThreeRanksIsTheSingleProcessAudit) {
       // Exact replay compared every batch with its recording pass, kept by the rank that ran it.
       EXPECT_EQ(run_fact(out)["exact_replay_live_pass"]["rerun"], 0);
       EXPECT_EQ(run_fact(out)["exact_replay_live_pass"]["recording_pass"], 5);
+      // ... and every rank checked its first recording pass against a plain live pass.
+      EXPECT_EQ(run_fact(out)["exact_replay_live_pass"]["recording_pass_checked_against_plain_live"], ranks);
       EXPECT_FALSE(std::filesystem::exists(dir.file(out + "/journal.jsonl")));
       std::filesystem::remove_all(dir.file(out));
     }

@@ -170,7 +170,9 @@ AuditPlan plan_passes(AuditableModel& model, const AuditSetup& s, const Communic
   // windows whose recording pass is not kept for it (recorded_live.h).
   const RecordedLiveRun::Estimate kept =
       s.cache_reused ? RecordedLiveRun::Estimate{} : RecordedLiveRun::estimate(model, W, s.tokens, batch, comm.size());
-  const int64_t live_windows = (s.cache_reused ? 0 : int64_t(W) + s.calib.count()) + (W - kept.windows);
+  // Where the recording pass is kept, each rank also runs one batch's plain live pass to check it.
+  const int64_t recording_checks = kept.windows > 0 ? int64_t(std::min(batch, W)) * std::min<int64_t>(comm.size(), (W + batch - 1) / batch) : 0;
+  const int64_t live_windows = (s.cache_reused ? 0 : int64_t(W) + s.calib.count()) + (W - kept.windows) + recording_checks;
   AuditPlan plan = plan_audit(model, s.eval, batch, live_windows, replay_windows, int64_t(W) + s.calib.count());
   plan.ranks = comm.size();
   plan.kept_logits_bytes = kept.bytes_per_rank;
@@ -273,7 +275,8 @@ nlohmann::ordered_json run_audit(AuditableModel& model, const Corpus& corpus, co
                        // a run fact (a reused cache or another layout changes it), not a result.
                        {"exact_replay_live_pass",
                         {{"recording_pass", exact.exact.live_from_recording},
-                         {"rerun", exact.exact.batches - exact.exact.live_from_recording}}}};
+                         {"rerun", exact.exact.batches - exact.exact.live_from_recording},
+                         {"recording_pass_checked_against_plain_live", exact.exact.recording_checks}}}};
   provenance["run"]["ranks"] = comm.size();
   provenance["run"]["batch_choice"] = s.batch_choice_json();
 

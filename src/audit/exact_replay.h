@@ -28,6 +28,14 @@ struct ExactReplay {
   // Batches compared against the pass that recorded the cache (recorded_live.h); the others ran
   // their live pass again.
   int live_from_recording = 0;
+  // The recording pass is a live pass with a recording coefficient source; that it equals the plain
+  // live pass (no recording) is checked in every run, not assumed: the first batch each rank
+  // compares with its recording pass also runs the plain live pass, and the two must agree as the
+  // replay must (bitwise at tolerance 0). The figures of that comparison:
+  int recording_checks = 0;                      // batches whose recording pass met a plain live pass
+  int64_t recording_differing_logits = 0;        // bits (by digest: 1 per batch whose digests differ)
+  int64_t recording_differing_nll_windows = 0;
+  double recording_max_abs_delta = 0;            // logits and NLLs, over finite pairs
 
   bool passed(double tolerance) const;
   void merge(const ExactReplay& batch);
@@ -39,10 +47,12 @@ struct ExactReplay {
 
 // Windows [w0, w0 + B) replayed from the cache's coefficients A and compared with their live run:
 // `recorded` (the recording pass's logits and NLLs, kept by the cache phase) when given, else a live
-// pass run here first. Their replayed NLLs go to replayed_nll[0 .. B).
+// pass run here first. With `recorded` and check_recording, the plain live pass runs too and the
+// recording pass is compared with it (ExactReplay::recording_*). Their replayed NLLs go to
+// replayed_nll[0 .. B).
 ExactReplay exact_replay_batch(AuditableModel& model, const WindowSet& eval, const CoefficientView& A,
                                const std::vector<double>& cached_nll, int w0, int B, double* replayed_nll,
-                               const RecordedLiveRun::Batch* recorded = nullptr);
+                               const RecordedLiveRun::Batch* recorded = nullptr, bool check_recording = false);
 
 // One batch's check as a journal record (journal.h) {kind "exact_replay", w0, B, ..., nll}, and back.
 nlohmann::json exact_replay_record(const ExactReplay& r, int w0, int B, const double* replayed_nll);

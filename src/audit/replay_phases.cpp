@@ -199,13 +199,17 @@ ExactReplayResult run_exact_replay(AuditableModel& model, const AuditSetup& s, c
   const std::vector<int> pending = units.pending("exact_replay");
   for (int u = 0; u < units.count(); ++u)
     if (const nlohmann::json* rec = units.recorded("exact_replay", u)) apply(u, *rec);
+  bool recording_checked = false;  // this rank's recording pass met a plain live pass (exact_replay.h)
   run_units(
       units.comm(), pending,
       [&](int unit) {
         const int w0 = units.first_window(unit), B = units.windows(unit);
         std::vector<double> nll(static_cast<size_t>(B));
+        const RecordedLiveRun::Batch* recorded = in.recorded_live.find(w0, B);
+        const bool check_recording = recorded != nullptr && !recording_checked;
+        recording_checked = recording_checked || check_recording;
         const ExactReplay batch = exact_replay_batch(model, s.eval, in.evaluation, in.cache.evaluation_nll(), w0, B, nll.data(),
-                                                     in.recorded_live.find(w0, B));
+                                                     recorded, check_recording);
         return exact_replay_record(batch, w0, B, nll.data()).dump();
       },
       [&](int unit, std::string& result) {
