@@ -44,6 +44,9 @@ class CountingModel : public AuditableModel {
   // the cache phase poisons it first, exact replay would compare a replay with a stale buffer, which
   // for the first batch holds the plan probe's replay of the same windows.
   bool recording_writes_no_logits = false;
+  // Uses the handed coefficients in layer 0 only; every other layer gets what the model's own
+  // controller computes (a hidden live pass). A probe that perturbs every layer at once passes it.
+  bool only_layer_0_replayed = false;
   std::string family() const override { return m_.family(); }
   std::string description() const override { return m_.description(); }
   std::string content_hash() const override { return m_.content_hash(); }
@@ -68,6 +71,7 @@ class CountingModel : public AuditableModel {
     replay_windows += B;
     if (replay_writes_no_logits) std::copy(last_live_nll_.begin(), last_live_nll_.end(), nll);
     else if (ignore_replayed_coefficients) m_.run_live(x, y, B, T, nullptr, 0, nll);
+    else if (only_layer_0_replayed) m_.run_replay(x, y, B, T, own_controller_except_layer_0(x, y, B, T, c), nll);
     else m_.run_replay(x, y, B, T, c, nll);
   }
   size_t run_state_bytes() const override { return m_.run_state_bytes(); }
@@ -87,6 +91,17 @@ class CountingModel : public AuditableModel {
   std::string structure_removed_name() const override { return m_.structure_removed_name(); }
 
  private:
+  CoefficientTensor own_controller_except_layer_0(const int32_t* x, const int32_t* y, int B, int T, const CoefficientTensor& c) {
+    CoefficientTensor own = m_.make_coefficients(B, T);
+    std::vector<double> scratch(static_cast<size_t>(B));
+    m_.run_live(x, y, B, T, &own, 0, scratch.data());
+    const CoefficientShape& s = c.shape();
+    for (int w = 0; w < B; ++w)
+      for (int t = 0; t < T; ++t)
+        for (int st = 0; st < s.streams; ++st)
+          for (int k = 0; k < s.sources; ++k) own.at(w, 0, t, st, k) = c.at(w, 0, t, st, k);
+    return own;
+  }
   AuditableModel& m_;
   std::vector<double> last_live_nll_;
   std::vector<float> stale_logits_;  // what last_logits() shows after a recording pass that wrote none
@@ -140,6 +155,24 @@ TEST_F(AuditEndToEnd, ARecordingPassThatWritesNoLogitsFailsExactReplay) {
   }
 }
 
+// A replay that uses the handed coefficients in one layer and its own controller in the others:
+// perturbing every layer at once changes the logits (through layer 0), so only a probe per layer
+// finds the others.
+TEST_F(AuditEndToEnd, AReplayThatUsesItsCoefficientsInOneLayerOnlyIsRefused) {
+  const std::string m = model_of(GateKind::featuregate, 20);
+  GatedAuditable inner(m, 8, 1 << 20);
+  CountingModel broken(inner);
+  broken.only_layer_0_replayed = true;
+  try {
+    run_audit(broken, Corpus(dir.path()), options(m, "one_layer"));
+    ADD_FAILURE() << "an audit whose replay uses its coefficients in layer 0 only was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("replay sensitivity probe failed"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("for 1 of 2 probe groups (layer 1)"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(file_exists(dir.file("one_layer/audit.json")));
+}
+
 // A replay that ignores the coefficients it is handed passes exact replay and reports 0 controller
 // evaluations, so without the sensitivity probe every penalty would be exactly 0 and the verdict
 // "no functional dependence". The probe refuses it; with --allow-insensitive-replay the audit runs
@@ -176,6 +209,8 @@ TEST_F(AuditEndToEnd, AReplayThatIgnoresItsCoefficientsIsRefused) {
   const auto good = audit(m, "good");
   EXPECT_TRUE(good["replay_sensitivity"]["passed"].get<bool>());
   EXPECT_GT(good["replay_sensitivity"]["differing_logits"].get<int64_t>(), 0);
+  ASSERT_EQ(good["replay_sensitivity"]["groups"].size(), 2u) << "one probe group per layer";
+  for (const auto& g : good["replay_sensitivity"]["groups"]) EXPECT_GT(g["differing_logits"].get<int64_t>(), 0) << g["group"];
   EXPECT_EQ(good["replay_sensitivity"]["controller_evaluations"], 0);
   // Audited anyway, it does not pool: its zero penalties would count as evidence in an aggregate.
   try {
@@ -203,6 +238,7 @@ TEST_F(AuditEndToEnd, AStoppedAuditResumesToTheSameResults) {
     const AuditOptions whole = options(m, family + "-whole");
     const auto expected = run_audit(*open(whole.batch), Corpus(dir.path()), whole);
     const int per_window = family == "gated" ? 16 : 13;  // replays per window after exact replay (3 batches of 8)
+    const int layers = expected["model"]["coefficient_shape"]["layer"].get<int>();
     int64_t replayed = 0, live = 0;
     for (int stop : {1, 1, 0}) {
       AuditOptions o = options(m, family + "-resumed");
@@ -224,8 +260,8 @@ TEST_F(AuditEndToEnd, AStoppedAuditResumesToTheSameResults) {
     }
     // 24 windows: exact replay once, then each batch of 8 windows' condition replays once, plus the
     // plan's one-batch probe in each of the three runs (8 windows replayed each) and the replay
-    // sensitivity probe's two replays of a calibration batch of 8 in each run.
-    EXPECT_EQ(replayed, 24 + 24 * per_window + 3 * 8 + 3 * 2 * 8);
+    // sensitivity probe's replays of 2 calibration windows in each run (as cached, once per layer).
+    EXPECT_EQ(replayed, 24 + 24 * per_window + 3 * 8 + 3 * (1 + layers) * 2);
     // Live: the cache pass over 24 + 16 windows, which is also exact replay's live half (the resumed
     // runs read the cache and the journal), the plain live pass of one batch of 8 that checks the
     // recording pass (first run), plus the probe's warm-up window and live batch in each run.

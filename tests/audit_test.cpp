@@ -243,8 +243,8 @@ TEST_F(AuditEndToEnd, ThePlanCountsEveryPassAndIsRecordedBesideTheMeasuredTime) 
   // reps and four profile conditions x 1, over 24 windows each.
   const auto& plan = j["provenance"]["run"]["plan"];
   EXPECT_EQ(plan["live_windows"], 40 + 8);
-  EXPECT_EQ(plan["replay_windows"], 24 + 2 * 8 + 24 * (4 * 3 + 4));
-  EXPECT_EQ(plan["tokens"], (40 + 8 + 24 + 2 * 8 + 24 * 16) * 16);
+  EXPECT_EQ(plan["replay_windows"], 24 + 3 * 2 + 24 * (4 * 3 + 4));
+  EXPECT_EQ(plan["tokens"], (40 + 8 + 24 + 3 * 2 + 24 * 16) * 16);
   EXPECT_GT(plan["gflop"].get<double>(), 0);
   EXPECT_GT(plan["estimated_s"].get<double>(), 0);
   const auto& measured = j["provenance"]["run"]["measured"];
@@ -381,10 +381,10 @@ TEST_F(AuditEndToEnd, PlanOnlyWritesNothing) {
   EXPECT_FALSE(std::filesystem::exists(dir.file("planned")));
   // 24 evaluation windows: the cache pass over 24 + 16 (also exact replay's live half) and the plain
   // live pass of one batch of 8 that checks the recording pass; replayed: exact replay, the
-  // sensitivity probe's two replays of a calibration batch of 8, 3 randomised conditions x 3 reps,
-  // 4 fixed profiles, layer_permutation x 3.
+  // sensitivity probe's replays of 2 calibration windows (as cached, and once per layer of 2), 3
+  // randomised conditions x 3 reps, 4 fixed profiles, layer_permutation x 3.
   EXPECT_EQ(plan["plan"]["live_windows"], 24 + 16 + 8);
-  EXPECT_EQ(plan["plan"]["replay_windows"], 24 * (1 + 3 * 3 + 4 + 3) + 2 * 8);
+  EXPECT_EQ(plan["plan"]["replay_windows"], 24 * (1 + 3 * 3 + 4 + 3) + 3 * 2);
   EXPECT_GT(plan["plan"]["estimated_s"].get<double>(), 0.0);
   const auto& memory = plan["plan"]["memory_bytes"];
   // The weights and their packed copy for the GEMM (the rank-2 tensors: most of a small model).

@@ -38,7 +38,8 @@ void expect_same_figures(const nlohmann::json& native, const nlohmann::json& ext
                                                 "/exact_replay/batches", "/model/controller_evaluations_counted_by", "/model/stream_labels", "/model/source_labels",
                                                 // the probe's logits: compared by value natively, by digest here
                                                 "/replay_sensitivity/logits_compared", "/replay_sensitivity/differing_logits",
-                                                "/replay_sensitivity/max_abs_delta_logit", "/replay_sensitivity/calibration_windows"};
+                                                "/replay_sensitivity/max_abs_delta_logit", "/replay_sensitivity/calibration_windows",
+                                                "/replay_sensitivity/groups"};
   for (const auto& s : skipped)
     if (path == s) return;
   ASSERT_EQ(native.type(), external.type()) << path;

@@ -163,8 +163,10 @@ AuditSetup prepare_audit(AuditableModel& model, const Corpus& corpus, const Audi
 
 AuditPlan plan_passes(AuditableModel& model, const AuditSetup& s, const Communicator& comm) {
   const int W = s.windows(), batch = s.options.batch;
-  // Exact replay's replayed half, and the sensitivity probe's two replays of one calibration batch.
-  int64_t replay_windows = W + 2 * int64_t(std::min(batch, s.calib.count()));
+  // Exact replay's replayed half, and the sensitivity probe's replays of its calibration windows:
+  // once as cached, once per probe group.
+  const int64_t probe_replays = 1 + int64_t(probe_groups(model.make_coefficients(1, s.tokens).view()).size());
+  int64_t replay_windows = W + probe_replays * probe_windows(s);
   for (const auto& n : s.conditions) replay_windows += int64_t(W) * (s.randomized(n) ? s.options.reps : 1);
   // The cache's recording pass over D and C, unless reused; exact replay's own live pass over the
   // windows whose recording pass is not kept for it (recorded_live.h).

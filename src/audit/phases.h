@@ -11,6 +11,7 @@
 // Distribution (core/communicator.h) and the journal of finished work (journal.h) live in the
 // replay phases, the only ones that split work over ranks or resume it.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -137,6 +138,9 @@ struct ExactReplayResult {
 };
 ExactReplayResult run_exact_replay(AuditableModel& model, const AuditSetup& s, const AuditInputs& in, ReplayUnits& units,
                                    int64_t& done);
+
+// The calibration windows the replay sensitivity probe replays (replay_probe.h).
+inline int probe_windows(const AuditSetup& s) { return std::min({kProbeWindows, s.options.batch, s.calib.count()}); }
 
 // Phase 5: the replay sensitivity probe on rank 0; throws Error on every rank when it fails (unless
 // allowed) or when it reached the controller.

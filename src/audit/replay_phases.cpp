@@ -229,7 +229,7 @@ ReplayProbe probe_replay(AuditableModel& model, const AuditSetup& s, const Audit
   std::string verdict;
   if (units.comm().root()) {
     try {
-      probe = probe_replay_sensitivity(model, s.calib, in.cache.calibration(), 0, std::min(s.options.batch, s.calib.count()));
+      probe = probe_replay_sensitivity(model, s.calib, in.cache.calibration(), 0, probe_windows(s));
       if (probe.controller_evaluations != 0)
         verdict = "the controller was evaluated " + std::to_string(probe.controller_evaluations) +
                   " times during the replay sensitivity probe";

@@ -52,8 +52,9 @@ std::string audit_markdown(const nlohmann::ordered_json& a) {
     const auto& p = a["replay_sensitivity"];
     if (p["passed"].get<bool>())
       md << "**Replay sensitivity:** replaying changed coefficients (" << p["perturbation"].get<std::string>() << ") changed "
-         << p["differing_logits"] << (p["logits_compared"] == "sha256" ? " logits digest" : " logits")
-         << ": the replay uses the coefficients it is handed.\n\n";
+         << (p["logits_compared"] == "sha256" ? "the logits digest" : "the logits") << " for each of "
+         << p["groups"].size() << " probe groups (" << p["differing_logits"] << (p["logits_compared"] == "sha256" ? " digests" : " logits")
+         << " in all): the replay uses the coefficients it is handed in every layer.\n\n";
     else
       md << "**WARNING: " << p["warning"].get<std::string>() << ".**\n\n";
   }
