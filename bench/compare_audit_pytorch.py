@@ -19,28 +19,36 @@ of a replay of changed coefficients, within PEER_TOLERANCE. The audit:
   3. every condition fca runs by default, each a batched replay: cross_input, token_shuffle and
      cross_shuffle (R randomisations, paired), layer_position_mean, static_profile,
      structure_removed, identity, and layer_permutation (R randomisations) where every layer has the
-     same valid coordinates (gated only);
+     same valid coordinates (gated only). The randomisations are fca's own: the peer draws the
+     derangements and the token and layer permutations from --seed with fca's generator and streams
+     (bench/fca_rng.py, audit_randomisations), so both tools replay the same coefficient tensors;
   4. the statistics in numpy: DeltaNLL, 10,000-resample paired bootstrap CIs for every figure, MC
      SE, factor effects, retention, and the three-factor ANOVA of the evaluation coefficients.
 
-Compared, each listed with its difference (exit 1 on any disagreement):
-  - every deterministic figure: baseline, live and calibration NLL; the DeltaNLL of every
-    condition without randomisations (correct included); retention; the ANOVA's total variance and
-    its seven shares; and the evaluation coefficients themselves (fca's from its cache). Each
-    within FIGURE_TOLERANCE, or what its conditioning requires (figure_tolerances,
-    variance_tolerances). A condition's mean NLL is baseline + DeltaNLL on both sides.
-  - every randomised figure (the DeltaNLL of each condition with R randomisations, the three
-    factor effects): the two tools' means within their Monte-Carlo standard errors
-    (randomised_bound); fca's factor effects' standard errors come from its windows.csv.
-  - every 95% interval: present on both sides or undefined on both, widths within a factor
-    INTERVAL_RATIO once widened by what the two tools' per-window values differ by
-    (intervals_agree).
+Compared, each listed with its difference (exit 1 on any disagreement); with the same
+randomisations every figure is deterministic given the seed, so none is compared only in
+distribution:
+  - every figure: baseline, live and calibration NLL; the DeltaNLL of every condition (correct and
+    the randomised ones included) and the MC SE of each randomised one; the three factor effects
+    and their MC SEs (fca's from its windows.csv); retention; the ANOVA's total variance and its
+    seven shares; and the evaluation coefficients themselves (fca's from its cache). Each within
+    FIGURE_TOLERANCE, or what its conditioning requires (figure_tolerances, variance_tolerances).
+  - the NLL of every (condition, randomisation, window), fca's windows.csv against the peer's,
+    within FIGURE_TOLERANCE: each draw, not only the means over draws.
+  - every 95% interval: defined on both sides or undefined on both, and fca's endpoints where a
+    95% paired percentile bootstrap puts them: at ranks 2.5% and 97.5% of the checker's own
+    bootstrap of the same per-window values, within what two bootstraps' resampling explains
+    (RANK_Z, interval_check). Bootstrap endpoints are random, so they are not compared as numbers.
+  - every round: each side's results must be the same bit for bit in every round (the same seed,
+    windows and threads), and every round's are compared with the peer's as above (in full for the
+    first round, then only what disagrees).
 
 Fairness (as bench/compare_pytorch.py): both sides run with this process's environment; what each
-runs is recorded (PyTorch's ATen capability and OpenBLAS core, fca's provenance) and the script
-exits 2, before timing anything, unless both run the same instruction set (on an AVX-512 CPU:
-no OPENBLAS_CORETYPE narrower than AVX-512, and ATEN_CPU_CAPABILITY=avx512, torch 1.13's AVX-512
-kernels being opt-in).
+runs is recorded (PyTorch's ATen capability, OpenBLAS core and threads, fca's provenance) and the
+script exits 2, before timing anything, unless both run the same instruction set (on an AVX-512
+CPU: no OPENBLAS_CORETYPE narrower than AVX-512, and ATEN_CPU_CAPABILITY=avx512, torch 1.13's
+AVX-512 kernels being opt-in) on the same number of threads; and it exits 2 after any round whose
+audit.json records other threads than torch.get_num_threads() ran the PyTorch audit with.
 
 Timing: --repeats alternating rounds per family, the PyTorch audit (loading the model included)
 then `fca audit` (a fresh output folder, so no cache is reused); each side's wall time and the
@@ -50,8 +58,10 @@ model instance ran its passes either about 45% slower or not, for the whole of i
 OpenBLAS's packing routine (sgemm_oncopy) taking 8.7% of the samples instead of 2.5%: where its
 memory lands appears to decide it (with address-space randomisation off every process was slow), so the
 median speed-up depends on how many rounds drew the slow state, and the fastest round is the peer
-at its best. The first round's results are the ones compared. Without --gated-model / --mudd-model, small models are trained with fca first
-(seconds), so that the gates and mixing weights are not those of a random initialisation.
+at its best. The peer's time excludes drawing fca's randomisations (done once, before the rounds;
+numpy's own draws would cost it less). Without --gated-model / --mudd-model, small models are
+trained with fca first (seconds), so that the gates and mixing weights are not those of a random
+initialisation.
 """
 
 import argparse
@@ -68,6 +78,7 @@ import numpy as np
 import torch
 
 from bench_io import format_spread, spread, write_json_atomically  # noqa: E402  (bench/ is the script's folder)
+from fca_rng import Rng, derive_seed, permutations
 from pytorch_peer import (GatedPeer, MuddPeer, describe_runtime, fairness_problems, fca_runtime,
                           torch_runtime)
 
@@ -81,7 +92,10 @@ import mudd_adapter   # noqa: E402  (the repository's PyTorch MUDDPythia)
 # Both sides compute NLLs from float32 logits of the same weights; float32 summation orders differ
 # (BLAS blocking, fused kernels), which moves a window's NLL by about 1e-7 at this scale, and
 # DeltaNLL is a difference of two such means. 1e-5 (the issue's bound) leaves two orders of
-# magnitude; a wrong profile or condition moves these figures by 1e-4 or more. The evaluation
+# magnitude (single windows' NLLs differed by at most 1.9e-7 at L2 D32 and L4 D128). It holds every
+# figure and every window's NLL of every replay: a wrong profile or condition moves most figures by
+# 1e-4 or more, and where it moves a mean less it moves windows more (a static profile averaged over
+# D instead of C: static_profile's DeltaNLL by 8e-7, its windows' NLLs by up to 2.8e-5). The evaluation
 # coefficients are held to it relative to their largest value (max(1, max |A|)): the controllers'
 # float32 outputs differ by the same rounding carried through the trunk (1e-7 measured), a wrong
 # window order or coefficient layout by 0.1 or more.
@@ -91,11 +105,21 @@ FIGURE_TOLERANCE = 1e-5
 # so 1e-4 leaves over two orders of magnitude; a wrong mixing source, stream or attention mask
 # moves logits by 1e-2 or more.
 PEER_TOLERANCE = 1e-4
-# Bootstrap interval widths: within this factor of each other (intervals_agree).
-INTERVAL_RATIO = 2.0
-# Randomised figures: the normal rule's 3 standard errors, as a two-sided coverage.
-THREE_SIGMA_COVERAGE = math.erf(3 / math.sqrt(2))           # 0.9973
 BOOTSTRAP = 10000
+# fca's 95% intervals, checked by where their endpoints fall in the checker's own bootstrap of the
+# same per-window values (interval_check). fca's endpoint e is the p-quantile (p = 2.5%, 97.5%) of its
+# B_f resamples, so F(e), F the bootstrap distribution both sample, lies within p +- sqrt(p (1 - p) /
+# B_f) (an order statistic's spread); the checker's fraction of its B_p resamples below e estimates
+# F(e) within sqrt(p (1 - p) / B_p). Their difference from p has standard deviation
+# sqrt(p (1 - p) (1 / B_f + 1 / B_p)), 0.0022 at 10,000 resamples each, whatever the figure's
+# distribution. RANK_Z of those (a false alarm per endpoint of 6e-7, under 1e-4 over the few hundred
+# endpoints of a run) let the endpoints fall at ranks 1.4-3.6% and 96.4-98.6%. An endpoint 0.2 of
+# its figure's standard errors off (a rank moves by phi(1.96) = 0.058 per standard error) fails, and
+# so does an interval of another kind: 90% or 99%, unpaired over windows, one standard error wide.
+RANK_Z = 5.0
+# fca's randomisation streams (src/audit/conditions.cpp: kDerangementStream, kTokenStream,
+# kLayerStream), which the peer draws from as fca does (audit_randomisations).
+DERANGEMENT_STREAM, TOKEN_STREAM, LAYER_STREAM = 1, 2, 3
 
 
 def figure_tolerances(ours, theirs):
@@ -146,68 +170,6 @@ def variance_tolerances(ours, theirs, e, cells):
             da = e * (2 * math.sqrt(share * t_ours) + e)
             tol[k] = (da + share * dt) / t_theirs + 1e-9
     return tol
-
-
-def t_quantile(p, dof):
-    """The p-quantile (p > 1/2) of Student's t with dof >= 1 degrees of freedom, not necessarily an
-    integer (Debian's python3-torch set-up has no scipy). With t = sqrt(dof) tan(theta), P(|T| < t)
-    is proportional to the integral of cos(theta)^(dof - 1) from 0 to theta: a smooth, bounded
-    integrand on [0, pi/2], integrated by the trapezoid rule (1e-4 relative at dof 1 to 10^4)."""
-    theta = np.linspace(0.0, np.pi / 2, 100001)
-    f = np.cos(theta) ** (dof - 1)
-    cdf = np.concatenate([[0.0], np.cumsum((f[1:] + f[:-1]) / 2)])
-    return math.sqrt(dof) * math.tan(np.interp(2 * p - 1, cdf / cdf[-1], theta))
-
-
-def randomised_bound(a, se_a, reps_a, b, se_b, reps_b, floor):
-    """How far apart two tools' Monte-Carlo estimates a, b of one randomised figure may lie.
-
-    Both average the same windows over independent randomisations drawn by different generators, so
-    a - b has standard error sqrt(se_a^2 + se_b^2), and the rule is 3 of those. Two refinements:
-    - The standard errors are estimated from the draws themselves. Under the hypothesis tested both
-      tools draw from one distribution, so the per-draw variance is pooled over all their draws
-      (Student's two-sample rule: for R_a = R_b the standard error is exactly sqrt(se_a^2 + se_b^2))
-      and the multiplier is Student's t at the normal rule's coverage for its R_a + R_b - 2 degrees
-      of freedom: 3.0 for many draws, 4.3 for R = 5 a side, 19 for R = 2. A flat 3 would raise
-      false alarms at 1.7% per figure at R = 5 (about 20% per run of 13 such figures), not 0.27%.
-    - A randomisation with few outcomes (layer_permutation at L = 2 has two orderings) can give
-      one value in every draw of each side: both standard errors are then 0 although the
-      figure is random. The spread of all R_a + R_b values together then stands for it (the
-      two values, R_a and R_b times), which lets them differ exactly when so few draws cannot
-      tell them apart (for R = 2 a side always; for R = 20 never).
-    `floor` covers the float rounding the two engines' NLLs differ by (the largest difference of a
-    deterministic DeltaNLL in the same run, twice over). Returns (bound, whether the draws had no
-    spread on either side)."""
-    n = reps_a + reps_b
-    var = ((reps_a - 1) * reps_a * se_a ** 2 + (reps_b - 1) * reps_b * se_b ** 2) / (n - 2)
-    degenerate = var == 0
-    if degenerate:
-        var = reps_a * reps_b * (a - b) ** 2 / (n * (n - 1))
-    sd = math.sqrt(var * (1 / reps_a + 1 / reps_b))
-    return t_quantile((1 + THREE_SIGMA_COVERAGE) / 2, n - 2) * sd + floor, degenerate
-
-
-def intervals_agree(a, b, x, y, floor):
-    """Both intervals undefined, or both defined with widths w_a, w_b that agree:
-    max(w_a, w_b) <= INTERVAL_RATIO (min(w_a, w_b) + 3.92 sd(x - y) / sqrt(W)) + floor.
-
-    x, y: the per-window values each tool bootstrapped (a condition's DeltaNLL per window, averaged
-    over its randomisations; a factor effect's), or None where there are none (retention, a ratio).
-    A 95% interval's width is about 3.92 sd(x) / sqrt(W), and sd(x) <= sd(y) + sd(x - y), so the
-    middle term is what the two tools' per-window values can move the width by: rounding for a
-    deterministic figure, the different draws for a randomised one (much for layer_permutation at
-    small L, whose few outcomes differ widely). The factor 2 leaves room for the rest: the
-    bootstrap's own resampling (a few percent of width at 10,000 resamples, more for a ratio of
-    means over few windows) and the normal approximation. What it catches is an interval of another
-    kind (not paired over windows, a standard error instead of a 95% percentile interval) or a
-    missing one. The endpoints themselves are random and are not compared. Returns (agree, the
-    largest width allowed, None for undefined intervals)."""
-    if a is None or b is None:
-        return a is None and b is None, None
-    wa, wb = a[1] - a[0], b[1] - b[0]
-    draws = 0.0 if x is None or y is None else 3.92 * float(np.std(x - y)) / math.sqrt(len(x))
-    limit = INTERVAL_RATIO * (min(wa, wb) + draws) + floor
-    return min(wa, wb) >= 0 and max(wa, wb) <= limit, limit
 
 
 def parse_args():
@@ -390,11 +352,32 @@ def batched(model, ids, targets, coef_fn, batch, keep_logits=False):
             torch.cat(logits) if keep_logits else None)
 
 
-def derangement(rng, n):
-    while True:
-        p = rng.permutation(n)
-        if not (p == np.arange(n)).any():
-            return p
+def audit_randomisations(seed, W, T, R, L, streams, joint):
+    """fca's randomisations for seed (docs/audit.md, src/audit/conditions.cpp), drawn with its
+    generator (fca_rng.py): the derangements pi_r [R, W] (uniform permutations from the stream
+    (seed, 1, r) until one has no fixed point), the token permutations sigma [R, W, L, streams, T]
+    (one generator per (r, window, layer, stream), seeded derive_seed(derive_seed(seed, 2, r), window,
+    layer << 32 | stream), stream 0 for all with --joint-token-shuffle) and the layer permutations
+    [R, L] (stream (seed, 3, r)). Window i of a condition replay receives window pi_r[i]'s coefficients,
+    token t of (layer l, stream s) the token sigma[r, i, l, s, t]'s, layer l the profile's layer
+    perm[r, l]: so the two tools replay the same tensors, and every randomised figure is
+    deterministic given the seed."""
+    derangements = []
+    for r in range(R):
+        rng = Rng(derive_seed(seed, DERANGEMENT_STREAM, r))
+        while True:
+            d = np.array(rng.permutation(W))
+            if (d != np.arange(W)).all():
+                break
+        derangements.append(d)
+    seeds = []
+    for r in range(R):
+        per_rep = derive_seed(seed, TOKEN_STREAM, r)
+        seeds += [derive_seed(per_rep, i, (l << 32) | (0 if joint else st))
+                  for i in range(W) for l in range(L) for st in range(streams)]
+    sigma = permutations(seeds, T).reshape(R, W, L, streams, T)
+    layers = np.array([Rng(derive_seed(seed, LAYER_STREAM, r)).permutation(L) for r in range(R)])
+    return np.stack(derangements), sigma, layers
 
 
 def bootstrap_ci(values, rng, resamples=BOOTSTRAP):
@@ -436,7 +419,11 @@ def mc_se(per_rep_window):
     return float(means.std(ddof=1) / math.sqrt(len(means)))
 
 
-def pytorch_audit(model, data, args):
+def pytorch_audit(model, data, args, draws):
+    """The audit of model on args' windows with fca's randomisations draws (audit_randomisations,
+    drawn once before anything is timed): (figures, evaluation coefficients [W, L, T, S, K],
+    timings, window passes). The figures hold every condition's NLLs per randomisation and window
+    ("nll", [R, W]) and what each interval bootstraps ("per_window", [W])."""
     timings = {}
     t0 = time.perf_counter()
     T, batch, R = args.seq, args.torch_batch, args.reps
@@ -458,10 +445,7 @@ def pytorch_audit(model, data, args):
         lpm = Ac.astype(np.float64).mean(axis=0).astype(np.float32)             # [L, T, S, K]
         profiles = {"layer_position_mean": lpm, "static_profile": S,
                     "structure_removed": model.structure_removed(S), "identity": model.identity(S)}
-        rng = np.random.default_rng(args.seed)
-        derangements = [derangement(rng, W) for _ in range(R)]
-        # sigma[r, i, l, s]: a token permutation per randomisation, window, layer and stream.
-        sigma = np.argsort(rng.random((R, W, L, Sn, T)), axis=-1)
+        derangements, sigma, layer_perms = draws    # sigma[r, i, l, s]: window i's permutation of the tokens
 
         def shuffled(src, r, a, b):
             s = sigma[r, a:b]                                                    # [B, L, S, T]
@@ -485,8 +469,7 @@ def pytorch_audit(model, data, args):
         permutable = all((model.mask[l] == model.mask[0]).all() for l in range(L))
         if permutable:
             for r in range(R):
-                perm = rng.permutation(L)
-                prof = S[perm]
+                prof = S[layer_perms[r]]
                 nll.setdefault("layer_permutation", []).append(
                     batched(model, eval_ids, eval_tg, lambda a, b: np.broadcast_to(prof, (b - a,) + prof.shape).copy(),
                             batch)[0])
@@ -498,6 +481,7 @@ def pytorch_audit(model, data, args):
     out = {"baseline_nll": float(correct.mean()), "live_nll": float(live_nll.mean()), "calib_nll": float(cal_nll.mean()),
            "conditions": {}}
     nll["correct"] = [correct]                                   # the exact replay, DeltaNLL 0 by definition
+    out["nll"] = {name: np.stack(reps) for name, reps in nll.items()}
     out["per_window"] = {}                                        # what each interval bootstraps, [W]
     for name, reps in nll.items():
         per_rep = np.stack(reps) - correct[None]
@@ -529,25 +513,26 @@ def pytorch_audit(model, data, args):
 # The two audits' figures, by the same names.
 
 def fca_figures(audit, out_dir):
-    """fca's figures from audit.json, and from windows.csv its per-window values and its factor
-    effects' MC SEs: (deterministic {name: value}, randomised {name: (estimate, mc_se, reps)},
-    intervals {name: ci95}, per-window values {name: [W]})."""
+    """fca's figures from audit.json, and from windows.csv its NLLs, per-window values and factor
+    effects' MC SEs, as {"values": {name: number or None (undefined)}, "reps": {randomised figure:
+    R}, "intervals": {name: ci95}, "per_window": {name: [W], what its interval bootstraps}, "nll":
+    {condition: [R, W]}}. With the same randomisations on both sides every figure is deterministic,
+    so "values" holds the randomised ones too: each condition's delta_nll[...], mc_se[...] where
+    randomised, factor_effect[...] with its mc_se[factor_effect.<name>]."""
     a = audit
-    det = {"baseline_nll": a["baseline"]["nll"], "live_nll": a["baseline"]["live_nll"], "calib_nll": a["baseline"]["calib_nll"]}
-    rnd, ci = {}, {}
+    values = {"baseline_nll": a["baseline"]["nll"], "live_nll": a["baseline"]["live_nll"],
+              "calib_nll": a["baseline"]["calib_nll"]}
+    reps, ci = {}, {}
     for c in a["conditions"]:
         key = f"delta_nll[{c['name']}]"
+        values[key], ci[key] = c["delta_nll"], c["ci95"]
         if c["randomized"]:
-            rnd[key] = (c["delta_nll"], c["mc_se"], c["reps"])
-        else:
-            det[key] = c["delta_nll"]
-        ci[key] = c["ci95"]
+            values[f"mc_se[{c['name']}]"], reps[key] = c["mc_se"], c["reps"]
     for s, r in a["retention"].items():
-        det[f"retention[{s}]"] = r["estimate"]
-        ci[f"retention[{s}]"] = r["ci95"]
-    det["variance.total_variance"] = a["variance"]["total_variance"]
+        values[f"retention[{s}]"], ci[f"retention[{s}]"] = r["estimate"], r["ci95"]
+    values["variance.total_variance"] = a["variance"]["total_variance"]
     for k, v in a["variance"]["shares"].items():
-        det[f"variance.share[{k}]"] = v
+        values[f"variance.share[{k}]"] = v
 
     # windows.csv: one row per (condition, rep, window). Every figure read from it is checked
     # against audit.json's value first (means are linear in the NLLs), which checks the reading.
@@ -555,59 +540,113 @@ def fca_figures(audit, out_dir):
     with open(os.path.join(out_dir, "windows.csv")) as f:
         for row in csv.DictReader(f):
             by_condition.setdefault(row["condition"], {}).setdefault(int(row["rep"]), {})[int(row["window"])] = float(row["nll"])
-    table = {name: np.array([[reps[r][w] for w in sorted(reps[r])] for r in sorted(reps)])    # [R, W]
-             for name, reps in by_condition.items()}
+    table = {name: np.array([[reps_[r][w] for w in sorted(reps_[r])] for r in sorted(reps_)])    # [R, W]
+             for name, reps_ in by_condition.items()}
     reported = {f"delta_nll[{c['name']}]": c["delta_nll"] for c in a["conditions"]}
     per_window = {f"delta_nll[{name}]": (nll - table["correct"]).mean(axis=0) for name, nll in table.items()}
     factorial = ("correct", "cross_input", "token_shuffle", "cross_shuffle")
     effects = factor_effects(*(table[n] for n in factorial)) if all(n in table for n in factorial) else {}
     for k, v in effects.items():
-        reported[f"factor_effect[{k}]"] = a["factor_effects"][k]["estimate"]
-        per_window[f"factor_effect[{k}]"] = v.mean(axis=0)
-        rnd[f"factor_effect[{k}]"] = (a["factor_effects"][k]["estimate"], mc_se(v), v.shape[0])
-        ci[f"factor_effect[{k}]"] = a["factor_effects"][k]["ci95"]
+        key = f"factor_effect[{k}]"
+        reported[key] = values[key] = a["factor_effects"][k]["estimate"]
+        values[f"mc_se[factor_effect.{k}]"], reps[key] = mc_se(v), v.shape[0]
+        per_window[key], ci[key] = v.mean(axis=0), a["factor_effects"][k]["ci95"]
     for k, x in per_window.items():
         if abs(x.mean() - reported[k]) > 1e-9:
             fail(f"fca's windows.csv gives {k} = {x.mean():.10g}, its audit.json {reported[k]:.10g}")
-    return det, rnd, ci, per_window
+    return {"values": values, "reps": reps, "intervals": ci, "per_window": per_window, "nll": table}
 
 
 def torch_figures(t):
     """The PyTorch audit's figures, as fca_figures."""
-    det = {"baseline_nll": t["baseline_nll"], "live_nll": t["live_nll"], "calib_nll": t["calib_nll"]}
-    rnd, ci = {}, {}
+    values = {"baseline_nll": t["baseline_nll"], "live_nll": t["live_nll"], "calib_nll": t["calib_nll"]}
+    reps, ci = {}, {}
     for name, c in t["conditions"].items():
         key = f"delta_nll[{name}]"
-        if c["mc_se"] is None:
-            det[key] = c["delta_nll"]
-        else:
-            rnd[key] = (c["delta_nll"], c["mc_se"], c["reps"])
-        ci[key] = c["ci95"]
+        values[key], ci[key] = c["delta_nll"], c["ci95"]
+        if c["mc_se"] is not None:
+            values[f"mc_se[{name}]"], reps[key] = c["mc_se"], c["reps"]
     for s, r in t["retention"].items():
-        det[f"retention[{s}]"] = r["estimate"]
-        ci[f"retention[{s}]"] = r["ci95"]
-    det["variance.total_variance"] = t["variance"]["total_variance"]
+        values[f"retention[{s}]"], ci[f"retention[{s}]"] = r["estimate"], r["ci95"]
+    values["variance.total_variance"] = t["variance"]["total_variance"]
     for k, v in t["variance"]["shares"].items():
-        det[f"variance.share[{k}]"] = v
+        values[f"variance.share[{k}]"] = v
     for k, e in t["factor_effects"].items():
-        rnd[f"factor_effect[{k}]"] = (e["estimate"], e["mc_se"], e["reps"])
-        ci[f"factor_effect[{k}]"] = e["ci95"]
-    return det, rnd, ci, t["per_window"]
+        key = f"factor_effect[{k}]"
+        values[key], values[f"mc_se[factor_effect.{k}]"], reps[key], ci[key] = e["estimate"], e["mc_se"], e["reps"], e["ci95"]
+    return {"values": values, "reps": reps, "intervals": ci, "per_window": t["per_window"], "nll": t["nll"]}
 
 
-def compare(family, audit, out_dir, torch_out, A_torch, mask):
-    """Every figure of the two audits side by side, printed; returns (agree, the comparison)."""
-    ours, ours_rnd, ours_ci, ours_pw = fca_figures(audit, out_dir)
-    theirs, theirs_rnd, theirs_ci, theirs_pw = torch_figures(torch_out)
-    agree = True
+def bootstrap_statistics(per_window, names, resamples, seed):
+    """The checker's bootstrap of each interval's statistic from per-window values: {name: [B]},
+    the windows resampled with replacement B = resamples times (its own generator, seeded by seed),
+    the same resamples for every figure (paired), the ratio computed inside each resample for
+    retention (docs/audit.md, Statistics). Non-finite resamples (a retention resample dividing by
+    0) are left out."""
+    W = len(next(iter(per_window.values())))
+    idx = np.random.default_rng(seed).integers(0, W, size=(resamples, W))
+    den = per_window.get("delta_nll[structure_removed]")
+    out = {}
+    for k in names:
+        if k.startswith("retention["):
+            if den is None:
+                continue
+            with np.errstate(divide="ignore", invalid="ignore"):
+                stats = 1 - per_window["delta_nll[" + k[len("retention["):]][idx].mean(1) / den[idx].mean(1)
+        else:
+            stats = per_window[k][idx].mean(1)
+        out[k] = np.sort(stats[np.isfinite(stats)])
+    return out
+
+
+def interval_check(ci, stats, fca_resamples):
+    """Where the endpoints of fca's 95% interval ci fall in the checker's bootstrap distribution
+    stats (sorted) of the same figure: per endpoint, the fractions of resamples below it and at or
+    below it (they differ where resamples tie), and the largest distance of that range from the
+    nominal 2.5% / 97.5% allowed (RANK_Z, above). Returns (agree, [(below, at_or_below, nominal,
+    allowed) per endpoint])."""
+    ranks, ok = [], True
+    for e, p in zip(ci, (0.025, 0.975)):
+        below = int(np.searchsorted(stats, e, side="left")) / len(stats)
+        at_or_below = int(np.searchsorted(stats, e, side="right")) / len(stats)
+        allowed = RANK_Z * math.sqrt(p * (1 - p) * (1 / fca_resamples + 1 / len(stats)))
+        ok = ok and below - allowed <= p <= at_or_below + allowed
+        ranks.append((below, at_or_below, p, allowed))
+    return ok, ranks
+
+
+def bit_differences(a, b, path=""):
+    """The paths at which two rounds' results differ in any bit (dicts, lists, arrays, numbers)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        if set(a) != set(b):
+            return [f"{path} (keys {sorted(set(a) ^ set(b))})"]
+        return [d for k in sorted(a) for d in bit_differences(a[k], b[k], f"{path}.{k}" if path else str(k))]
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        if len(a) != len(b):
+            return [path]
+        return [d for i, (x, y) in enumerate(zip(a, b)) for d in bit_differences(x, y, f"{path}[{i}]")]
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        x, y = np.asarray(a), np.asarray(b)
+        return [] if x.dtype == y.dtype and x.shape == y.shape and x.tobytes() == y.tobytes() else [path]
+    if isinstance(a, float) and isinstance(b, float):
+        return [] if np.float64(a).tobytes() == np.float64(b).tobytes() else [path]
+    return [] if a == b and type(a) is type(b) else [path]
+
+
+def compare(family, ours, theirs, A_fca, A_torch, mask, audit, torch_out, args, verbose):
+    """Every figure of the two audits of one round side by side; printed in full when verbose, else
+    only what disagrees and a summary. ours, theirs: fca_figures and torch_figures; A_fca, A_torch:
+    the evaluation coefficients [W, L, T, S, K]. Returns (agree, the comparison)."""
+    say = print if verbose else (lambda *a, **k: None)
     problems = [f"{kind} only in {side}: {sorted(names)}"
-                for kind, a, b in (("deterministic figures", ours, theirs), ("randomised figures", ours_rnd, theirs_rnd),
-                                   ("intervals", ours_ci, theirs_ci))
-                for side, names in (("fca", set(a) - set(b)), ("PyTorch", set(b) - set(a))) if names]
+                for kind in ("values", "reps", "intervals", "nll")
+                for side, names in (("fca", set(ours[kind]) - set(theirs[kind])),
+                                    ("PyTorch", set(theirs[kind]) - set(ours[kind]))) if names]
+    problems += [f"{k} ran {ours['reps'][k]} randomisations in fca, {theirs['reps'][k]} in PyTorch"
+                 for k in sorted(set(ours["reps"]) & set(theirs["reps"])) if ours["reps"][k] != theirs["reps"][k]]
+    lines = []                                                   # (line, agrees)
 
     # The evaluation coefficients, fca's from its cache (same windows, same order).
-    cache, _ = fca_adapter.read_safetensors_file(audit["settings"]["cache"])
-    A_fca = cache["eval.coefficients"].numpy().astype(np.float64)
     valid = np.broadcast_to(mask[None, :, None], A_torch.shape)
     cells = int(valid.sum())
     if A_fca.shape != A_torch.shape:
@@ -617,71 +656,78 @@ def compare(family, audit, out_dir, torch_out, A_torch, mask):
         d = np.where(valid, A_fca - A_torch, 0.0)
         e, coef_diff = float(np.sqrt((d ** 2).sum())), float(np.abs(d).max())
         coef_tol = FIGURE_TOLERANCE * max(1.0, float(np.abs(A_fca[valid]).max()))
-    print(f"  evaluation coefficients: max |fca - PyTorch| = {coef_diff:.2e} over {cells} valid values "
-          f"(tolerance {coef_tol:.2g})" + ("" if coef_diff <= coef_tol else "  DISAGREES"))
-    agree = agree and coef_diff <= coef_tol
+    lines.append((f"  evaluation coefficients: max |fca - PyTorch| = {coef_diff:.2e} over {cells} valid values "
+                  f"(tolerance {coef_tol:.2g})", coef_diff <= coef_tol))
 
-    tolerance = figure_tolerances(ours, theirs)
-    tolerance.update(variance_tolerances(ours, theirs, e, cells))
+    # Every figure, randomised ones included: both tools replayed the same tensors.
+    a_vals, b_vals = ours["values"], theirs["values"]
+    tolerance = figure_tolerances(a_vals, b_vals)
+    tolerance.update(variance_tolerances(a_vals, b_vals, e, cells))
     number = lambda v: "undefined" if v is None else f"{v:+.8e}"
-    width = lambda ci: "undefined" if ci is None else f"{ci[1] - ci[0]:.3e}"
-    deterministic = {}
-    print(f"  deterministic figures: |fca - PyTorch| within the tolerance (FIGURE_TOLERANCE {FIGURE_TOLERANCE:g}, "
-          f"or derived from the figure's conditioning)")
-    for k in sorted(set(ours) & set(theirs)):
-        a, b = ours[k], theirs[k]
+    figures = {}
+    lines.append((f"  figures (the same randomisations on both sides): |fca - PyTorch| within the tolerance "
+                  f"(FIGURE_TOLERANCE {FIGURE_TOLERANCE:g}, or derived from the figure's conditioning)", True))
+    for k in sorted(set(a_vals) & set(b_vals)):
+        a, b = a_vals[k], b_vals[k]
         if a is None or b is None:                               # undefined: must be undefined on both sides
             ok, diff = a is None and b is None, None
         else:
             diff = abs(a - b)
             ok = diff <= tolerance[k]                            # also catches NaN
-        deterministic[k] = {"fca": a, "pytorch": b, "abs_diff": diff, "tolerance": tolerance[k], "agree": ok}
-        agree = agree and ok
-        values = f"fca {number(a):>15s}  PyTorch {number(b):>15s}"
-        print(f"    {k:38s} {values}  |diff| {'-' if diff is None else format(diff, '.2e'):>8s}  "
-              f"(tolerance {tolerance[k]:.2g})" + ("" if ok else "  DISAGREES"))
+        figures[k] = {"fca": a, "pytorch": b, "abs_diff": diff, "tolerance": tolerance[k], "agree": ok}
+        lines.append((f"    {k:38s} fca {number(a):>15s}  PyTorch {number(b):>15s}  "
+                      f"|diff| {'-' if diff is None else format(diff, '.2e'):>8s}  (tolerance {tolerance[k]:.2g})", ok))
 
-    # Rounding floor of the randomised figures and the intervals: what the deterministic DeltaNLLs
-    # differ by in this very run (both sides replay the same way for every condition), twice over,
-    # and never 0.
-    floor = 2 * max([v["abs_diff"] for k, v in deterministic.items() if k.startswith("delta_nll[")] + [0.0]) + 1e-12
-    randomised = {}
-    print(f"  randomised figures: |fca - PyTorch| <= t * sqrt(se_fca^2 + se_PyTorch^2) + {floor:.1e} "
-          f"(t: 3 standard errors' coverage at the draws' degrees of freedom)")
-    for k in sorted(set(ours_rnd) & set(theirs_rnd)):
-        (a, se_a, r_a), (b, se_b, r_b) = ours_rnd[k], theirs_rnd[k]
-        bound, degenerate = randomised_bound(a, se_a, r_a, b, se_b, r_b, floor)
-        diff = abs(a - b)
-        ok = diff <= bound
-        randomised[k] = {"fca": a, "fca_mc_se": se_a, "fca_reps": r_a, "pytorch": b, "pytorch_mc_se": se_b,
-                         "pytorch_reps": r_b, "abs_diff": diff, "bound": bound, "draws_without_spread": degenerate,
-                         "agree": ok}
-        agree = agree and ok
-        print(f"    {k:38s} fca {a:+.3e} (se {se_a:.1e}, R {r_a})  PyTorch {b:+.3e} (se {se_b:.1e}, R {r_b})  "
-              f"|diff| {diff:.2e} (bound {bound:.2e})" + ("; no spread in either side's draws" if degenerate else "")
-              + ("" if ok else "  DISAGREES"))
+    # Every replay's NLL, window by window: each randomisation's draws, not only their means.
+    window_nll = {}
+    lines.append((f"  NLL of every (condition, randomisation, window): max |fca - PyTorch| within "
+                  f"FIGURE_TOLERANCE {FIGURE_TOLERANCE:g}", True))
+    for k in sorted(set(ours["nll"]) & set(theirs["nll"])):
+        x, y = ours["nll"][k], theirs["nll"][k]
+        diff = float(np.abs(x - y).max()) if x.shape == y.shape else float("nan")
+        ok = diff <= FIGURE_TOLERANCE
+        window_nll[k] = {"shape": list(x.shape), "max_abs_diff": diff, "agree": ok}
+        lines.append((f"    {k:38s} {x.shape[0]} x {x.shape[1]} NLLs (PyTorch {y.shape[0]} x {y.shape[1]})  "
+                      f"max |diff| {diff:.2e}", ok))
 
+    # fca's intervals against the checker's bootstrap of fca's own per-window values (just checked
+    # against the peer's, window by window): the same statistic, resampled by other hands.
+    fca_resamples = audit["settings"]["bootstrap_resamples"]
+    names = sorted(set(ours["intervals"]) & set(theirs["intervals"]))
+    stats = bootstrap_statistics(ours["per_window"], [k for k in names if ours["intervals"][k] is not None],
+                                 BOOTSTRAP, args.seed + 2)
     intervals = {}
-    print(f"  95% intervals: both defined or both undefined, widths within a factor {INTERVAL_RATIO:g} once "
-          f"widened by what the two tools' per-window values differ by")
-    for k in sorted(set(ours_ci) & set(theirs_ci)):
-        a, b = ours_ci[k], theirs_ci[k]
-        ok, limit = intervals_agree(a, b, ours_pw.get(k), theirs_pw.get(k), floor)
-        intervals[k] = {"fca": a, "pytorch": b, "largest_width_allowed": limit, "agree": ok}
-        agree = agree and ok
-        print(f"    {k:38s} width fca {width(a):>10s}  PyTorch {width(b):>10s}"
-              + ("" if limit is None else f"  (at most {limit:.3e})") + ("" if ok else "  DISAGREES"))
+    lines.append((f"  95% intervals: defined on both sides or on neither; fca's endpoints at ranks 2.5% and 97.5% of "
+                  f"the checker's {BOOTSTRAP}-resample bootstrap of the same values, within {RANK_Z:g} standard "
+                  f"deviations of a rank", True))
+    for k in names:
+        a, b = ours["intervals"][k], theirs["intervals"][k]
+        if a is None or b is None or k not in stats:
+            ok, ranks = a is None and b is None, None
+            text = "undefined on both sides" if ok else f"fca {a}, PyTorch {b}"
+        else:
+            ok, ranks = interval_check(a, stats[k], fca_resamples)
+            text = (f"fca [{a[0]:+.4e}, {a[1]:+.4e}]  ranks " +
+                    ", ".join(f"{lo:.2%}" + ("" if hi == lo else f"-{hi:.2%}") + f" (allowed {p - q:.1%}-{p + q:.1%})"
+                              for lo, hi, p, q in ranks))
+        intervals[k] = {"fca": a, "pytorch": b, "ranks": ranks, "agree": ok}
+        lines.append((f"    {k:38s} {text}", ok))
 
     fca_conditions = {c["name"] for c in audit["conditions"]}
     if fca_conditions != set(torch_out["conditions"]):
         problems.append(f"conditions differ: fca {sorted(fca_conditions)}, PyTorch {sorted(torch_out['conditions'])}")
     if not audit["exact_replay"]["passed"]:
         problems.append("fca's exact replay did not pass")
+    agree = all(ok for _, ok in lines) and not problems
+    for line, ok in lines:
+        if verbose or not ok:
+            print(line + ("" if ok else "  DISAGREES"))
     for p in problems:
         print(f"  {family}: {p}")
-    return agree and not problems, {
+    say(f"  {family}: {'every figure agrees' if agree else 'DISAGREEMENTS above'}")
+    return agree, {
         "coefficients": {"max_abs_diff": coef_diff, "euclidean_diff": e, "tolerance": coef_tol},
-        "deterministic": deterministic, "randomised": randomised, "intervals": intervals, "problems": problems}
+        "figures": figures, "window_nll": window_nll, "intervals": intervals, "problems": problems}
 
 
 def train_model(args, family, workdir):
@@ -732,12 +778,19 @@ def main():
 
             ids, _ = windows(os.path.join(args.data, "test.txt"), args.seq, min(4, args.eval_windows))
             peer = check_peer(family, path, ids)
+            # fca's randomisations, drawn once before anything is timed (the peer's own draws, numpy's,
+            # would cost it less than the few tenths of a second fca's generator takes in Python).
+            W = windows(os.path.join(args.data, "test.txt"), args.seq, args.eval_windows)[0].shape[0]
+            L, streams = FAMILIES[family](path).mask.shape[:2]
+            draws = audit_randomisations(args.seed, W, args.seq, args.reps, L, streams,
+                                         joint="--joint-token-shuffle" in args.fca_args.split())
 
-            rounds = []
+            rounds, results_of_round = [], []
             for r in range(args.repeats):
                 t0 = time.perf_counter()
                 model = FAMILIES[family](path)
-                torch_out, A_torch, torch_times, torch_passes = pytorch_audit(model, args.data, args)
+                torch_threads = torch.get_num_threads()
+                torch_out, A_torch, torch_times, torch_passes = pytorch_audit(model, args.data, args, draws)
                 torch_wall = time.perf_counter() - t0
 
                 out_dir = os.path.join(workdir, f"{family}-audit-{r}")
@@ -750,11 +803,20 @@ def main():
                 fca_wall = time.perf_counter() - t0
                 with open(os.path.join(out_dir, "audit.json")) as f:
                     audit = json.load(f)
+                # The same number of threads on both sides, or the times compare nothing.
+                if audit["provenance"]["threads"] != torch_threads:
+                    fail(f"not a fair comparison: round {r + 1} of {family} ran fca's audit on "
+                         f"{audit['provenance']['threads']} threads (audit.json provenance) and PyTorch's on "
+                         f"{torch_threads} (torch.get_num_threads())", status=2)
                 rounds.append({"pytorch_wall_s": torch_wall, "pytorch_timings": torch_times, "fca_wall_s": fca_wall,
+                               "threads": {"pytorch": torch_threads, "fca": audit["provenance"]["threads"]},
                                "fca_measured": audit["provenance"].get("run", {}).get("measured", {}),
                                "fca_stderr_tail": p.stderr[-2000:]})
-                if r == 0:
-                    first = (audit, out_dir, torch_out, A_torch, model.mask)
+                cache, _ = fca_adapter.read_safetensors_file(audit["settings"]["cache"])
+                results_of_round.append({"audit": audit, "fca": fca_figures(audit, out_dir),
+                                         "A_fca": cache["eval.coefficients"].numpy().astype(np.float64),
+                                         "pytorch": torch_figures(torch_out), "A_torch": A_torch,
+                                         "torch_out": torch_out, "mask": model.mask})
 
             pt_wall = spread(r["pytorch_wall_s"] for r in rounds)
             pt_passes = spread(r["pytorch_timings"]["forward_passes"] for r in rounds)
@@ -773,12 +835,37 @@ def main():
                   f"the fastest PyTorch round over fca's median {speedup_vs_fastest_peer:.2f}")
             print(f"  PyTorch peer vs the repository's example on {ids.shape[0]} windows: "
                   + ", ".join(f"{k} {v:.1e}" for k, v in peer.items()) + f" (tolerance {PEER_TOLERANCE:g})")
-            agree, comparison = compare(family, *first)
+
+            # Each side's rounds, bit for bit: the same seed, windows, threads and code give the same
+            # results (fca's batch may differ between rounds; its results do not depend on it).
+            first = results_of_round[0]
+            reproducible = True
+            for r, res in enumerate(results_of_round[1:], start=2):
+                for side, keys in (("fca", ("fca", "A_fca")), ("PyTorch", ("pytorch", "A_torch"))):
+                    diffs = [d for k in keys for d in bit_differences(first[k], res[k], k)]
+                    if diffs:
+                        reproducible = False
+                        print(f"  {family}: {side}'s round {r} differs from its round 1 at {len(diffs)} place"
+                              f"{'s' * (len(diffs) > 1)}: {', '.join(diffs[:8])}{' ...' if len(diffs) > 8 else ''}")
+            if args.repeats > 1 and reproducible:
+                print(f"  each side's {args.repeats} rounds: the same results bit for bit")
+            # Every round against the peer's: in full for the first, then what disagrees.
+            comparisons, agree = [], reproducible
+            for r, res in enumerate(results_of_round, start=1):
+                if r > 1:
+                    print(f"  round {r}:")
+                round_agrees, comparison = compare(family, res["fca"], res["pytorch"], res["A_fca"], res["A_torch"],
+                                                   res["mask"], res["audit"], res["torch_out"], args, verbose=r == 1)
+                if r > 1 and round_agrees:
+                    print("    every figure agrees")
+                comparisons.append(comparison)
+                agree = agree and round_agrees
             ok = ok and agree
             results["families"][family] = {"pytorch_wall_s": pt_wall, "fca_wall_s": fca_wall, "speedup": speedup,
                                            "speedup_vs_fastest_peer_round": speedup_vs_fastest_peer,
                                            "pytorch_window_passes": torch_passes, "rounds": rounds,
-                                           "peer_vs_example": peer, "agree": agree, **comparison}
+                                           "peer_vs_example": peer, "rounds_reproducible": reproducible, "agree": agree,
+                                           **comparisons[0], "comparison_per_round": comparisons}
     if args.json_out:
         write_json_atomically(args.json_out, results)
     if not ok:

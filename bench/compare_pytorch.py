@@ -15,20 +15,27 @@
      within LOGIT_TOLERANCE, and its logits (gates) and gradients on tests/fixtures/
      gated_tiny.safetensors (peaky attention, all five gates) or hyper_tiny.safetensors (shc, dhc,
      mhc) within FIXTURE_TOLERANCE;
-   - `fca trace` on B random windows: its logits must match the reference's float32 logits within
-     LOGIT_TOLERANCE.
+   - `fca trace` on the benchmark's batch: its logits must match the reference's float32 logits
+     within LOGIT_TOLERANCE.
    Any failure exits 1 (no point timing a wrong implementation).
 3. Fairness: both sides run with this process's environment, never a variable set for one of them;
    what each side runs is recorded (PyTorch: ATen's CPU capability, its OpenBLAS library and core,
    the kernel variables; fca: its provenance, which names its SIMD target and GEMM kernels), and the
-   script exits 2 unless both run the same instruction set (pytorch_peer.fairness_problems). On an
+   script exits 2 unless both run the same instruction set on the same number of threads
+   (pytorch_peer.fairness_problems). On an
    AVX-512 CPU that means no OPENBLAS_CORETYPE narrower than AVX-512 (fca's float GEMM ignores it)
    and ATEN_CPU_CAPABILITY=avx512 (torch 1.13 keeps its AVX-512 kernels opt-in), e.g.
    `env -u OPENBLAS_CORETYPE ATEN_CPU_CAPABILITY=avx512 /usr/bin/python3 bench/compare_pytorch.py`.
 4. Timing: --repeats alternating rounds, PyTorch then fca, each a full timing of the forward pass
    (PyTorch: under inference_mode) and of the training step (forward + loss + backward + clipping +
-   AdamW) with the same shapes and thread count; fca's are `fca bench forward` / `fca bench train`.
-   Each round gives each side's median over --steps runs; the table shows the median of those
+   AdamW at fca bench's learning rate); fca's are `fca bench forward` / `fca bench train`. The same
+   work on both sides: the checkpoint's weights (hyper too: fca bench train --model loads them into
+   its Trainable) and fca bench's batch (batch(): its generator, bench/fca_rng.py). Before a round is
+   reported, each of fca's results must show the threads PyTorch ran (exit 2 otherwise) and the
+   checkpoint's SHA-256, and fca's first training step (its loss and gradient norm at the
+   checkpoint's weights) must be PyTorch's within STEP_TOLERANCE (exit 1 otherwise: other weights,
+   another batch or another loss). Each round gives each side's median over --steps runs; the
+   table shows the median of those
    over the rounds with their range, and the same for the per-round speed-up (PyTorch's seconds
    over fca's) and fca's fraction of its measured SGEMM peak. --json-out writes every round.
 
@@ -36,6 +43,7 @@
 """
 
 import argparse
+import hashlib
 import json
 import math
 import os
@@ -46,8 +54,10 @@ import tempfile
 import time
 
 import torch
+import torch.nn.functional as F
 
 from bench_io import format_spread, spread, write_json_atomically  # noqa: E402  (bench/ is the script's folder)
+from fca_rng import Rng
 from pytorch_peer import GatedPeer, HyperPeer, describe_runtime, fairness_problems, fca_runtime, torch_runtime
 
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures")
@@ -83,11 +93,19 @@ def logit_bound(f32_vs_f64: float) -> float:
 # fixture's peaky attention makes the statistics' defects visible (a reversed KL: 0.17 on logits).
 FIXTURE_TOLERANCE = 1e-4
 FCA_BENCH_KEYS = ("median_s", "tokens_per_s", "gflops_per_s", "sgemm_peak_gflops", "peak_ratio", "provenance")
-# AdamW settings of the training defaults (docs/model.md); the learning rate does not affect timing. torch
-# 1.13 has no fused AdamW, and its multi-tensor one (foreach=True) was slower on CPU than the
-# default (29 against 20 ms per step at the default shape, one thread), so the default it is.
-LEARNING_RATE = 3e-4
+# AdamW settings of the training defaults (docs/model.md) at fca bench train's fixed learning rate
+# (src/cli/cmd_bench.cpp), so that both sides take the same steps; torch 1.13 has no fused AdamW, and
+# its multi-tensor one (foreach=True) was slower on CPU than the default (29 against 20 ms per step
+# at the default shape, one thread), so the default it is.
+LEARNING_RATE = 1e-4
 WEIGHT_DECAY = 0.1
+# The first training step of both sides, from the same weights on the same batch: its loss and
+# gradient norm (before clipping) relative to PyTorch's. Two float32 implementations of one step
+# differ by rounding: measured 5e-8 to 1.1e-7 on the loss and 7e-9 to 6.3e-7 on the gradient norm
+# (featuregate at the default shape and at L2 D64 T64 B4, hyper DHC at the default shape, mHC and DHC
+# at L2 D64), so 1e-4 leaves over two orders of magnitude. fca's fresh initialisation instead of
+# the checkpoint (mHC, L2 D64) moved the loss by 6% and the gradient norm by 15%.
+STEP_TOLERANCE = 1e-4
 
 
 def parse_args():
@@ -163,11 +181,11 @@ def max_abs(a: torch.Tensor, b: torch.Tensor) -> float:
     return (a.double() - b.double()).abs().max().item()
 
 
-def check_peer(config: dict, params: dict, windows: torch.Tensor) -> dict:
+def check_peer(config: dict, params: dict, inputs: torch.Tensor) -> dict:
     """The peer against the reference in float32 at the benchmark's shape (logits, gates), and on
     the fixture for every gate (logits, gates, every gradient, each relative to its tensor's largest
     |value|). Returns the worst differences; exits 1 past a tolerance."""
-    x = windows[:, :config["seq_len"]]
+    x = inputs
     with torch.no_grad():
         ours = ref.GatedTransformer(config, params, torch.float32).forward(x)
         logits, gates = GatedPeer(config, params).forward(x)
@@ -203,11 +221,11 @@ def against_fixture(pairs, fixture: dict, fixture_name: str, worst: dict) -> Non
         worst["fixture_relative"] = max(worst["fixture_relative"], relative)
 
 
-def check_hyper_peer(config: dict, params: dict, windows: torch.Tensor) -> dict:
+def check_hyper_peer(config: dict, params: dict, inputs: torch.Tensor) -> dict:
     """HyperPeer against hyper_reference in float32 at the benchmark's shape (logits), and on
     tests/fixtures/hyper_tiny.safetensors for shc, dhc and mhc (logits and every gradient, each
     relative to its tensor's largest |value|). Returns the worst differences; exits 1 past a tolerance."""
-    x = windows[:, :config["seq_len"]]
+    x = inputs
     with torch.no_grad():
         ours = hyper_ref.HyperTransformer(config, params, torch.float32).forward(x)[0]
         exact = hyper_ref.HyperTransformer(config, params, torch.float64).forward(x)[0]
@@ -261,9 +279,11 @@ def check_logits(fca: str, ckpt: str, config: dict, params: dict, ids: torch.Ten
     return max_abs(theirs, ours), max_abs(ours, exact), provenance
 
 
-def time_pytorch(config: dict, params: dict, windows: torch.Tensor, warmup: int, steps: int):
-    """Seconds per forward pass and per training step of the peer, float32."""
-    T = config["seq_len"]
+def time_pytorch(config: dict, params: dict, inputs: torch.Tensor, targets: torch.Tensor, warmup: int, steps: int):
+    """Seconds per forward pass and per training step of the peer, float32, on fca's batch (inputs,
+    targets [B, T]: the bytes fca bench draws, batch()), and the loss and gradient norm (before
+    clipping) of its first training step, at the checkpoint's weights, untimed, as fca bench train
+    reports its own."""
     hyper = "hc_variant" in config
     peer = HyperPeer if hyper else GatedPeer
     logits_of = (lambda out: out) if hyper else (lambda out: out[0])
@@ -271,7 +291,7 @@ def time_pytorch(config: dict, params: dict, windows: torch.Tensor, warmup: int,
 
     def forward():
         with torch.inference_mode():
-            model.forward(windows[:, :T])
+            model.forward(inputs)
 
     trained = peer(config, params, requires_grad=True)
     # Weight decay on 2-D tensors only (docs/model.md's "2-D weight matrices", read literally: wte, wpe,
@@ -286,12 +306,47 @@ def time_pytorch(config: dict, params: dict, windows: torch.Tensor, warmup: int,
 
     def train_step():
         opt.zero_grad(set_to_none=True)
-        loss = ref.mean_loss(logits_of(trained.forward(windows[:, :T])), windows)
+        loss = F.cross_entropy(logits_of(trained.forward(inputs)).reshape(-1, ref.VOCAB), targets.reshape(-1))
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(trained.parameters(), 1.0)
+        norm = torch.nn.utils.clip_grad_norm_(trained.parameters(), 1.0)
         opt.step()
+        return loss, norm
 
-    return timings(forward, warmup, steps), timings(train_step, warmup, steps)
+    loss, norm = train_step()
+    first_step = {"loss": loss.item(), "grad_norm": norm.item()}
+    return timings(forward, warmup, steps), timings(train_step, warmup, steps), first_step
+
+
+def batch(seed: int, B: int, T: int):
+    """fca bench's batch (src/cli/cmd_bench.cpp, models/gated/exec/bench.cpp): from fca's generator
+    seeded seed + 1, an input byte then a target byte for each of the B T positions in turn. Returns
+    (inputs, targets), int64 [B, T]."""
+    rng = Rng(seed + 1)
+    draws = torch.tensor([rng.below(ref.VOCAB) for _ in range(2 * B * T)], dtype=torch.int64)
+    return draws[0::2].view(B, T), draws[1::2].view(B, T)
+
+
+def check_same_work(kind: str, fca: dict, torch_threads: int, checkpoint_sha256: str, first_step: dict = None) -> dict:
+    """That fca's `bench <kind>` result ran what PyTorch ran: the same threads (exit 2 otherwise: an
+    unfair comparison), the same checkpoint (its provenance's model_sha256) and, for a training step,
+    the same first step (loss and gradient norm within STEP_TOLERANCE of PyTorch's, relative; exit 1
+    otherwise). Returns the relative differences of the step's figures ({} for a forward pass)."""
+    threads = fca["provenance"]["threads"]
+    if threads != torch_threads:
+        fail(f"not a fair comparison: fca bench {kind} ran {threads} threads (its provenance), PyTorch "
+             f"{torch_threads} (torch.get_num_threads())", status=2)
+    if fca["provenance"].get("model_sha256") != checkpoint_sha256:
+        fail(f"fca bench {kind} ran another model: sha256 {fca['provenance'].get('model_sha256')}, the checkpoint "
+             f"PyTorch runs has {checkpoint_sha256}")
+    if first_step is None:
+        return {}
+    if "first_step" not in fca:
+        fail(f"fca bench {kind} reports no first_step: it cannot be checked to train what PyTorch trains")
+    diffs = {k: abs(fca["first_step"][k] - first_step[k]) / abs(first_step[k]) for k in ("loss", "grad_norm")}
+    if not max(diffs.values()) <= STEP_TOLERANCE:            # also catches NaN
+        fail(f"fca and PyTorch do not train the same thing: first step fca {fca['first_step']}, PyTorch {first_step} "
+             f"(relative differences {diffs} > {STEP_TOLERANCE:g}): other weights, another batch or another loss")
+    return diffs
 
 
 def summarise(rounds: list, tokens: int) -> dict:
@@ -354,8 +409,7 @@ def main() -> None:
         params = make_hyper_fixture.make_params(config, static_noise=0.0, dynamic_scale=math.sqrt(16 / args.dim))
         metadata = {"format": "fca-hyper-v1", "config": json.dumps(config)}
         label = f"hyper {args.hc_variant} n {args.hc_streams}"
-    gen = torch.Generator().manual_seed(args.seed)
-    windows = torch.randint(0, ref.VOCAB, (args.batch, args.seq + 1), generator=gen)
+    inputs, targets = batch(args.seed, args.batch, args.seq)     # the batch fca bench draws: the same work
     tokens = args.batch * args.seq
     print(f"compare_pytorch: L{args.layers} D{args.dim} H{args.heads} T{args.seq} B{args.batch} {label}, "
           f"{args.threads} threads, {args.repeats} round{'s' * (args.repeats > 1)} of {args.steps} timed runs "
@@ -366,7 +420,7 @@ def main() -> None:
     results = {"config": config, "batch": args.batch, "threads": args.threads, "steps": args.steps,
                "warmup": args.warmup, "repeats": args.repeats, "logit_tolerance": LOGIT_TOLERANCE,
                "runtime": {"pytorch": pt_runtime, "fca": None}, "max_abs_logit_diff": None}
-    peer = check_peer(config, params, windows) if args.arch == "gated" else check_hyper_peer(config, params, windows)
+    peer = check_peer(config, params, inputs) if args.arch == "gated" else check_hyper_peer(config, params, inputs)
     results["peer_vs_reference"] = peer
     print(f"PyTorch peer vs reference: max |logits| {peer['logits']:.2e}, |gates| {peer.get('gates', 0.0):.2e} "
           f"(tolerance {peer.get('bound', LOGIT_TOLERANCE):g}); on the fixture {peer['fixture_relative']:.2e} of each tensor's "
@@ -374,9 +428,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="fca-compare-") as workdir:
         ckpt = os.path.join(workdir, "ckpt.safetensors")
         ref.write_safetensors(ckpt, params, metadata)
+        with open(ckpt, "rb") as f:
+            checkpoint_sha256 = hashlib.sha256(f.read()).hexdigest()
         if not args.pytorch_only:
-            diff, f32_vs_f64, provenance = check_logits(args.fca, ckpt, config, params,
-                                                        windows[:, :args.seq], args.threads, workdir)
+            diff, f32_vs_f64, provenance = check_logits(args.fca, ckpt, config, params, inputs, args.threads, workdir)
             fca_rt = fca_runtime(provenance)
             results["runtime"]["fca"] = fca_rt
             print(describe_runtime("fca", fca_rt))
@@ -394,23 +449,33 @@ def main() -> None:
         rounds = []
         common = ["--batch", str(args.batch), "--warmup", str(args.warmup),
                   "--threads", str(args.threads), "--runs", str(args.steps), "--json"]
-        forward_flags = ["--model", ckpt] + common
+        forward_flags = ["--model", ckpt, "--seed", str(args.seed)] + common
         train_flags = forward_flags
         if args.arch == "hyper":
-            # fca times the training step of a fresh model of the same config (its bench train takes
-            # no checkpoint for this family): the same shapes and operations, weights aside, which
-            # the step's time does not depend on (no branch on a value; fixed Sinkhorn iterations).
+            # The family has no benchmark of its own: fca trains it through its Trainable, a model of
+            # the flags' config holding the checkpoint's weights (a config other than the checkpoint's
+            # is refused).
             train_flags = ["--arch", "hyper", "--hc-variant", args.hc_variant, "--hc-streams", str(args.hc_streams),
                            "--layers", str(args.layers), "--dim", str(args.dim), "--heads", str(args.heads),
-                           "--seq", str(args.seq), "--seed", str(args.seed)] + common
-        for _ in range(args.repeats):
-            pt_forward, pt_train = time_pytorch(config, params, windows, args.warmup, args.steps)
+                           "--seq", str(args.seq)] + forward_flags
+        for r in range(args.repeats):
+            torch_threads = torch.get_num_threads()
+            pt_forward, pt_train, pt_first_step = time_pytorch(config, params, inputs, targets, args.warmup, args.steps)
             fca_forward = fca_train = None
             if not args.pytorch_only:
                 fca_forward = fca_bench([args.fca, "bench", "forward"] + forward_flags)
                 fca_train = fca_bench([args.fca, "bench", "train"] + train_flags)
-            rounds.append({"forward": {"pytorch": pt_forward, "fca": fca_forward},
-                           "train": {"pytorch": pt_train, "fca": fca_train}})
+                # Before anything is reported: both ran the same checkpoint on the same threads, and
+                # trained the same weights on the same batch.
+                check_same_work("forward", fca_forward, torch_threads, checkpoint_sha256)
+                step_diffs = check_same_work("train", fca_train, torch_threads, checkpoint_sha256, pt_first_step)
+                print(f"round {r + 1}: {torch_threads} threads on both sides; first training step from the checkpoint "
+                      f"on fca's batch: loss fca {fca_train['first_step']['loss']:.6f}, PyTorch {pt_first_step['loss']:.6f}; "
+                      f"gradient norm fca {fca_train['first_step']['grad_norm']:.6g}, PyTorch "
+                      f"{pt_first_step['grad_norm']:.6g} (relative differences {step_diffs['loss']:.1e}, "
+                      f"{step_diffs['grad_norm']:.1e}; tolerance {STEP_TOLERANCE:g})")
+            rounds.append({"threads": torch_threads, "forward": {"pytorch": pt_forward, "fca": fca_forward},
+                           "train": {"pytorch": pt_train, "pytorch_first_step": pt_first_step, "fca": fca_train}})
 
     summary = summarise(rounds, tokens)
     print_table(summary, args.repeats)

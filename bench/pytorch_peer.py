@@ -13,8 +13,8 @@ Two things a fair comparison needs from PyTorch:
      streams (below).
    Both scripts check the peers against the repository's reference implementations numerically
    before they time anything.
-2. A record of what each side runs, and the rule that both run the same instruction set:
-   torch_runtime(), fca_runtime() and fairness_problems().
+2. A record of what each side runs, and the rule that both run the same instruction set on the
+   same number of threads: torch_runtime(), fca_runtime() and fairness_problems().
 """
 
 import ctypes
@@ -156,7 +156,7 @@ def describe_runtime(side, rt):
 
 
 def fairness_problems(pt, fca):
-    """Why the two sides would not run at the same instruction set ([] when they do).
+    """Why the two sides would not run at the same instruction set on the same threads ([] when they do).
 
     A kernel variable forces one side only when the sides saw different values, and also when only
     one side's kernels read it: OPENBLAS_CORETYPE picks PyTorch's float GEMMs but not fca's (its
@@ -165,8 +165,12 @@ def fairness_problems(pt, fca):
     core on both sides, and the same instruction set for the float GEMMs and for the vectorised
     kernels around them. A variable that brings PyTorch to fca's instruction set passes (torch
     1.13 needs ATEN_CPU_CAPABILITY=avx512 for its AVX-512 kernels); one that takes it elsewhere
-    does not."""
+    does not. And both sides must run the same number of threads: PyTorch's intra-op threads
+    (torch.get_num_threads()) and fca's (its provenance's `threads`)."""
     problems = []
+    if pt["threads"] != fca["threads"]:
+        problems.append(f"different thread counts: PyTorch runs {pt['threads']} (torch.get_num_threads()), fca "
+                        f"{fca['threads']} (its provenance); both must run the script's --threads")
     ours, theirs = pt["environment"]["OPENBLAS_CORETYPE"], fca["environment"]["OPENBLAS_CORETYPE"]
     if ours != theirs:
         problems.append(f"OPENBLAS_CORETYPE is set for one side only: PyTorch ran with {ours or 'it unset'}, "

@@ -3,11 +3,14 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include "core/json.h"
 
 #include "core/safetensors.h"
+#include "core/sha256.h"
 #include "models/gated/model.h"
+#include "models/hyper/model.h"
 #include "test_util.h"
 
 namespace fca {
@@ -98,6 +101,61 @@ TEST_F(Cli, MuddTrainEvalTraceAudit) {
                "--bootstrap", "100", "--out", dir.file("mudd-audit"), "--no-progress"});
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("structure_removed"), std::string::npos);
+}
+
+// `fca bench train --model` trains the checkpoint's weights, and its JSON says so (the first step's
+// loss and gradient norm, the checkpoint's SHA-256): bench/compare_pytorch.py times the same step in
+// PyTorch and checks its first step against this one. For the gated family (its own benchmark) and
+// the hyper family (its Trainable): a checkpoint of the fresh model of seed 7 gives that model's
+// first step bit for bit on the same batch (seed 7 + 1), one of seed 8 does not; a hyper checkpoint of
+// another config than the flags' is refused, naming both.
+TEST(CliBench, TrainFromACheckpointStartsAtItsWeights) {
+  testing::TempDir dir;
+  const std::vector<std::string> common{"bench", "train", "--layers", "2", "--dim", "16", "--heads", "2", "--seq", "16",
+                                        "--batch", "2", "--runs", "1", "--warmup", "0", "--threads", "2", "--json", "--seed", "7"};
+  HyperConfig hyper;
+  hyper.n_layer = 2, hyper.d_model = 16, hyper.n_head = 2, hyper.seq_len = 16, hyper.variant = HyperVariant::mhc, hyper.streams = 3;
+  struct Family {
+    std::string name;
+    std::vector<std::string> flags;
+    std::function<void(const std::string&, uint64_t)> save;
+  };
+  const std::vector<Family> families{
+      {"gated", {"--gate", "featuregate"},
+       [](const std::string& path, uint64_t seed) {
+         GatedModel<float>::initialized(testing::tiny_config(GateKind::featuregate), seed).save(path);
+       }},
+      {"hyper", {"--arch", "hyper", "--hc-variant", "mhc", "--hc-streams", "3"},
+       [&](const std::string& path, uint64_t seed) { HyperModel<float>::initialized(hyper, seed).save(path); }}};
+  for (const Family& f : families) {
+    SCOPED_TRACE(f.name);
+    auto bench = [&](const std::vector<std::string>& extra) {
+      std::vector<std::string> args = common;
+      args.insert(args.end(), f.flags.begin(), f.flags.end());
+      args.insert(args.end(), extra.begin(), extra.end());
+      const auto r = run_fca(args);
+      EXPECT_EQ(r.exit_code, 0) << r.output;
+      return nlohmann::json::parse(r.output.substr(r.output.find('{')));
+    };
+    const auto fresh = bench({});
+    ASSERT_TRUE(fresh.contains("first_step")) << fresh.dump();
+    for (const uint64_t seed : {7, 8}) {
+      const std::string path = dir.file(f.name + std::to_string(seed) + ".safetensors");
+      f.save(path, seed);
+      const auto loaded = bench({"--model", path});
+      EXPECT_EQ(loaded["provenance"]["model_sha256"], sha256_file(path));
+      for (const char* key : {"loss", "grad_norm"}) {
+        const double a = fresh["first_step"][key].get<double>(), b = loaded["first_step"][key].get<double>();
+        if (seed == 7) EXPECT_EQ(a, b) << key;
+        else EXPECT_NE(a, b) << key;
+      }
+    }
+  }
+  std::vector<std::string> other = common;
+  other.insert(other.end(), {"--arch", "hyper", "--hc-variant", "mhc", "--hc-streams", "2", "--model", dir.file("hyper7.safetensors")});
+  const auto r = run_fca(other);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("model config differs from the flags'"), std::string::npos) << r.output;
 }
 
 TEST_F(Cli, MissingCheckpoint) {

@@ -1,7 +1,8 @@
 // `fca exec` for the hyper-connection family: the counters of every variant agree with the family's
-// formulas (docs/hyper.md), computed independently of the code that counts; a replay that reaches the
-// controller (SHC's copy included) fails the check; exec.json carries the mixing and the controller
-// as their own FLOP rows and compares live execution with dense_same_shape.
+// formulas (docs/hyper.md), and the controllers' FLOPs of both with a count by hand from the code
+// that runs; a replay that reaches the controller (SHC's copy included) fails the check; exec.json
+// carries the mixing and the controller as their own FLOP rows and compares live execution with
+// dense_same_shape.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -29,15 +30,43 @@ HyperConfig small_config(HyperVariant v) {
 // The family's formulas by hand for n 3, D 16, L 2: mixing per site and token 2nD(n+2) plus the
 // read's and the write's own n - 1 and n adds below the multiply-add convention:
 // read D(2n-1) = 80, write nD(2n+1) = 336, so 416 per site, 4 sites, and the collapse D(n-1) = 32.
+//
+// The controllers' FLOPs per site and token at n 3, D 16, counted by hand from what
+// HyperController::evaluate runs (models/hyper/coefficients.cpp, LN0 in ops/simd.cpp's
+// LayerNormRows) under core/exec_counters.h's convention, never from the family's formulas:
+// - DHC: the projection z = W LN0(X_i), n = 3 GEMM rows of D x (n + 2) = 16 x 5 per token: 480;
+//   LN0 of each stream (sum 16, mean 1, deviations, squares and their sum 48, variance 1, eps 1,
+//   sqrt 1, reciprocal 1, centring and scaling 32: 101): 303; tanh, times the scale, plus the static
+//   part for each of the n (n + 2) = 15 entries of z: 45. 828 in all.
+// - mHC: the projection z = Phi vec(X), one GEMM row of nD = 48 x (n^2 + 2n) = 15: 1440; the RMS
+//   (48 squares, 48 adds, division, eps, sqrt): 99; g / r, times alpha, plus b for each of the 15
+//   entries: 45; the 3 reads' sigmoids (negation, exp, add, division) plus eps: 15; the 3 writes'
+//   sigmoids times 2: 15; Sinkhorn's column softmax (subtraction, exp, sum, division, eps for each of
+//   the 9 mixing entries): 45, then 20 row and 19 column normalisations of 3 lines of 3 (3 adds,
+//   eps, 3 divisions: 7 a line): 39 * 21 = 819. 2478 in all.
+// - SHC: a copy of the static square, 0.
+constexpr double kDhcControllerPerSiteToken = 480 + 303 + 45;
+constexpr double kMhcControllerPerSiteToken = 1440 + 99 + 45 + 15 + 15 + 45 + 819;
+
+double controller_by_hand(HyperVariant v) {
+  switch (v) {
+    case HyperVariant::shc:
+      return 0;
+    case HyperVariant::dhc:
+      return kDhcControllerPerSiteToken;
+    case HyperVariant::mhc:
+      return kMhcControllerPerSiteToken;
+  }
+  return 0;
+}
+
 TEST(HyperExec, FormulasByHand) {
   const HyperConfig c = small_config(HyperVariant::dhc);
   EXPECT_EQ(hyper_mixing_flops(c, 1, 1), 4 * 416.0 + 32.0);
-  // The controllers' projection GEMMs alone: DHC n rows of D x (n+2) per token, mHC one row of
-  // nD x (n^2+2n); SHC nothing.
-  HyperConfig mhc = small_config(HyperVariant::mhc), shc = small_config(HyperVariant::shc);
-  EXPECT_EQ(hyper_controller_flops(c, 1, 1) - 4.0 * double(hyper_dhc_controller_flops_per_token(c)), 4 * 2.0 * 3 * 16 * 5);
-  EXPECT_EQ(hyper_controller_flops(mhc, 1, 1) - 4.0 * double(hyper_mhc_controller_flops_per_token(mhc)), 4 * 2.0 * 48 * 15);
-  EXPECT_EQ(hyper_controller_flops(shc, 1, 1), 0.0);
+  for (HyperVariant v : {HyperVariant::shc, HyperVariant::dhc, HyperVariant::mhc}) {
+    SCOPED_TRACE(hyper_variant_name(v));
+    EXPECT_EQ(hyper_controller_flops(small_config(v), 1, 1), 4 * controller_by_hand(v));  // 4 sites
+  }
 }
 
 TEST(HyperExec, CountersMatchTheFormulasAndAReplayReachingTheControllerFails) {
@@ -60,6 +89,12 @@ TEST(HyperExec, CountersMatchTheFormulasAndAReplayReachingTheControllerFails) {
     const ExpectedCounts live_expected{c.n_layer, hyper_gemm_flops(c, B, T), hyper_controller_flops(c, B, T),
                                        hyper_mixing_flops(c, B, T), c.sites(), 0};
     EXPECT_NO_THROW(check_counters("live", counters, live_expected));
+    // What the live pass ran, against the count by hand (FormulasByHand): a wrong formula or a
+    // wrong count (the controller's work counted twice, a projection GEMM outside its
+    // ControllerGemms guard) fails here even where the two agree with each other.
+    EXPECT_EQ(double(counters.controller_flops.load()), c.sites() * double(B) * T * controller_by_hand(v));
+    const int64_t live_gemm_calls = counters.gemm_calls.load();
+    const double live_gemm_flops = double(counters.gemm_flops.load());
     ExpectedCounts replay_expected = live_expected;
     replay_expected.controller_flops = 0;
     replay_expected.controller_evaluations = 0;
@@ -70,6 +105,10 @@ TEST(HyperExec, CountersMatchTheFormulasAndAReplayReachingTheControllerFails) {
       hyper_forward(model, rs, tokens.data(), B, T, replayed);
     }
     EXPECT_NO_THROW(check_counters("replay", counters, replay_expected));
+    // The controller's projection is one GEMM per site (DHC, mHC), and none of its FLOPs are the
+    // trunk's: live and replay run the same trunk GEMMs.
+    EXPECT_EQ(live_gemm_calls - counters.gemm_calls.load(), v == HyperVariant::shc ? 0 : c.sites());
+    EXPECT_EQ(live_gemm_flops, double(counters.gemm_flops.load()));
     // A "replay" that runs the controller fails, SHC's constant copy included (it is an evaluation).
     HyperLiveCoefficients<float> broken(model);
     counters.reset();

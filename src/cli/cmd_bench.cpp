@@ -1,7 +1,7 @@
 // fca bench forward / fca bench train: tokens/s and achieved GFLOP/s against this machine's measured
 // SGEMM peak. A family with its own benchmark (ExecFamily::bench_forward / bench_train) is timed by
 // it, FLOPs by its formula; any other goes through the registry (forward of a checkpoint) or its
-// Trainable (a step of a fresh model), FLOPs counted at the GEMM calls.
+// Trainable (a step of a fresh model, or of a checkpoint's weights), FLOPs counted at the GEMM calls.
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <functional>
 #include <memory>
+#include <optional>
 
 #include "cli/common.h"
 #include "core/communicator.h"
@@ -110,7 +111,7 @@ TimedPasses time_against_peak(const std::function<void()>& pass, int warmup, int
 
 void report(const BenchFlags& f, const char* what, const nlohmann::ordered_json& config, const std::string& name, int T,
             const TimedPasses& timed, double flops, size_t state_bytes, const std::string& model_hash,
-            const Breakdown& breakdown) {
+            const Breakdown& breakdown, const std::optional<StepStats>& first_step = std::nullopt) {
   const TimingStats& s = timed.stats;
   const double peak = timed.peak();
   const double tokens_per_s = double(f.batch) * T / s.median;
@@ -139,6 +140,7 @@ void report(const BenchFlags& f, const char* what, const nlohmann::ordered_json&
   j["breakdown"] = parts;
   j["breakdown_pass_ms"] = 1e3 * breakdown.total;
   j["max_rss_mib"] = double(usage.ru_maxrss) / 1024;
+  if (first_step) j["first_step"] = {{"loss", first_step->loss}, {"grad_norm", first_step->grad_norm}};
   auto prov = provenance_base();
   if (!model_hash.empty()) prov["model_sha256"] = model_hash;
   j["provenance"] = prov;
@@ -148,6 +150,7 @@ void report(const BenchFlags& f, const char* what, const nlohmann::ordered_json&
   }
   std::printf("bench %s: %s, batch %d x %d tokens, %d threads\n", what, name.c_str(), f.batch, T, int(prov["threads"]));
   std::printf("  median %.4f s  [p10 %.4f, p90 %.4f]  over %d runs\n", s.median, s.p10, s.p90, s.runs);
+  if (first_step) std::printf("  first step: loss %.6f, gradient norm %.6g\n", first_step->loss, first_step->grad_norm);
   std::printf("  %.0f tokens/s   %.1f GFLOP/s model   SGEMM peak %.1f GFLOP/s   ratio %.1f%%\n", tokens_per_s, gflops, peak,
               100 * gflops / peak);
   std::printf("  breakdown of a pass (%.2f ms, profiled):", 1e3 * breakdown.total);
@@ -223,12 +226,14 @@ void add_bench_command(CLI::App& app) {
       const BenchWork w = family.bench_train(request_of(*trn, *train));
       const TimedPasses s = time_against_peak(w.pass, trn->warmup, trn->runs);
       report(*trn, "train", w.config, w.name, w.tokens, s, w.flops_per_pass, w.run_state_bytes, w.model_hash,
-             profile_phases(w.pass, trn->runs));
+             profile_phases(w.pass, trn->runs), w.first_step);
       return;
     }
-    // Any other family through its Trainable (a fresh model); FLOPs counted at the GEMM calls.
-    if (!trn->model.empty())
-      throw Error("bench train of a " + family.name + " model times a fresh one (--arch and the shape flags), not --model");
+    // Any other family through its Trainable: a fresh model of the flags, or (--model) one of the
+    // flags' config holding the checkpoint's weights; FLOPs counted at the GEMM calls.
+    if (!trn->model.empty() && family.name != trn->family.arch)
+      throw Error("bench train --model " + trn->model + ": a " + family.name + " checkpoint; give --arch " + family.name +
+                  " and the shape and family flags of its config");
     if (trn->seq > 0 && trn->seq != trn->family.shape.seq)
       throw Error("bench train --arch " + trn->family.arch + ": set the window with --seq");
     TrainOptions o;
@@ -238,6 +243,11 @@ void add_bench_command(CLI::App& app) {
     o.shape = trn->family.shape;
     o.settings = trn->family.settings(*train);
     const auto model = make_trainable(o);
+    std::string weights_hash;  // of the checkpoint's weights file, as a registry model's content hash
+    if (!trn->model.empty()) {
+      model->load(trn->model);  // refuses a checkpoint of another config
+      weights_hash = sha256_file(train_family_named(o.arch).files(trn->model).weights);
+    }
     const int T = model->seq_len();
     std::vector<int32_t> inputs(size_t(trn->batch) * T), targets(inputs.size());
     Rng rng(trn->seed + 1);
@@ -246,14 +256,16 @@ void add_bench_command(CLI::App& app) {
       targets[i] = int32_t(rng.below(kByteVocab));
     }
     ExecCounters counters;
+    StepStats first_step{};
     {
       CountingScope scope(counters);
-      model->step(inputs.data(), targets.data(), 1, 1e-4, single_process());
+      first_step = model->step(inputs.data(), targets.data(), 1, 1e-4, single_process());
     }
     const auto pass = [&] { model->step(inputs.data(), targets.data(), 1, 1e-4, single_process()); };
     const TimedPasses s = time_against_peak(pass, trn->warmup, trn->runs);
     report(*trn, "train", model->config_json(), o.arch + " L " + std::to_string(o.shape.layers) + " D " + std::to_string(o.shape.dim),
-           T, s, double(counters.gemm_flops.load()), model->run_state_bytes(), "", profile_phases(pass, trn->runs));
+           T, s, double(counters.gemm_flops.load()), model->run_state_bytes(), weights_hash,
+           profile_phases(pass, trn->runs), first_step);
   });
 }
 

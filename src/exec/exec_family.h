@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,10 @@ struct BenchWork {
   double flops_per_pass = 0;
   size_t run_state_bytes = 0;
   std::function<void()> pass;  // shares everything it reads
+  // A training benchmark's first optimizer step (loss and gradient norm at the starting weights, on
+  // the benchmark's batch), run before the timed steps: what a peer that trains the same weights on
+  // the same batch must reproduce (bench/compare_pytorch.py). Empty for forward passes.
+  std::optional<StepStats> first_step;
 };
 
 struct ExecFamily {

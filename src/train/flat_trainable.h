@@ -60,8 +60,8 @@ class FlatTrainable : public Trainable {
   void load(const std::string& out) override {
     const Model loaded = Model::load(out);  // copies: training writes the weights
     if (!(loaded.config() == model_.config()))
-      throw Error(out + ": --resume with a different model config (checkpoint " + loaded.config().to_json() + ", flags " +
-                  model_.config().to_json() + ")");
+      throw Error(out + ": the checkpoint's model config differs from the flags' (checkpoint " + loaded.config().to_json() +
+                  ", flags " + model_.config().to_json() + ")");
     std::copy(loaded.data(), loaded.data() + loaded.buffer_size(), model_.data());
   }
   size_t run_state_bytes() const override { return step_.run_state_bytes(); }

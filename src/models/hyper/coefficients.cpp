@@ -212,10 +212,11 @@ T sigmoid(T x) {
 
 int64_t hyper_dhc_controller_flops_per_token(const HyperConfig& c) {
   const int64_t n = c.streams, D = c.d_model;
-  // Per stream: LN0 (mean D, deviations and squares 2D, their sum D, the two divisions, eps and
-  // sqrt 3 + 1, normalisation 2D: 5D + 3 counted as written in ops/layernorm.cpp's convention), then
-  // per entry of z: tanh (if on), times the scale, plus the static part.
-  return n * (5 * D + 3) + n * (n + 2) * (c.tanh ? 3 : 2);
+  // Per stream: LN0 as ops/simd.cpp's LayerNormRows runs it (the sum D and the mean's division 1,
+  // deviations, squares and their sum 3D, the variance's division, eps, sqrt and the reciprocal 4,
+  // centring and scaling 2D; its unit weight and zero bias are not the controller's arithmetic):
+  // 6D + 5; then per entry of z: tanh (if on), times the scale, plus the static part.
+  return n * (6 * D + 5) + n * (n + 2) * (c.tanh ? 3 : 2);
 }
 
 int64_t hyper_mhc_controller_flops_per_token(const HyperConfig& c) {

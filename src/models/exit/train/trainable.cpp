@@ -78,8 +78,8 @@ StepStats ExitTrainable::phase_step(size_t phase, const int32_t* inputs, const i
 void ExitTrainable::load(const std::string& out) {
   const ExitModel<float> loaded = ExitModel<float>::load(out);
   if (!(loaded.config() == model_.config()))
-    throw Error(out + ": --resume with a different model config (checkpoint " + loaded.config().to_json() + ", flags " +
-                model_.config().to_json() + ")");
+    throw Error(out + ": the checkpoint's model config differs from the flags' (checkpoint " + loaded.config().to_json() +
+                ", flags " + model_.config().to_json() + ")");
   std::copy(loaded.data(), loaded.data() + loaded.buffer_size(), model_.data());
 }
 
