@@ -16,7 +16,7 @@ fca="$build/fca"
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
   targets=(fuzz_safetensors fuzz_checkpoint fuzz_mudd_config fuzz_mudd_index fuzz_tokenizer fuzz_cache_manifest
-           fuzz_study_config fuzz_report_inputs fuzz_data_folder)
+           fuzz_study_config fuzz_report_inputs fuzz_data_folder fuzz_adapter_protocol)
 fi
 
 make_seeds() {
@@ -91,7 +91,17 @@ PY
   touch "$seeds/.done"
 }
 
+# What fca_adapter adapters answer to fuzz_adapter_protocol's requests (Debian's python3 has torch;
+# its own marker, so a seed folder made before this target gets them too).
+make_adapter_seeds() {
+  [ -f "$seeds/.adapter-done" ] && return
+  rm -rf "$seeds/fuzz_adapter_protocol"
+  "${FCA_PYTHON:-/usr/bin/python3}" "$root/scripts/fuzz_adapter_seeds.py" "$seeds/fuzz_adapter_protocol"
+  touch "$seeds/.adapter-done"
+}
+
 make_seeds
+make_adapter_seeds
 status=0
 for t in "${targets[@]}"; do
   corpus="$build/fuzz-corpus/$t"; findings="$build/findings/$t"

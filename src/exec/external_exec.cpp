@@ -149,6 +149,17 @@ nlohmann::ordered_json external_counted_fields(const std::string& text, const st
   return j;
 }
 
+std::string parse_exec_pass(const SafetensorsReader& a, const std::string& mode, int w0, int n, double* nll,
+                            nlohmann::ordered_json* counted, const nlohmann::ordered_json& units, int64_t tokens_per_pass) {
+  const std::string where = a.path() + " (mode " + mode + ")";
+  const TensorInfo& values = answer_tensor(a, "nll", DType::F64, {n});
+  std::memcpy(nll, values.data, values.nbytes);
+  for (int b = 0; b < n; ++b)
+    if (!std::isfinite(nll[b])) throw Error(where + ": evaluation window " + std::to_string(w0 + b) + " has NLL " + std::to_string(nll[b]));
+  if (counted != nullptr) *counted = external_counted_fields(answer_text(a, "counts"), mode, units, tokens_per_pass, where);
+  return answer_sha256(a, "logits_sha256");
+}
+
 double external_seconds(const SafetensorsReader& a) {
   const std::string text = answer_text(a, "seconds");
   const double s = parse_number(text, a.path() + ": seconds", 0.0, 1e6);
@@ -180,16 +191,10 @@ nlohmann::ordered_json measure_external(const std::string& command, const Corpus
   auto pass = [&](const WindowSet& windows, const std::string& mode, int w0, int n, double* nll, nlohmann::ordered_json* counted) {
     const int32_t* inputs = windows.inputs.data() + int64_t(w0) * T;
     const int32_t* targets = windows.targets.data() + int64_t(w0) * T;
-    const SafetensorsReader a = adapter.request("exec_pass",
-                                                {{"inputs", {n, T}, inputs, DType::I32}, {"targets", {n, T}, targets, DType::I32}},
-                                                {{"mode", mode}, {"count", counted != nullptr ? "1" : "0"}});
-    const std::string where = a.path() + " (mode " + mode + ")";
-    const TensorInfo& values = answer_tensor(a, "nll", DType::F64, {n});
-    std::memcpy(nll, values.data, values.nbytes);
-    for (int b = 0; b < n; ++b)
-      if (!std::isfinite(nll[b])) throw Error(where + ": evaluation window " + std::to_string(w0 + b) + " has NLL " + std::to_string(nll[b]));
-    if (counted != nullptr) *counted = external_counted_fields(answer_text(a, "counts"), mode, setup.units, tokens_per_pass, where);
-    return answer_sha256(a, "logits_sha256");
+    return parse_exec_pass(adapter.request("exec_pass",
+                                           {{"inputs", {n, T}, inputs, DType::I32}, {"targets", {n, T}, targets, DType::I32}},
+                                           {{"mode", mode}, {"count", counted != nullptr ? "1" : "0"}}),
+                           mode, w0, n, nll, counted, setup.units, tokens_per_pass);
   };
 
   nlohmann::ordered_json m;

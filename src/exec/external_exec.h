@@ -46,6 +46,12 @@ nlohmann::ordered_json external_counted_fields(const std::string& counts, const 
                                                const nlohmann::ordered_json& units, int64_t tokens_per_pass,
                                                const std::string& where);
 
+// exec_pass's answer in `mode` for evaluation windows w0 .. w0 + n - 1: the NLL per window into
+// `nll` [n], each finite; with `counted` (a counted pass), its external_counted_fields there.
+// Returns the logits digest.
+std::string parse_exec_pass(const SafetensorsReader& answer, const std::string& mode, int w0, int n, double* nll,
+                            nlohmann::ordered_json* counted, const nlohmann::ordered_json& units, int64_t tokens_per_pass);
+
 // The adapter's seconds of one timed pass: exec_time's `seconds`, finite and in (0, 1e6).
 double external_seconds(const SafetensorsReader& answer);
 

@@ -13,18 +13,59 @@
 
 namespace fca {
 
+// The checks of each answer the audit reads, as plain functions of the received answer (the
+// connection only carries the bytes; fuzz/fuzz_adapter_protocol.cpp feeds them arbitrary ones).
+// Errors name the answer, the field or tensor, expected vs found.
+
+// The most coefficients a window's record may hold, L x max_tokens x S x K (4 GiB of float32).
+inline constexpr int64_t kMaxExternalWindowCoefficients = int64_t(1) << 30;
+
+// describe's answer: every field in range, the record's shape, the mask and the optional identity.
+struct ExternalDescription {
+  std::string family;       // the adapter's own label
+  std::string description;  // the adapter's line, then " [external: <family>]"
+  std::string model_sha256, config_json, tokenizer, static_profile, structure_removed;
+  size_t parameter_count = 0;
+  int max_tokens = 0, vocab = 0;
+  CoefficientShape shape;        // tokens = max_tokens
+  std::vector<uint8_t> mask;     // [L, S, K]
+  std::vector<float> identity;   // [L, S, K], continuous records only; empty when not given
+};
+ExternalDescription parse_describe(const SafetensorsReader& answer);
+
+// tokenize's answer for `split`: the ids, each in [0, vocab).
+std::vector<int32_t> parse_tokenize(const SafetensorsReader& answer, const std::string& split, int vocab);
+
+// What a run answer says besides its NLLs: the digest of the logits that run wrote and the
+// controller evaluations the adapter counted.
+struct RunAnswer {
+  std::string logits_sha256;
+  int64_t controller_evaluations = 0;
+};
+
+// run_live's answer to a batch of B windows of T tokens of a model of record `shape`: the NLL [B]
+// into window_nll; one controller evaluation per layer; the coefficients (finite) and, for routing
+// records, the discrete field into windows record_first .. record_first + B - 1 of `record` (none
+// when null).
+RunAnswer parse_run_live(const SafetensorsReader& answer, const CoefficientShape& shape, int B, int T, double* window_nll,
+                         CoefficientTensor* record, int record_first);
+
+// run_replay's answer to the first B windows of `sent`: the NLL [B] into window_nll; the SHA-256 of
+// the coefficients the adapter used must be that of those sent.
+RunAnswer parse_run_replay(const SafetensorsReader& answer, const CoefficientTensor& sent, int B, double* window_nll);
+
 class ExternalAuditable : public AuditableModel {
  public:
   // Starts `command` and asks it to describe its model; timeout_s bounds every answer.
   ExternalAuditable(const std::string& command, double timeout_s);
 
   std::string family() const override { return "external"; }
-  std::string description() const override { return description_; }
-  std::string content_hash() const override { return model_sha256_; }
-  std::string config_json() const override { return config_json_; }
-  size_t parameter_count() const override { return parameter_count_; }
-  int max_tokens() const override { return max_tokens_; }
-  int vocab() const override { return vocab_; }
+  std::string description() const override { return model_.description; }
+  std::string content_hash() const override { return model_.model_sha256; }
+  std::string config_json() const override { return model_.config_json; }
+  size_t parameter_count() const override { return model_.parameter_count; }
+  int max_tokens() const override { return model_.max_tokens; }
+  int vocab() const override { return model_.vocab; }
   std::vector<int32_t> tokenize(const std::string& split, std::span<const unsigned char> text) const override;
   CoefficientTensor make_coefficients(int windows, int tokens) const override;
   void run_live(const int32_t* inputs, const int32_t* targets, int B, int T, CoefficientTensor* record, int record_first,
@@ -38,34 +79,25 @@ class ExternalAuditable : public AuditableModel {
   void poison_logits(int, int) override {}
   std::string last_logits_sha256() const override { return last_digest_; }
   int64_t replay_controller_evaluations() const override { return replay_evaluations_; }
-  bool has_identity_profile() const override { return !identity_.empty(); }
+  bool has_identity_profile() const override { return !model_.identity.empty(); }
   std::string controller_evaluations_counted_by() const override { return "the adapter (reported in its answers)"; }
   void identity_profile(CoefficientTensor& out) const override;
   void structure_removed_profile(const CoefficientTensor& static_profile, CoefficientTensor& out) const override;
-  std::string static_profile_name() const override { return static_profile_; }
-  std::string structure_removed_name() const override { return structure_removed_; }
+  std::string static_profile_name() const override { return model_.static_profile; }
+  std::string structure_removed_name() const override { return model_.structure_removed; }
 
   // What the adapter said of itself (family label, tokenizer, protocol), for the provenance.
-  const std::string& adapter_family() const { return adapter_family_; }
+  const std::string& adapter_family() const { return model_.family; }
   const std::string& command() const { return connection_->command(); }
   const AdapterConnection& connection() const { return *connection_; }
   // For requests beyond the audit's (fca exec's exec_prepare, exec_pass, exec_time).
   AdapterConnection& connection() { return *connection_; }
 
  private:
-  // Reads the per-window NLL [B] and the logits digest of a run answer.
-  void read_run_answer(const SafetensorsReader& answer, int B, double* window_nll);
   std::unique_ptr<AdapterConnection> connection_;
-  std::string adapter_family_, description_, model_sha256_, config_json_, tokenizer_;
-  std::string static_profile_, structure_removed_;
-  size_t parameter_count_ = 0;
-  int max_tokens_ = 0, vocab_ = 0;
-  CoefficientShape shape_;  // tokens = max_tokens_
-  std::vector<uint8_t> mask_;      // [L, S, K]
-  std::vector<float> identity_;    // [L, S, K], continuous records only
+  ExternalDescription model_;
   std::string last_digest_;
   int64_t replay_evaluations_ = 0;
-  int64_t live_evaluations_ = 0;  // as the adapter reports them (its replay count too: fca cannot count inside it)
 };
 
 }  // namespace fca

@@ -19,6 +19,14 @@ inline constexpr const char* kExternalProtocol = "fca-external-v1";
 // The largest answer fca accepts; the length prefix is checked before anything is allocated.
 inline constexpr uint64_t kMaxExternalMessageBytes = uint64_t(1) << 32;
 
+// The checks of a received answer, apart from the pipe (fuzz/fuzz_adapter_protocol.cpp feeds them
+// arbitrary bytes). `command` names the adapter in errors, `type` is the request's type.
+// The length prefix: 8 .. kMaxExternalMessageBytes, else Error (an adapter that prints to stdout).
+void check_answer_length(uint64_t length, const std::string& type, const std::string& command);
+// The message's bytes as a safetensors document of the protocol and the request's type; an error
+// answer throws Error with the adapter's message.
+SafetensorsReader parse_answer(std::string bytes, const std::string& type, const std::string& command);
+
 class AdapterConnection {
  public:
   // Starts the adapter; `timeout_s` bounds the wait for every answer.
