@@ -393,5 +393,112 @@ TEST_F(Cli, StudyConfigsAreReadStrictly) {
   refused("{" + data + R"("variants": [)" + variant + R"(], "exec": {"skip_thresholds": [0.5, 2]}})", "'skip_thresholds'[1] must be in [0, 1]");
 }
 
+// --batch too large for the memory (a billion windows of the tiny model), or so large that the run
+// state's byte count would overflow 64 bits (INT_MAX windows of 32768 tokens: a FeatureGate
+// controller keeps [B, H, T, T] log-probabilities): every command that takes --batch fails before
+// it writes anything, with one error on stderr naming the flag. Without the check these died in
+// std::bad_alloc ("fca: internal error"), an "arena: cannot allocate" that named no flag, an OOM
+// kill, or a byte count that wrapped.
+class CliBatchMemory : public Cli {
+ protected:
+  static constexpr const char* kHuge = "1000000000";
+  static constexpr const char* kOverflowing = "2147483647";
+  // A FeatureGate model like `model` with 32768 positions.
+  std::string long_model() {
+    GatedConfig c = testing::tiny_config(GateKind::featuregate);
+    c.seq_len = 32768;
+    GatedModel<float>::initialized(c, 1).save(dir.file("long.safetensors"));
+    return dir.file("long.safetensors");
+  }
+  // fca `args` --batch `batch`: a nonzero exit, nothing on stdout, stderr an error that starts with
+  // "fca: error: --batch <batch>: " and contains `detail`, and none of `outputs` written.
+  void expect_batch_refused(std::vector<std::string> args, const std::string& batch, const std::string& detail,
+                            const std::vector<std::string>& outputs) {
+    args.insert(args.end(), {"--batch", batch});
+    std::string cmd = std::string("'") + FCA_BINARY + "'";
+    for (const auto& a : args) cmd += " '" + a + "'";
+    const testing::TempDir errors;
+    const auto [status, out] = testing::run_shell(cmd + " 2>'" + errors.file("stderr") + "'");
+    const std::string err = testing::read_bytes(errors.file("stderr"));
+    EXPECT_NE(status, 0) << cmd << "\n" << err;
+    EXPECT_EQ(err.rfind("fca: error: --batch " + batch + ": ", 0), 0u) << cmd << "\n" << err;
+    EXPECT_NE(err.find(detail), std::string::npos) << "missing '" << detail << "' in: " << err;
+    EXPECT_EQ(out, "") << cmd;
+    for (const auto& o : outputs) EXPECT_FALSE(std::filesystem::exists(o)) << o << " was written by " << cmd;
+  }
+  // What a refusal says: a batch to try, or (for the overflow) a byte count past 64 bits.
+  const std::string try_smaller = "windows needs ", past_64_bits = "windows needs 2^64 bytes or more, ";
+};
+
+TEST_F(CliBatchMemory, Train) {
+  const std::string out = dir.file("t.safetensors");
+  const std::vector<std::string> train = {"train", "--gate", "featuregate", "--layers", "2", "--dim", "16", "--heads", "2",
+                                          "--steps", "1", "--data", dir.path(), "--out", out, "--no-progress"};
+  auto with_seq = [&](const std::string& seq) {
+    std::vector<std::string> args = train;
+    args.insert(args.end(), {"--seq", seq});
+    return args;
+  };
+  expect_batch_refused(with_seq("16"), kHuge, try_smaller, {out});
+  expect_batch_refused(with_seq("32768"), kOverflowing, past_64_bits, {out});
+  expect_no_stray_files({"m.safetensors"});
+}
+
+TEST_F(CliBatchMemory, Eval) {
+  const std::string out = dir.file("e.json");
+  expect_batch_refused({"eval", "--model", model, "--data", dir.path(), "--out", out, "--no-progress"}, kHuge, try_smaller, {out});
+  expect_batch_refused({"eval", "--model", long_model(), "--data", dir.path(), "--out", out, "--no-progress"}, kOverflowing,
+                       past_64_bits, {out});
+  expect_no_stray_files({"m.safetensors", "long.safetensors"});
+}
+
+TEST_F(CliBatchMemory, Audit) {
+  const std::string out = dir.file("a");
+  const std::vector<std::string> outputs = {out + "/audit.json", out + "/audit.md", out + "/windows.csv", out + "/cache.safetensors"};
+  expect_batch_refused({"audit", "--model", model, "--data", dir.path(), "--out", out, "--no-progress"}, kHuge, try_smaller, outputs);
+  expect_batch_refused({"audit", "--model", long_model(), "--data", dir.path(), "--out", out, "--no-progress"}, kOverflowing,
+                       past_64_bits, outputs);
+  expect_no_stray_files({"m.safetensors", "long.safetensors"});
+}
+
+TEST_F(CliBatchMemory, Exec) {
+  const std::string out = dir.file("x");
+  const std::vector<std::string> outputs = {out + "/exec.json", out + "/exec.md"};
+  expect_batch_refused({"exec", "--model", model, "--data", dir.path(), "--out", out, "--runs", "1", "--warmup", "0", "--no-progress"},
+                       kHuge, try_smaller, outputs);
+  expect_batch_refused({"exec", "--model", long_model(), "--data", dir.path(), "--out", out, "--runs", "1", "--warmup", "0",
+                        "--no-progress"},
+                       kOverflowing, past_64_bits, outputs);
+  expect_no_stray_files({"m.safetensors", "long.safetensors"});
+}
+
+TEST_F(CliBatchMemory, Bench) {
+  expect_batch_refused({"bench", "forward", "--model", model}, kHuge, try_smaller, {});
+  expect_batch_refused({"bench", "forward", "--model", long_model()}, kOverflowing, past_64_bits, {});
+  const std::vector<std::string> train = {"bench", "train", "--gate", "featuregate", "--layers", "2", "--dim", "16", "--heads", "2"};
+  auto with_seq = [&](const std::string& seq) {
+    std::vector<std::string> args = train;
+    args.insert(args.end(), {"--seq", seq});
+    return args;
+  };
+  expect_batch_refused(with_seq("16"), kHuge, try_smaller, {});
+  expect_batch_refused(with_seq("32768"), kOverflowing, past_64_bits, {});
+  expect_no_stray_files({"m.safetensors", "long.safetensors"});
+}
+
+// A study's train.batch too large for the memory names the config and the setting (a billion
+// bytes per window: 65536 windows of 4096 tokens keep [B, H, T, T] probabilities per layer).
+TEST_F(CliBatchMemory, StudyTrainBatch) {
+  testing::write_text(dir.file("study.json"), R"({"data": ")" + dir.path() + R"(", "seeds": [1],
+    "variants": [{"name": "fg", "gate": "featuregate", "layers": 2, "dim": 16, "heads": 2, "seq": 4096}],
+    "train": {"batch": 65536, "steps": 1}})");
+  const auto r = run_fca({"study", "--config", dir.file("study.json"), "--out", dir.file("study")});
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("fca: error: " + dir.file("study.json") + ": train.batch 65536: the run state of 65536 windows needs "),
+            std::string::npos)
+      << r.output;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("study/fg-s1.safetensors")));
+}
+
 }  // namespace
 }  // namespace fca

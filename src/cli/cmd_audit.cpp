@@ -75,7 +75,7 @@ void add_audit_command(CLI::App& app) {
   cmd->add_flag("--no-prefix-reuse", f->no_prefix_reuse,
                 "Recompute the embedding and block 0 in every condition replay (bitwise the same results, slower)");
   add_threads_flag(*cmd, f->threads);
-  cmd->callback([f] {
+  cmd->callback(naming_batch(a.batch, [f] {
     apply_threads(f->threads);
     AuditOptions options = f->audit;
     options.prefix_reuse = !f->no_prefix_reuse;
@@ -113,7 +113,7 @@ void add_audit_command(CLI::App& app) {
       std::printf("  %-20s DeltaNLL %+.5f  95%% CI [%+.5f, %+.5f]\n", c["name"].get<std::string>().c_str(),
                   c["delta_nll"].get<double>(), c["ci95"][0].get<double>(), c["ci95"][1].get<double>());
     std::printf("written: %s/audit.json, windows.csv, audit.md\n", options.out_dir.c_str());
-  });
+  }));
 }
 
 void add_aggregate_command(CLI::App& app) {

@@ -172,7 +172,7 @@ void add_bench_command(CLI::App& app) {
   forward->add_option("--source", fwd->source, "Coefficient source: live (controller) or replay (recorded coefficients)")
       ->check(CLI::IsMember({"live", "replay"}))
       ->capture_default_str();
-  forward->callback([fwd, forward] {
+  forward->callback(naming_batch(fwd->batch, [fwd, forward] {
     apply_threads(fwd->threads);
     const ExecFamily& family = bench_family(*fwd);
     const bool replay = fwd->source == "replay";
@@ -213,13 +213,13 @@ void add_bench_command(CLI::App& app) {
     report(*fwd, replay ? "forward-replay" : "forward", nlohmann::ordered_json::parse(model->config_json()),
            model->description() + " (" + std::to_string(model->parameter_count()) + " parameters)", T, s,
            double(counters.gemm_flops.load()), model->run_state_bytes(), model->content_hash(), profile_phases(pass, fwd->runs));
-  });
+  }));
 
   auto trn = std::make_shared<BenchFlags>();
   trn->runs = 10;
   CLI::App* train = bench->add_subcommand("train", "Time training steps (forward, backward, clipping, AdamW)");
   add_bench_flags(*train, *trn);
-  train->callback([trn, train] {
+  train->callback(naming_batch(trn->batch, [trn, train] {
     apply_threads(trn->threads);
     const ExecFamily& family = bench_family(*trn);
     if (family.bench_train) {  // the family's own benchmark, FLOPs by its formula
@@ -266,7 +266,7 @@ void add_bench_command(CLI::App& app) {
     report(*trn, "train", model->config_json(), o.arch + " L " + std::to_string(o.shape.layers) + " D " + std::to_string(o.shape.dim),
            T, s, double(counters.gemm_flops.load()), model->run_state_bytes(), weights_hash,
            profile_phases(pass, trn->runs), first_step);
-  });
+  }));
 }
 
 }  // namespace fca::cli

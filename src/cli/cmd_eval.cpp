@@ -34,7 +34,7 @@ void add_eval_command(CLI::App& app) {
   cmd->add_option("--out", f->out, "JSON result file (default: <model>.eval-<split>.json)");
   cmd->add_flag("--no-progress", f->no_progress, "No progress bar");
   add_threads_flag(*cmd, f->threads);
-  cmd->callback([f] {
+  cmd->callback(naming_batch(f->batch, [f] {
     apply_threads(f->threads);
     if (!f->out.empty()) ensure_file_destination(f->out, "--out");
     Corpus corpus(resolve_data_dir(f->data));
@@ -62,7 +62,7 @@ void add_eval_command(CLI::App& app) {
                                            : f->out;
     write_json_file(out, j);
     std::printf("  written: %s\n", out.c_str());
-  });
+  }));
 }
 
 void add_info_command(CLI::App& app) {

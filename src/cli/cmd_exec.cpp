@@ -50,7 +50,7 @@ void add_exec_command(CLI::App& app) {
   cmd->add_option("--out", e.out_dir, "Output folder (exec.json, exec.md)")->required();
   cmd->add_flag("--no-progress", f->no_progress, "No progress bar");
   add_threads_flag(*cmd, f->threads);
-  cmd->callback([f, cmd] {
+  cmd->callback(naming_batch(e.batch, [f, cmd] {
     apply_threads(f->threads);
     ExecOptions options = f->exec;
     // --runs above the default maximum raises the maximum with it unless --max-runs says otherwise.
@@ -71,7 +71,7 @@ void add_exec_command(CLI::App& app) {
     const auto j = run_exec(corpus, options);
     std::printf("%s", exec_markdown(j).c_str());
     std::printf("written: %s/exec.json, exec.md\n", options.out_dir.c_str());
-  });
+  }));
 }
 
 }  // namespace fca::cli

@@ -59,7 +59,7 @@ void add_train_command(CLI::App& app) {
   cmd->add_flag("--resume", t.resume, "Continue from --out and its .train-state.safetensors");
   cmd->add_flag("--no-progress", f->no_progress, "No progress bar");
   add_threads_flag(*cmd, f->threads);
-  cmd->callback([f, cmd] {
+  cmd->callback(naming_batch(t.batch, [f, cmd] {
     TrainOptions options = f->train;
     // Flags are checked before the corpus is looked for, so a bad flag is named first.
     options.arch = f->family.arch;
@@ -74,7 +74,7 @@ void add_train_command(CLI::App& app) {
     std::printf("trained %ld steps in %.1f s (%.0f tokens/s): final loss %.4f, valid NLL %.4f nats/byte\n",
                 long(r.steps_done), r.seconds, r.tokens_per_second, r.final_loss, r.final_valid_nll);
     std::printf("checkpoint: %s\n", options.out.c_str());
-  });
+  }));
 }
 
 }  // namespace fca::cli

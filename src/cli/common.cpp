@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "core/file_io.h"
+#include "core/memory.h"
 #include "core/threads.h"
 #include "data/corpus.h"
 
@@ -134,6 +135,16 @@ void add_threads_flag(CLI::App& app, int& threads) {
 }
 
 void apply_threads(int threads) { set_threads(threads); }
+
+std::function<void()> naming_batch(const int& batch, std::function<void()> body) {
+  return [&batch, body = std::move(body)] {
+    try {
+      body();
+    } catch (const OutOfMemory& e) {
+      throw Error("--batch " + std::to_string(batch) + ": " + e.advice("--batch"));
+    }
+  };
+}
 
 std::string resolve_data_dir(const std::string& flag_value) {
   return flag_value.empty() ? default_corpus_dir() : flag_value;

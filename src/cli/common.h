@@ -2,6 +2,7 @@
 #pragma once
 #include <CLI/CLI.hpp>
 #include "core/json.h"
+#include <functional>
 #include <limits>
 #include <string>
 
@@ -44,6 +45,13 @@ extern const CLI::Validator unsigned_integer;  // 0 .. 2^64-1, digits only (CLI1
 // --threads N (0 = all cores); applied with apply_threads() before any work.
 void add_threads_flag(CLI::App& app, int& threads);
 void apply_threads(int threads);
+
+// The callback of a command whose run states --batch sizes: `batch` is the flag's variable (read when
+// the callback runs; it must outlive the callback, as the command's shared flags do). An OutOfMemory
+// from a run state (core/memory.h) becomes an Error that names the flag, the memory needed and
+// available, and a batch that fits: "--batch 1000000000: the run state of 1000000000 windows needs
+// 57041.6 GiB, 22.1 GiB available; try --batch 387610".
+std::function<void()> naming_batch(const int& batch, std::function<void()> body);
 
 // The --data folder, or the default corpus when empty.
 std::string resolve_data_dir(const std::string& flag_value);

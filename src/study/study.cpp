@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/file_io.h"
 #include "core/json_fields.h"
+#include "core/memory.h"
 #include "ops/provenance.h"
 #include "core/progress.h"
 #include "core/safetensors.h"
@@ -32,6 +33,18 @@ bool trained(const std::string& weights_file, int64_t steps) {
   const auto it = r.metadata().find("train_step");
   return it != r.metadata().end() &&
          parse_integer(it->second, weights_file + ": metadata field \"train_step\"", 0, int64_t(1) << 40) >= steps;
+}
+
+// Runs a stage whose run states the config's `setting` sizes (a batch of `batch` windows): an
+// OutOfMemory from one of them becomes an Error naming the config and the setting, with a batch
+// that fits.
+template <typename Stage>
+void naming_batch_setting(const std::string& config_path, const std::string& setting, int batch, const Stage& stage) {
+  try {
+    stage();
+  } catch (const OutOfMemory& e) {
+    throw Error(config_path + ": " + setting + " " + std::to_string(batch) + ": " + e.advice(setting));
+  }
 }
 
 void write_json(const std::string& path, const nlohmann::ordered_json& j) {
@@ -247,7 +260,7 @@ std::string run_study(const std::string& config_path, const std::string& out_arg
       } else {
         stage("train " + v.name + " seed " + std::to_string(seed));
         o.resume = file_exists(files.weights) && file_exists(files.state);
-        train_model(o, corpus);
+        naming_batch_setting(config_path, "train.batch", o.batch, [&] { train_model(o, corpus); });
       }
       report.train_logs.push_back(files.log);
 
@@ -309,7 +322,7 @@ std::string run_study(const std::string& config_path, const std::string& out_arg
     e.calib_windows = c.exec_calib_windows;
     e.out_dir = exec_dir;
     e.progress = false;
-    run_exec(corpus, e);
+    naming_batch_setting(config_path, "exec.batch", e.batch, [&] { run_exec(corpus, e); });
   } else {
     stage("measure execution: done before, skipped");
   }

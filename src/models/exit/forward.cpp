@@ -18,12 +18,12 @@ namespace fca {
 
 template <typename T>
 template <typename A>
-void ExitRunState<T>::layout(A& a) {
-  const int64_t N = int64_t(max_batch) * max_tokens, D = config.d_model;
+void ExitRunState<T>::layout(A& a, int windows) {
+  const int64_t N = int64_t(windows) * max_tokens, D = config.d_model;
   take_block_activations(a, block, N, 0, D, true);
   x = a.template take<T>(N * D);
   rows = a.template take<int32_t>(N);
-  window_rows = a.template take<int64_t>(max_batch + 1);
+  window_rows = a.template take<int64_t>(windows + 1);
   positions = a.template take<int32_t>(N);
   frozen = a.template take<T>(N * D);
   depth = a.template take<int32_t>(N);
@@ -51,10 +51,7 @@ void ExitRunState<T>::layout(A& a) {
 template <typename T>
 ExitRunState<T>::ExitRunState(const ExitConfig& config_, int max_batch_, int max_tokens_)
     : config(config_), max_batch(max_batch_), max_tokens(max_tokens_) {
-  ArenaMeasure measure;
-  layout(measure);
-  arena = Arena(measure.bytes());
-  layout(arena);
+  arena = Arena::for_windows(max_batch, [this](auto& a, int windows) { layout(a, windows); });
 }
 
 namespace {

@@ -61,7 +61,7 @@ struct ExitRunState {
 
  private:
   template <typename A>
-  void layout(A& a);
+  void layout(A& a, int windows);  // the buffers of `windows` windows (Arena::for_windows)
   Arena arena;
 };
 

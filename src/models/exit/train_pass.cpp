@@ -16,12 +16,12 @@ namespace fca {
 
 template <typename T>
 template <typename A>
-void ExitTrainState<T>::layout(A& a) {
-  const int64_t N = int64_t(max_batch) * max_tokens, D = config.d_model, L = config.n_layer;
+void ExitTrainState<T>::layout(A& a, int windows) {
+  const int64_t N = int64_t(windows) * max_tokens, D = config.d_model, L = config.n_layer;
   const int kept = backward ? int(L) : 1;
   blocks.assign(size_t(L), {});
   for (int l = 0; l < kept; ++l)
-    take_block_activations(a, blocks[size_t(l)], N, backward ? int64_t(max_batch) * config.n_head * max_tokens * max_tokens : 0, D, true);
+    take_block_activations(a, blocks[size_t(l)], N, backward ? int64_t(windows) * config.n_head * max_tokens * max_tokens : 0, D, true);
   for (int l = kept; l < L; ++l) blocks[size_t(l)] = blocks[0];
   this->take_stream(a, int(L), N, D, config.head_dim(), max_tokens, backward);
   const int E = config.supervised_exits();
@@ -47,10 +47,7 @@ void ExitTrainState<T>::layout(A& a) {
 template <typename T>
 ExitTrainState<T>::ExitTrainState(const ExitConfig& config_, int max_batch_, int max_tokens_, bool backward_)
     : config(config_), max_batch(max_batch_), max_tokens(max_tokens_), backward(backward_) {
-  ArenaMeasure measure;
-  layout(measure);
-  arena = Arena(measure.bytes());
-  layout(arena);
+  arena = Arena::for_windows(max_batch, [this](auto& a, int windows) { layout(a, windows); });
   exit_nll.assign(size_t(config.supervised_exits()), 0.0);
 }
 

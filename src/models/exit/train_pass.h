@@ -38,7 +38,7 @@ struct ExitTrainState : StreamState<T> {
 
  private:
   template <typename A>
-  void layout(A& a);
+  void layout(A& a, int windows);  // the buffers of `windows` windows (Arena::for_windows)
   Arena arena;
 };
 

@@ -42,7 +42,7 @@ struct GatedRunState : StreamState<T> {
 
  private:
   template <typename A>
-  void layout(A& a);
+  void layout(A& a, int windows);  // the buffers of `windows` windows (Arena::for_windows)
   Arena arena;
 };
 

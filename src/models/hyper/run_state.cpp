@@ -7,15 +7,15 @@ namespace fca {
 
 template <typename T>
 template <typename A>
-void HyperRunState<T>::layout(A& a) {
-  const int64_t N = int64_t(max_batch) * max_tokens, D = config.d_model, L = config.n_layer, n = config.streams;
-  const int64_t attn = int64_t(max_batch) * config.n_head * max_tokens * max_tokens;
+void HyperRunState<T>::layout(A& a, int windows) {
+  const int64_t N = int64_t(windows) * max_tokens, D = config.d_model, L = config.n_layer, n = config.streams;
+  const int64_t attn = keep_all_layers ? int64_t(windows) * config.n_head * max_tokens * max_tokens : 0;  // backward only
   const int64_t S = config.square();
   const int kept = keep_all_layers ? int(L) : 1;
   blocks.assign(size_t(L), {});
   attention_read.assign(size_t(L), nullptr);
   for (int l = 0; l < kept; ++l) {
-    take_block_activations(a, blocks[size_t(l)], N, keep_all_layers ? attn : 0, D, true);
+    take_block_activations(a, blocks[size_t(l)], N, attn, D, true);
     attention_read[size_t(l)] = a.template take<T>(N * D);
   }
   for (int l = kept; l < L; ++l) blocks[size_t(l)] = blocks[size_t(kept - 1)], attention_read[size_t(l)] = attention_read[size_t(kept - 1)];
@@ -56,10 +56,7 @@ void HyperRunState<T>::layout(A& a) {
 template <typename T>
 HyperRunState<T>::HyperRunState(const HyperConfig& config_, int max_batch_, int max_tokens_, bool keep_all_layers_)
     : config(config_), max_batch(max_batch_), max_tokens(max_tokens_), keep_all_layers(keep_all_layers_) {
-  ArenaMeasure measure;
-  layout(measure);
-  arena = Arena(measure.bytes());
-  layout(arena);
+  arena = Arena::for_windows(max_batch, [this](auto& a, int windows) { layout(a, windows); });
 }
 
 template struct HyperRunState<float>;

@@ -52,7 +52,7 @@ struct HyperRunState : StreamState<T> {
 
  private:
   template <typename A>
-  void layout(A& a);
+  void layout(A& a, int windows);  // the buffers of `windows` windows (Arena::for_windows)
   Arena arena;
 };
 

@@ -18,9 +18,9 @@ namespace fca {
 
 template <typename T>
 template <typename A>
-void ModRunState<T>::layout(A& a) {
-  const int64_t N = int64_t(max_batch) * max_tokens, D = config.d_model, L = config.n_layer;
-  const int64_t K = config.selected_tokens(max_tokens), Ns = int64_t(max_batch) * K;
+void ModRunState<T>::layout(A& a, int windows) {
+  const int64_t N = int64_t(windows) * max_tokens, D = config.d_model, L = config.n_layer;
+  const int64_t K = config.selected_tokens(max_tokens), Ns = int64_t(windows) * K;
   const int kept = keep_all_layers ? int(L) : 1;
   blocks.assign(size_t(L), {});
   routed.assign(size_t(L), {});
@@ -28,7 +28,7 @@ void ModRunState<T>::layout(A& a) {
     // Inference reuses one full-size set for every block (a routed block needs fewer rows).
     const bool sub = keep_all_layers && config.routed(l);
     const int64_t seq = sub ? K : max_tokens;
-    take_block_activations(a, blocks[size_t(l)], sub ? Ns : N, keep_all_layers ? int64_t(max_batch) * config.n_head * seq * seq : 0, D, true);
+    take_block_activations(a, blocks[size_t(l)], sub ? Ns : N, keep_all_layers ? int64_t(windows) * config.n_head * seq * seq : 0, D, true);
   }
   for (int l = kept; l < L; ++l) blocks[size_t(l)] = blocks[0];
   for (int l = 0; l < L; ++l) {
@@ -50,10 +50,7 @@ void ModRunState<T>::layout(A& a) {
 template <typename T>
 ModRunState<T>::ModRunState(const ModConfig& config_, int max_batch_, int max_tokens_, bool keep_all_layers_)
     : config(config_), max_batch(max_batch_), max_tokens(max_tokens_), keep_all_layers(keep_all_layers_) {
-  ArenaMeasure measure;
-  layout(measure);
-  arena = Arena(measure.bytes());
-  layout(arena);
+  arena = Arena::for_windows(max_batch, [this](auto& a, int windows) { layout(a, windows); });
 }
 
 template <typename T>

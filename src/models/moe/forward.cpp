@@ -23,16 +23,16 @@ int MoeRunState<T>::rows_per_layer() const {
 
 template <typename T>
 template <typename A>
-void MoeRunState<T>::layout(A& a) {
-  const int64_t N = int64_t(max_batch) * max_tokens, D = config.d_model, L = config.n_layer;
+void MoeRunState<T>::layout(A& a, int windows) {
+  const int64_t N = int64_t(windows) * max_tokens, D = config.d_model, L = config.n_layer;
   const int64_t E = config.n_expert, k = config.top_k, F = config.hidden();
   const int64_t S = dense_experts ? E : k, R = N * S;
-  const int64_t attn = int64_t(max_batch) * config.n_head * max_tokens * max_tokens;
+  const int64_t attn = keep_all_layers ? int64_t(windows) * config.n_head * max_tokens * max_tokens : 0;  // backward only
   const int kept = keep_all_layers ? int(L) : 1;
   blocks.assign(size_t(L), {});
   layers.assign(size_t(L), {});
   for (int l = 0; l < kept; ++l) {
-    take_block_activations(a, blocks[size_t(l)], N, keep_all_layers ? attn : 0, D, false);
+    take_block_activations(a, blocks[size_t(l)], N, attn, D, false);
     auto& s = layers[size_t(l)];
     s.x = a.template take<T>(R * D);
     s.pre = a.template take<T>(R * F);
@@ -66,10 +66,7 @@ MoeRunState<T>::MoeRunState(const MoeConfig& config_, int max_batch_, int max_to
                             bool dense_experts_)
     : config(config_), max_batch(max_batch_), max_tokens(max_tokens_), keep_all_layers(keep_all_layers_),
       dense_experts(dense_experts_) {
-  ArenaMeasure measure;
-  layout(measure);
-  arena = Arena(measure.bytes());
-  layout(arena);
+  arena = Arena::for_windows(max_batch, [this](auto& a, int windows) { layout(a, windows); });
 }
 
 namespace {

@@ -20,8 +20,8 @@ namespace fca {
 
 template <typename T>
 template <typename A>
-void MuddRunState<T>::layout(A& a) {
-  const int64_t N = int64_t(max_batch) * max_tokens, D = config.dim, L = config.n_layer;
+void MuddRunState<T>::layout(A& a, int windows) {
+  const int64_t N = int64_t(windows) * max_tokens, D = config.dim, L = config.n_layer;
   int max_ffn = 0, max_da = 0;
   for (int i = 0; i < L; ++i) max_ffn = std::max(max_ffn, config.ffn_width(i)), max_da = std::max(max_da, config.da_hidden(i));
   const int kept = keep_all_layers ? int(L) : 1;
@@ -38,7 +38,7 @@ void MuddRunState<T>::layout(A& a) {
     l.q_rstd = a.template take<T>(N * config.n_head);
     l.k_rstd = a.template take<T>(N * config.n_head);
     l.qkv = a.template take<T>(N * 3 * D);
-    l.probs = keep_all_layers ? a.template take<T>(int64_t(max_batch) * config.n_head * max_tokens * max_tokens) : nullptr;
+    l.probs = keep_all_layers ? a.template take<T>(int64_t(windows) * config.n_head * max_tokens * max_tokens) : nullptr;
     l.attn_out = a.template take<T>(N * D);
     l.attn_proj = a.template take<T>(N * D);
     l.ffn_mean = a.template take<T>(N);
@@ -85,10 +85,7 @@ void MuddRunState<T>::layout(A& a) {
 template <typename T>
 MuddRunState<T>::MuddRunState(const MuddConfig& c, int max_batch_, int max_tokens_, bool keep_all_layers_)
     : config(c), max_batch(max_batch_), max_tokens(max_tokens_), keep_all_layers(keep_all_layers_) {
-  ArenaMeasure measure;
-  layout(measure);
-  arena = Arena(measure.bytes());
-  layout(arena);
+  arena = Arena::for_windows(max_batch, [this](auto& a, int windows) { layout(a, windows); });
   rope_tables(rope_cos, rope_sin, c.block_size, c.rotary_dims(), c.rope_base);
 }
 
