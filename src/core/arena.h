@@ -69,7 +69,8 @@ class Arena {
   // must therefore compute no product larger than a buffer it takes.
   template <typename Layout>
   static Arena for_windows(int windows, const Layout& layout) {
-    if (windows < 1) throw Error("arena: a run state needs at least 1 window, found " + std::to_string(windows));
+    // 0 windows: an empty run state (a model opened before its batch is chosen, e.g. by the probe).
+    if (windows < 0) throw Error("arena: a run state needs 0 or more windows, found " + std::to_string(windows));
     ArenaMeasure one, two;
     layout(one, 1);
     layout(two, 2);
@@ -80,7 +81,8 @@ class Arena {
     check_memory_for(saturating_add(sizing.fixed, saturating_mul(size_t(windows), sizing.per_window)), sizing);
     ArenaMeasure exact;
     layout(exact, windows);
-    if (exact.takes() != one.takes() || exact.unpadded() != one.unpadded() + size_t(windows - 1) * sizing.per_window)
+    if (exact.takes() != one.takes() ||
+        exact.unpadded() + sizing.per_window != one.unpadded() + size_t(windows) * sizing.per_window)
       throw Error("arena: a layout's bytes are not affine in its windows (Arena::for_windows cannot bound them)");
     Arena arena(exact.bytes(), sizing);
     layout(arena, windows);
