@@ -78,7 +78,8 @@ import numpy as np
 import torch
 
 from bench_io import format_spread, spread, write_json_atomically  # noqa: E402  (bench/ is the script's folder)
-from fca_rng import Rng, derive_seed, permutations
+from peer_statistics import (BOOTSTRAP, anova, audit_randomisations, bootstrap_ci, bootstrap_statistics,  # noqa: E402
+                             factor_effects, mc_se)
 from pytorch_peer import (GatedPeer, MuddPeer, describe_runtime, fairness_problems, fca_runtime,
                           torch_runtime)
 
@@ -105,7 +106,6 @@ FIGURE_TOLERANCE = 1e-5
 # so 1e-4 leaves over two orders of magnitude; a wrong mixing source, stream or attention mask
 # moves logits by 1e-2 or more.
 PEER_TOLERANCE = 1e-4
-BOOTSTRAP = 10000
 # fca's 95% intervals, checked by where their endpoints fall in the checker's own bootstrap of the
 # same per-window values (interval_check). fca's endpoint e is the p-quantile (p = 2.5%, 97.5%) of its
 # B_f resamples, so F(e), F the bootstrap distribution both sample, lies within p +- sqrt(p (1 - p) /
@@ -117,9 +117,6 @@ BOOTSTRAP = 10000
 # its figure's standard errors off (a rank moves by phi(1.96) = 0.058 per standard error) fails, and
 # so does an interval of another kind: 90% or 99%, unpaired over windows, one standard error wide.
 RANK_Z = 5.0
-# fca's randomisation streams (src/audit/conditions.cpp: kDerangementStream, kTokenStream,
-# kLayerStream), which the peer draws from as fca does (audit_randomisations).
-DERANGEMENT_STREAM, TOKEN_STREAM, LAYER_STREAM = 1, 2, 3
 
 
 def figure_tolerances(ours, theirs):
@@ -352,73 +349,6 @@ def batched(model, ids, targets, coef_fn, batch, keep_logits=False):
             torch.cat(logits) if keep_logits else None)
 
 
-def audit_randomisations(seed, W, T, R, L, streams, joint):
-    """fca's randomisations for seed (docs/audit.md, src/audit/conditions.cpp), drawn with its
-    generator (fca_rng.py): the derangements pi_r [R, W] (uniform permutations from the stream
-    (seed, 1, r) until one has no fixed point), the token permutations sigma [R, W, L, streams, T]
-    (one generator per (r, window, layer, stream), seeded derive_seed(derive_seed(seed, 2, r), window,
-    layer << 32 | stream), stream 0 for all with --joint-token-shuffle) and the layer permutations
-    [R, L] (stream (seed, 3, r)). Window i of a condition replay receives window pi_r[i]'s coefficients,
-    token t of (layer l, stream s) the token sigma[r, i, l, s, t]'s, layer l the profile's layer
-    perm[r, l]: so the two tools replay the same tensors, and every randomised figure is
-    deterministic given the seed."""
-    derangements = []
-    for r in range(R):
-        rng = Rng(derive_seed(seed, DERANGEMENT_STREAM, r))
-        while True:
-            d = np.array(rng.permutation(W))
-            if (d != np.arange(W)).all():
-                break
-        derangements.append(d)
-    seeds = []
-    for r in range(R):
-        per_rep = derive_seed(seed, TOKEN_STREAM, r)
-        seeds += [derive_seed(per_rep, i, (l << 32) | (0 if joint else st))
-                  for i in range(W) for l in range(L) for st in range(streams)]
-    sigma = permutations(seeds, T).reshape(R, W, L, streams, T)
-    layers = np.array([Rng(derive_seed(seed, LAYER_STREAM, r)).permutation(L) for r in range(R)])
-    return np.stack(derangements), sigma, layers
-
-
-def bootstrap_ci(values, rng, resamples=BOOTSTRAP):
-    idx = rng.integers(0, len(values), size=(resamples, len(values)))
-    return np.percentile(values[idx].mean(axis=1), [2.5, 97.5]).tolist()
-
-
-def anova(A, mask):
-    """Three-factor ANOVA (coordinate, input, token) of A [W, L, T, S, K] over valid coordinates:
-    the total variance (sum of squares / cells) and each effect's share of the sum of squares (None
-    for a constant tensor, as fca writes them)."""
-    W, L, T, S, K = A.shape
-    X = A.transpose(1, 3, 4, 0, 2).reshape(L * S * K, W, T)[mask.reshape(-1)].astype(np.float64)  # [C, W, T]
-    m = X.mean()
-    c, i, t = X.mean(axis=(1, 2)), X.mean(axis=(0, 2)), X.mean(axis=(0, 1))
-    ci, ct, it = X.mean(axis=2), X.mean(axis=1), X.mean(axis=0)
-    C = X.shape[0]
-    ss = {"coordinate": W * T * ((c - m) ** 2).sum(), "input": C * T * ((i - m) ** 2).sum(),
-          "token": C * W * ((t - m) ** 2).sum()}
-    ss["coordinate_x_input"] = T * ((ci - c[:, None] - i[None, :] + m) ** 2).sum()
-    ss["coordinate_x_token"] = W * ((ct - c[:, None] - t[None, :] + m) ** 2).sum()
-    ss["input_x_token"] = C * ((it - i[:, None] - t[None, :] + m) ** 2).sum()
-    total = ((X - m) ** 2).sum()
-    ss["residual"] = total - sum(ss.values())
-    return {"total_variance": float(total / X.size),
-            "shares": {k: (float(v / total) if total > 0 else None) for k, v in ss.items()}}
-
-
-def factor_effects(cc, dc, cs, ds):
-    """Per-randomisation factor effects from NLLs [R, W] (cc: correct, [1, W]): {effect: [R, W]}."""
-    return {"input": ((dc - cc) + (ds - cs)) / 2, "token": ((cs - cc) + (ds - dc)) / 2,
-            "interaction": ds - dc - cs + cc}
-
-
-def mc_se(per_rep_window):
-    """Monte-Carlo standard error of a randomised figure from its values [R, W]: the sample standard
-    deviation over r of the window means, / sqrt(R) (audit.md, Statistics)."""
-    means = per_rep_window.mean(axis=1)
-    return float(means.std(ddof=1) / math.sqrt(len(means)))
-
-
 def pytorch_audit(model, data, args, draws):
     """The audit of model on args' windows with fca's randomisations draws (audit_randomisations,
     drawn once before anything is timed): (figures, evaluation coefficients [W, L, T, S, K],
@@ -575,28 +505,6 @@ def torch_figures(t):
         key = f"factor_effect[{k}]"
         values[key], values[f"mc_se[factor_effect.{k}]"], reps[key], ci[key] = e["estimate"], e["mc_se"], e["reps"], e["ci95"]
     return {"values": values, "reps": reps, "intervals": ci, "per_window": t["per_window"], "nll": t["nll"]}
-
-
-def bootstrap_statistics(per_window, names, resamples, seed):
-    """The checker's bootstrap of each interval's statistic from per-window values: {name: [B]},
-    the windows resampled with replacement B = resamples times (its own generator, seeded by seed),
-    the same resamples for every figure (paired), the ratio computed inside each resample for
-    retention (docs/audit.md, Statistics). Non-finite resamples (a retention resample dividing by
-    0) are left out."""
-    W = len(next(iter(per_window.values())))
-    idx = np.random.default_rng(seed).integers(0, W, size=(resamples, W))
-    den = per_window.get("delta_nll[structure_removed]")
-    out = {}
-    for k in names:
-        if k.startswith("retention["):
-            if den is None:
-                continue
-            with np.errstate(divide="ignore", invalid="ignore"):
-                stats = 1 - per_window["delta_nll[" + k[len("retention["):]][idx].mean(1) / den[idx].mean(1)
-        else:
-            stats = per_window[k][idx].mean(1)
-        out[k] = np.sort(stats[np.isfinite(stats)])
-    return out
 
 
 def interval_check(ci, stats, fca_resamples):
