@@ -57,7 +57,7 @@ void converse(Answers& answers) {
   fca::CoefficientTensor record(kBatch, shape);
   std::vector<double> nll(kBatch);
   (void)fca::parse_run_live(answers.next("run_live"), shape, kBatch, T, nll.data(), &record, 0);
-  (void)fca::parse_run_replay(answers.next("run_replay"), record, kBatch, nll.data());
+  (void)fca::parse_run_replay(answers.next("run_replay"), record, kBatch, nll.data(), model.coefficient_dtypes);
 
   const fca::ExternalExecSetup setup = fca::parse_exec_prepare(answers.next("exec_prepare"));
   for (const std::string& mode : setup.modes) {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/half.h"
 #include "core/sha256.h"
 #include "exec/external_exec.h"
 #include "models/external/auditable.h"
@@ -45,11 +46,11 @@ constexpr int kLayers = 2, kTokens = 4, kBatch = 2;
 const uint8_t kMask[kLayers] = {1, 1};
 
 std::map<std::string, std::string> describe_fields() {
-  return {{"family", "gated-pytorch"}, {"description", "test model"}, {"model_sha256", std::string(64, 'a')},
+  return {{"family", "gated-pytorch"}, {"name", "GatedTransformer"}, {"description", "test model"}, {"model_sha256", std::string(64, 'a')},
           {"config", "{\"layers\": 2}"}, {"parameter_count", "100"}, {"vocab", "256"},
           {"max_tokens", std::to_string(kTokens)}, {"tokenizer", "bytes"}, {"record_kind", "continuous"},
           {"layers", std::to_string(kLayers)}, {"streams", "1"}, {"sources", "1"}, {"static_profile", "LayerMean"},
-          {"structure_removed", "GlobalMean"}};
+          {"structure_removed", "GlobalMean"}, {"coefficient_dtypes", "F32,F32"}};
 }
 
 ExternalDescription describe(const std::map<std::string, std::string>& fields) {
@@ -98,9 +99,10 @@ std::string replay_answer(const std::string& coefficients_sha256) {
                 {{"logits_sha256", kDigest}, {"controller_evaluations", "0"}, {"coefficients_sha256", coefficients_sha256}});
 }
 
-RunAnswer parse_replay(const std::string& bytes) {
+RunAnswer parse_replay(const std::string& bytes, const std::vector<DType>& dtypes = {DType::F32, DType::F32},
+                       const CoefficientTensor& sent = sent_coefficients()) {
   std::vector<double> nll(kBatch);
-  return parse_run_replay(parse_answer(bytes, "run_replay", kAdapter), sent_coefficients(), kBatch, nll.data());
+  return parse_run_replay(parse_answer(bytes, "run_replay", kAdapter), sent, kBatch, nll.data(), dtypes);
 }
 
 std::string sha256_of(const void* data, size_t bytes) {
@@ -112,6 +114,7 @@ std::string sha256_of(const void* data, size_t bytes) {
 TEST(AdapterProtocol, WellFormedAnswersAreRead) {
   const ExternalDescription d = describe(describe_fields());
   EXPECT_EQ(d.description, "test model [external: gated-pytorch]");
+  EXPECT_EQ(d.name, "GatedTransformer");
   EXPECT_EQ(d.shape.layers, kLayers);
   EXPECT_EQ(d.max_tokens, kTokens);
   CoefficientTensor record(kBatch, run_shape());
@@ -253,6 +256,61 @@ TEST(AdapterProtocol, LyingCoefficientsDigest) {
   EXPECT_NE(error_of([] { parse_replay(replay_answer("not-a-digest")); })
                 .find("answer to run_replay: coefficients_sha256 \"not-a-digest\" is not 64 lowercase hex digits"),
             std::string::npos);
+}
+
+TEST(AdapterProtocol, TheModelsNameIsPrintable) {
+  auto fields = describe_fields();
+  fields["name"] = "";
+  EXPECT_NE(error_of([&] { describe(fields); }).find("name \"\" must be 1 to 200 printable characters"), std::string::npos);
+  fields["name"] = "Gated\nModel";
+  EXPECT_NE(error_of([&] { describe(fields); }).find("must be 1 to 200 printable characters"), std::string::npos);
+  fields.erase("name");
+  EXPECT_NE(error_of([&] { describe(fields); }).find("metadata field \"name\" is missing"), std::string::npos);
+}
+
+TEST(AdapterProtocol, CoefficientDtypesAreOnePerLayer) {
+  auto fields = describe_fields();
+  fields["coefficient_dtypes"] = "BF16,F16";
+  EXPECT_EQ(describe(fields).coefficient_dtypes, (std::vector<DType>{DType::BF16, DType::F16}));
+  fields["coefficient_dtypes"] = "F32";
+  EXPECT_NE(error_of([&] { describe(fields); }).find("coefficient_dtypes names 1 dtypes, expected one per layer (2)"),
+            std::string::npos);
+  fields["coefficient_dtypes"] = "F32,F32,F32";
+  EXPECT_NE(error_of([&] { describe(fields); }).find("coefficient_dtypes names more dtypes than the 2 layers"), std::string::npos);
+  fields["coefficient_dtypes"] = "F32,F8";
+  EXPECT_NE(error_of([&] { describe(fields); }).find("coefficient_dtypes entry 1 is \"F8\", expected F32, F64, BF16 or F16"),
+            std::string::npos);
+  fields.erase("coefficient_dtypes");
+  EXPECT_NE(error_of([&] { describe(fields); }).find("metadata field \"coefficient_dtypes\" is missing"), std::string::npos);
+}
+
+// What a 16-bit model uses is fca's float32 coefficient rounded to its dtype: the digest fca expects
+// is of those rounded values, per layer, at valid coordinates only.
+TEST(AdapterProtocol, ReplayDigestIsOfTheValuesAfterEachLayersCast) {
+  CoefficientTensor sent = sent_coefficients();  // 0.1 i: none of them a bf16 or f16 value but 0
+  std::vector<float> used;                         // [B, L, T]: layer 0 bf16, layer 1 f16
+  for (int b = 0; b < kBatch; ++b)
+    for (int l = 0; l < kLayers; ++l)
+      for (int t = 0; t < kTokens; ++t) {
+        const float v = sent.at(b, l, t, 0, 0);
+        used.push_back(l == 0 ? round_through_bf16(v) : round_through_f16(v));
+      }
+  const std::vector<DType> dtypes{DType::BF16, DType::F16};
+  const std::string rounded = sha256_of(used.data(), used.size() * sizeof(float));
+  EXPECT_EQ(replayed_coefficients_sha256(sent, kBatch, dtypes), rounded);
+  EXPECT_EQ(parse_replay(replay_answer(rounded), dtypes, sent).controller_evaluations, 0);
+  // An adapter reporting the float32 values it was sent, not what its 16-bit model used, is refused.
+  const std::string unrounded = sha256_of(kCoefficients.data(), kCoefficients.size() * sizeof(float));
+  EXPECT_NE(error_of([&] { parse_replay(replay_answer(unrounded), dtypes, sent); })
+                .find("(after rounding to the layers' dtypes)"),
+            std::string::npos);
+  // Invalid coordinates are not hashed: layer 1 invalid leaves layer 0's values only.
+  sent.set_valid(1, 0, 0, false);
+  std::vector<float> layer0;
+  for (int b = 0; b < kBatch; ++b)
+    for (int t = 0; t < kTokens; ++t) layer0.push_back(sent.at(b, 0, t, 0, 0));
+  EXPECT_EQ(replayed_coefficients_sha256(sent, kBatch, {DType::F32, DType::F32}),
+            sha256_of(layer0.data(), layer0.size() * sizeof(float)));
 }
 
 TEST(AdapterProtocol, ErrorAnswerTypeAndProtocolAreNamed) {

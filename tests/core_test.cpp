@@ -1,12 +1,14 @@
 // core: safetensors read/write and dtype upcasts, SHA-256, the RNG, windows of a split.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include "core/json.h"
 
 #include "audit/conditions.h"
 #include "core/error.h"
+#include "core/half.h"
 #include "core/rng.h"
 #include "core/safetensors.h"
 #include "core/sha256.h"
@@ -58,6 +60,56 @@ TEST(Safetensors, Bf16AndF16UpcastExactly) {
   EXPECT_EQ(x[0], 1.5f);
   EXPECT_EQ(x[1], -2.0f);
   EXPECT_EQ(x[2], std::ldexp(1.0f, -24));
+}
+
+// Narrowing float32 to F16 and BF16 as PyTorch does: the expected bits are those of
+// torch.tensor(v, dtype=torch.float32).to(torch.float16 / torch.bfloat16) (torch 1.13, Debian 12),
+// chosen to cover ties to even, the F16 subnormals and the thresholds of zero and of inf.
+TEST(HalfFormats, NarrowingRoundsAsPyTorchDoes) {
+  struct Case {
+    uint32_t f32;
+    uint16_t f16, bf16;
+  };
+  const Case cases[] = {
+      {0x3dcccccd, 0x2e66, 0x3dcd},  // 0.1
+      {0x3eaaaaab, 0x3555, 0x3eab},  // 1/3
+      {0x477fef00, 0x7bff, 0x4780},  // 65519: the largest F16 below
+      {0x477ff000, 0x7c00, 0x4780},  // 65520: ties up into inf
+      {0x3727c5ac, 0x00a8, 0x3728},  // 1e-5: F16 subnormal
+      {0x3300d959, 0x0001, 0x3301},  // 3e-8: just above 2^-25 rounds to the smallest subnormal
+      {0x32fffae5, 0x0000, 0x3300},  // 2.98e-8: below 2^-25 rounds to zero
+      {0x387fda40, 0x03ff, 0x3880},  // 6.1e-5: the largest subnormal
+      {0xbf333333, 0xb99a, 0xbf33},  // -0.7
+      {0x3f801000, 0x3c00, 0x3f80},  // 1 + 2^-11: a tie, to even (down)
+      {0x3f803000, 0x3c02, 0x3f80},  // 1 + 3 * 2^-11: a tie, to even (up)
+      {0x33c00000, 0x0002, 0x33c0},  // 1.5 * 2^-24: a subnormal tie, up to even
+      {0x34200000, 0x0002, 0x3420},  // 2.5 * 2^-24: a subnormal tie, down to even
+      {0x33000000, 0x0000, 0x3300},  // 2^-25: ties to zero
+      {0x33000001, 0x0001, 0x3300},  // just above 2^-25
+      {0x49742400, 0x7c00, 0x4974},  // 1e6: beyond F16, inf
+      {0x80000000, 0x8000, 0x8000},  // -0
+      {0x3f008000, 0x3804, 0x3f00},  // 0.5 + 2^-9: a BF16 tie, to even (down)
+      {0x3f018000, 0x380c, 0x3f02},  // 0.5 + 3 * 2^-9: a BF16 tie, to even (up)
+      {0x3f80c000, 0x3c06, 0x3f81},  // 1.005859375
+  };
+  for (const Case& c : cases) {
+    float v;
+    std::memcpy(&v, &c.f32, 4);
+    EXPECT_EQ(f32_to_f16(v), c.f16) << std::hex << "f32 0x" << c.f32;
+    EXPECT_EQ(f32_to_bf16(v), c.bf16) << std::hex << "f32 0x" << c.f32;
+    if (std::isfinite(f16_to_f32(c.f16))) {
+      EXPECT_EQ(f32_to_f16(f16_to_f32(c.f16)), c.f16);  // widening is exact
+    }
+    EXPECT_EQ(f32_to_bf16(bf16_to_f32(c.bf16)), c.bf16);
+  }
+  EXPECT_TRUE(std::isnan(round_through_f16(std::nanf(""))));
+  EXPECT_TRUE(std::isnan(round_through_bf16(std::nanf(""))));
+  EXPECT_EQ(round_through_f16(-INFINITY), -INFINITY);
+  // Every F16 value survives the round trip, so a recorded fp16 coefficient replays exactly.
+  for (uint32_t h = 0; h < 0x10000; ++h)
+    if ((h & 0x7C00) != 0x7C00) {
+      ASSERT_EQ(f32_to_f16(f16_to_f32(uint16_t(h))), h) << std::hex << h;
+    }
 }
 
 TEST(Safetensors, ByteCountMustMatchShape) {

@@ -254,17 +254,27 @@ TEST_F(External, StudyRejectsAnExternalVariantWithoutCommand) {
 // Models written in the styles of third-party code (tests/external/hooked_models.py), audited as
 // they are through fca_adapter.HookedAdapter: a MUDD-style [C, B, T, L] controller with per-layer
 // sizes, a router Linear over flattened tokens with inline top-k, one gate called twice per pass, a
-// tuple-returning gate with converters, a bf16 gate. Each passes exact replay and the sensitivity
-// probe with 0 controller evaluations in every replay; what the hooks cannot vouch for is refused.
+// tuple-returning gate with converters, a bf16 gate, a gate emitting fp16. Each passes exact replay
+// and the sensitivity probe with 0 controller evaluations in every replay, and every replay's digest
+// of what the hooked modules returned matches what fca sent rounded to their dtype (bf16 and fp16:
+// the static and probe coefficients are not 16-bit values); what the hooks cannot vouch for is refused.
 TEST_F(External, HookedModelsOfThirdPartyStylesAreAuditedAsTheyAre) {
-  const std::map<std::string, int> layers{{"mudd", 3}, {"moe", 3}, {"twice", 2}, {"tuple", 3}, {"bf16", 3}, {"tensors", 3}};
+  const std::map<std::string, int> layers{{"mudd", 3}, {"moe", 3},     {"twice", 2},  {"tuple", 3},
+                                          {"bf16", 3}, {"fp16", 3}, {"tensors", 3}};
   for (const auto& [style, L] : layers) {
     const std::string out = dir.file("hooked-" + style);
     auto args = audit_args(out);
-    args.insert(args.end(), {"--external", python() + " " + source("tests/external/hooked_models.py") + " --style " + style});
+    const std::string command = python() + " " + source("tests/external/hooked_models.py") + " --style " + style;
+    args.insert(args.end(), {"--external", command});
     const auto r = run_fca(args);
     ASSERT_EQ(r.exit_code, 0) << style << ": " << r.output;
     const auto j = read_json(out + "/audit.json");
+    // Named by the model's class (HookedAdapter's default name); the command is provenance.
+    const std::string name = style == "mudd" ? "MuddStyle" : style == "moe" ? "MoeStyle" : style == "tensors" ? "TensorKinds" : "GatedStyle";
+    EXPECT_EQ(j["model"]["path"], "external: " + name) << style;
+    EXPECT_EQ(j["provenance"]["model"], "external: " + name) << style;
+    EXPECT_EQ(j["provenance"]["adapter_command"], command) << style;
+    EXPECT_NE(r.output.find("audit of external: " + name + ":"), std::string::npos) << r.output;
     EXPECT_TRUE(j["exact_replay"]["passed"].get<bool>()) << style;
     EXPECT_TRUE(j["replay_sensitivity"]["passed"].get<bool>()) << style;
     EXPECT_EQ(j["model"]["coefficient_shape"]["layer"], L) << style;
@@ -286,6 +296,9 @@ TEST_F(External, HookedModelsOfThirdPartyStylesAreAuditedAsTheyAre) {
   };
   refused("bf16", "unused", "replay sensitivity probe failed");
   refused("tuple", "direct", "module 'gates.0.proj', inside the controller 'gates.0', was called");
+  // The model receives other values than fca sent (its converter clamps them to [0, 1]): the digest
+  // of what the hooked modules returned differs from what fca sent.
+  refused("tuple", "clamp", "the adapter's replay used coefficients with SHA-256");
 }
 
 // The Python API: fca_adapter.audit runs fca on the model this Python process holds (no second

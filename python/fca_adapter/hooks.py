@@ -28,8 +28,11 @@ structural, not a promise. The module's forward is replaced for the pass (an ins
 forward the module had is restored after it), any of its submodules that is called anyway fails the
 request naming it, and its floating-point parameters and buffers are NaN for the pass, so a code
 path that reads them anyway fails exact replay. The hooks count controller evaluations, in replay
-too (a call of the module's own forward or of a module inside it); the user never does. (A bf16 or fp16 controller receives fca's float32 coefficients rounded to its
-dtype; the recorded ones round-trip exactly, so exact replay stays exact.)
+too (a call of the module's own forward or of a module inside it); the user never does. (A bf16 or
+fp16 controller receives fca's float32 coefficients rounded to its dtype; the recorded ones
+round-trip exactly, so exact replay stays exact.) What a replay reports as the coefficients it used
+is what each hooked call returned to the model, read by the same hook as live, so fca can compare
+it with what it sent rounded to each layer's dtype (describe's coefficient_dtypes).
 """
 
 import contextlib
@@ -44,6 +47,8 @@ from .execution import Reference, glob_match, logits_of
 from .protocol import Adapter, AdapterError, Description
 
 _WINDOW, _TOKEN, _STREAM = "B", "T", "S"
+# A controller output's dtype as describe names it (fca rounds what it sends to it, as the cast does).
+_DTYPE_NAMES = {torch.float32: "F32", torch.float64: "F64", torch.bfloat16: "BF16", torch.float16: "F16"}
 
 
 @dataclasses.dataclass
@@ -240,6 +245,8 @@ class HookedAdapter(Adapter):
         e.g. {"blocks": "blocks.*", "experts": "**.experts.*"} ("blocks" gives exec's executed blocks).
     reference: for fca exec, what the latency is compared with (execution.Reference: a Dense model,
         or a callable running this model with its controller replaced by constants).
+    name: what audit.json, exec.json and the console call the model ("external: <name>"); default
+        the model's class name.
     """
 
     def __init__(self, model: torch.nn.Module, forward: Optional[Callable] = None,
@@ -248,7 +255,8 @@ class HookedAdapter(Adapter):
                  identity: Union[None, float, torch.Tensor] = None, family: Optional[str] = None,
                  description: Optional[str] = None, static_profile: str = "LayerMean",
                  structure_removed: str = "GlobalMean", model_sha256: Optional[str] = None,
-                 executed: Optional[Dict[str, Union[str, Sequence[str]]]] = None, reference: Optional[Reference] = None):
+                 executed: Optional[Dict[str, Union[str, Sequence[str]]]] = None, reference: Optional[Reference] = None,
+                 name: Optional[str] = None):
         super().__init__()
         self.executed, self.reference = dict(executed or {}), reference
         self.model = model
@@ -259,6 +267,7 @@ class HookedAdapter(Adapter):
         self._controller = {name: c for name, _, c in self._matched}
         self._vocab, self._max_tokens, self._tokenizer, self._identity = vocab, max_tokens, tokenizer, identity
         self._family, self._description, self._model_sha256 = family, description, model_sha256
+        self._name = name or type(model).__name__
         self._static_profile, self._structure_removed = static_profile, structure_removed
         self._mode = "off"                   # "live" (record), "replay" (hand back) or "off"
         self._recorded: List[Tuple[str, torch.Tensor]] = []
@@ -284,9 +293,12 @@ class HookedAdapter(Adapter):
         def hook(module, inputs, output):
             if self._mode == "replay" and not self.exec_replayed(module):
                 self.count_controller()      # the module's own forward ran in replay: a real evaluation
-            if self._mode != "live":
+            if self._mode not in ("live", "replay"):
                 return None
-            self.count_controller()
+            if self._mode == "live":
+                self.count_controller()
+            # Live: the controller's output. Replay: what the module returned to the model (fca's
+            # coefficients after the cast to the module's dtype and from_tensor), hashed for fca.
             c = self._controller[name]
             tensor = c.to_tensor(output) if c.to_tensor else output
             if not isinstance(tensor, torch.Tensor):
@@ -347,11 +359,23 @@ class HookedAdapter(Adapter):
             logits = self._run(ids)
         finally:
             self._mode = "off"
+        return logits, self._calls_recorded(B, T)
+
+    def _calls_recorded(self, B: int, T: int):
+        """(call, its output as [B, T, S, K] float32, its dtype) of each hooked call of the pass."""
         calls = []
         for name, tensor in self._recorded:
             dims, canonical = _layout(tensor, self._axes[name], B, T, name)
             calls.append((_Call(name, dims, canonical.shape[2], canonical.shape[3]), canonical, tensor.dtype))
-        return logits, calls
+        return calls
+
+    def _record_of(self, calls, B: int, T: int) -> torch.Tensor:
+        """The record [B, L, T, S, K] float32 of a pass's calls (0 outside each layer's own S, K)."""
+        d = self._description_cache
+        values = torch.zeros(B, d.layers, T, d.streams, d.sources, dtype=torch.float32)
+        for l, (call, canonical, _) in enumerate(calls):
+            values[:, l, :, :call.streams, :call.sources] = canonical.cpu()
+        return values
 
     def _check_layout(self, calls, where: str) -> None:
         seen = [(c.name, c.dims) for c, _, _ in calls]
@@ -377,6 +401,10 @@ class HookedAdapter(Adapter):
             raise AdapterError("HookedAdapter: no matched controller module ran in a forward pass")
         self._layout = [c for c, _, _ in calls]
         self._dtype = [d for _, _, d in calls]
+        unsupported = [(c.name, d) for c, _, d in calls if d not in _DTYPE_NAMES]
+        if unsupported:
+            raise AdapterError(f"HookedAdapter: controller {unsupported[0][0]!r} outputs {unsupported[0][1]}; fca replays "
+                               f"coefficients into float32, float64, bfloat16 or float16 outputs")
         vocab = self._vocab or int(logits.shape[-1])
         L = len(self._layout)
         S = max(c.streams for c in self._layout)
@@ -391,14 +419,15 @@ class HookedAdapter(Adapter):
             identity = torch.where(mask, identity, torch.zeros_like(identity))
         globs = ", ".join(self._globs)
         self._description_cache = Description(
-            family=self._family or f"hooked:{type(self.model).__name__}",
+            family=self._family or f"hooked:{type(self.model).__name__}", name=self._name,
             description=self._description or f"{type(self.model).__name__}, {L} controller outputs of {globs}",
             model_sha256=self._model_sha256 or _state_sha256(self.model), vocab=vocab, max_tokens=max_tokens, layers=L, streams=S, sources=K,
             mask=mask, identity=identity, static_profile=self._static_profile, structure_removed=self._structure_removed,
             tokenizer="bytes" if self._tokenizer is None else "ids",
             config={"class": type(self.model).__name__, "controllers": {n: self._controller[n].axes for n, _, _ in self._matched},
                     "layers": [c.name for c in self._layout]},
-            parameter_count=sum(p.numel() for p in self.model.parameters()))
+            parameter_count=sum(p.numel() for p in self.model.parameters()),
+            coefficient_dtypes=[_DTYPE_NAMES[d] for d in self._dtype])
         return self._description_cache
 
     def tokenize(self, text: bytes) -> Sequence[int]:
@@ -412,16 +441,14 @@ class HookedAdapter(Adapter):
         if coefficients is None:
             logits, calls = self._live(ids)
             self._check_layout(calls, "live")
-            values = torch.zeros(B, d.layers, T, d.streams, d.sources, dtype=torch.float32)
-            for l, (call, canonical, _) in enumerate(calls):
-                values[:, l, :, :call.streams, :call.sources] = canonical.cpu()
-            return logits.to(torch.float32).cpu(), values
+            return logits.to(torch.float32).cpu(), self._record_of(calls, B, T)
         return self._replay(ids, coefficients)
 
     def _replay(self, ids: torch.Tensor, coefficients: torch.Tensor):
         B, T = ids.shape
         self._B, self._T, self._handed = B, T, coefficients
         self._consumed = [False] * len(self._layout)
+        self._recorded = []
         saved = []
         try:
             for name, module, _ in self._matched:
@@ -439,13 +466,18 @@ class HookedAdapter(Adapter):
             for t, data in saved:
                 t.data = data
         missing = [self._layout[l].name for l, used in enumerate(self._consumed) if not used]
-        used = coefficients.clone()
-        for l, consumed in enumerate(self._consumed):
-            if not consumed:
-                used[:, l] = float("nan")     # not used: the record fca checks will not match what it sent
         if missing:
             raise AdapterError(f"replay: {len(missing)} controller calls of the live passes did not happen "
                                f"({missing[:4]}): the replay must use every coefficient it is handed")
+        # The record of what the modules returned to the model, as the hooks saw it: fca hashes what
+        # it sent rounded to each layer's dtype and compares. A call that returned without the hook
+        # seeing it (the model called module.forward directly) leaves its layer NaN, which never matches.
+        calls = self._calls_recorded(B, T)
+        if [c.name for c, _, _ in calls] != [c.name for c in self._layout[:len(calls)]]:
+            raise AdapterError(f"replay: the hooked calls {[c.name for c, _, _ in calls][:6]} are not those of the live "
+                               f"passes {[c.name for c in self._layout][:6]}")
+        used = self._record_of(calls, B, T)
+        used[:, len(calls):] = float("nan")
         return logits.to(torch.float32).cpu(), used
 
     # -- claim 3, fca exec (execution.py) -----------------------------------------------------

@@ -52,6 +52,7 @@ PROTOCOL = "fca-external-v1"
 # Largest message accepted (a guard against a corrupt length prefix): 4 GiB.
 MAX_MESSAGE_BYTES = 1 << 32
 RECORD_KINDS = ("continuous", "expert_routing", "token_selection")
+COEFFICIENT_DTYPES = ("F32", "F64", "BF16", "F16")
 
 # ------------------------------------------------------------------------------------------------
 # safetensors in memory: u64 little-endian header length N, N bytes of JSON header
@@ -178,6 +179,12 @@ class Description:
     selected: int = 0                        # token_selection: K selected tokens per window
     config: Optional[dict] = None            # recorded in the audit's provenance
     parameter_count: int = 0
+    # Per layer, the dtype the handed coefficients are cast to before the model uses them: "F32"
+    # (None: every layer), "F64", "BF16" or "F16". In replay, forward returns what the model used
+    # (after that cast); fca rounds what it sent the same way and compares the two digests.
+    coefficient_dtypes: Optional[Sequence[str]] = None
+    # What audit.json, exec.json and the console call the model ("external: <name>"); None: family.
+    name: Optional[str] = None
 
 
 @dataclasses.dataclass
@@ -292,19 +299,26 @@ def _describe_message(d: Description) -> Tuple[Dict[str, np.ndarray], Dict[str, 
     if tuple(mask.shape) != shape:
         raise AdapterError(f"describe: mask has shape {list(mask.shape)}, expected {list(shape)}")
     tensors = {"mask": mask.to(torch.uint8).numpy()}
+    dtypes = list(d.coefficient_dtypes) if d.coefficient_dtypes is not None else ["F32"] * d.layers
+    if len(dtypes) != d.layers or any(t not in COEFFICIENT_DTYPES for t in dtypes):
+        raise AdapterError(f"describe: coefficient_dtypes {dtypes[:6]} must name one of {COEFFICIENT_DTYPES} for each "
+                           f"of the {d.layers} layers")
     if d.identity is not None:
         identity = torch.as_tensor(d.identity, dtype=torch.float32)
         if tuple(identity.shape) != shape:
             raise AdapterError(f"describe: identity has shape {list(identity.shape)}, expected {list(shape)}")
         tensors["identity"] = identity.contiguous().numpy()
-    meta = {"type": "describe", "family": d.family, "description": d.description,
+    name = d.name if d.name is not None else d.family
+    if not name or len(name) > 200 or any(ord(ch) < 32 for ch in name):
+        raise AdapterError(f"describe: name {name[:60]!r} must be 1 to 200 printable characters")
+    meta = {"type": "describe", "family": d.family, "name": name, "description": d.description,
             "model_sha256": d.model_sha256, "vocab": str(d.vocab), "max_tokens": str(d.max_tokens),
             "layers": str(d.layers), "streams": str(d.streams), "sources": str(d.sources),
             "static_profile": d.static_profile, "structure_removed": d.structure_removed,
             "tokenizer": d.tokenizer, "record_kind": d.record_kind, "slots": str(d.slots),
             "categories": str(d.categories), "selected": str(d.selected),
             "config": json.dumps(d.config or {}), "parameter_count": str(d.parameter_count),
-            "values_dtype": "F32", "discrete_dtype": "I32" if d.record_kind != "continuous" else "",
+            "values_dtype": "F32", "coefficient_dtypes": ",".join(dtypes), "discrete_dtype": "I32" if d.record_kind != "continuous" else "",
             "adapter": "fca_adapter (python/fca_adapter)", "torch": torch.__version__}
     return tensors, meta
 
@@ -353,8 +367,15 @@ def _run(adapter: Adapter, d: Description, tensors: Dict[str, np.ndarray], repla
     values = record.values.detach().to(torch.float32).contiguous().numpy()
     discrete = None if record.discrete is None else record.discrete.detach().to(torch.int32).contiguous().numpy()
     if replay:
-        # What this replay used, hashed as fca hashes what it sent: values F32 then discrete I32 bytes.
-        h = hashlib.sha256(values.astype("<f4", copy=False).tobytes())
+        # What this replay used, hashed as fca hashes what it sent: the values at valid coordinates
+        # (the mask, over windows and tokens) as F32 in [B, L, T, S, K] order, then discrete I32 bytes.
+        mask = np.ones((d.layers, d.streams, d.sources), dtype=bool) if d.mask is None else \
+            torch.as_tensor(d.mask).bool().numpy()
+        if values.shape != (B, d.layers, T, d.streams, d.sources):
+            raise AdapterError(f"replay: forward returned a record of shape {list(values.shape)}, expected "
+                               f"{[B, d.layers, T, d.streams, d.sources]}")
+        valid = np.broadcast_to(mask[None, :, None], values.shape)
+        h = hashlib.sha256(values[valid].astype("<f4", copy=False).tobytes())
         if discrete is not None:
             h.update(discrete.astype("<i4", copy=False).tobytes())
         meta["coefficients_sha256"] = h.hexdigest()

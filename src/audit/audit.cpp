@@ -109,6 +109,7 @@ void describe_run(const AuditableModel& model, const Corpus& corpus, const TextS
 
   s.provenance = provenance_base();
   s.provenance["model"] = s.options.model_path;
+  if (!s.options.adapter_command.empty()) s.provenance["adapter_command"] = s.options.adapter_command;
   s.provenance["model_sha256"] = model.content_hash();
   s.provenance["data"] = {{"dir", corpus.dir()},
                           {"eval_split", test.path()},

@@ -18,7 +18,8 @@ namespace fca {
 inline constexpr const char* kAuditSchema = "fca-audit-v1";
 
 struct AuditOptions {
-  std::string model_path;            // for provenance
+  std::string model_path;            // for provenance ("external: <adapter's name>" for an adapter's model)
+  std::string adapter_command;       // an adapter's model: the command that started it, for provenance
   int eval_windows = 512;            // N_eval, from the test split
   int calib_windows = 512;           // N_cal, from the valid split
   int tokens = 0;                    // T (0 = the model's maximum)

@@ -98,8 +98,10 @@ void add_audit_command(CLI::App& app) {
       // with several GPUs audits one model replica per GPU (docs/audit-your-model.md).
       ::setenv("FCA_RANK", std::to_string(world().rank()).c_str(), 1);
       ::setenv("FCA_RANKS", std::to_string(world().size()).c_str(), 1);
-      model = open_external_model(f->external, f->external_timeout);
-      options.model_path = "external: " + f->external;
+      auto external = open_external_model(f->external, f->external_timeout);
+      options.model_path = external->model_path();
+      options.adapter_command = f->external;
+      model = std::move(external);
     }
     const auto j = run_audit(*model, corpus, options);
     if (!world().root()) return;

@@ -3,9 +3,10 @@
 #include <unistd.h>
 
 #include <cstring>
-#include "core/json.h"
 
 #include "core/error.h"
+#include "core/half.h"
+#include "core/json.h"
 
 namespace fca {
 namespace {
@@ -20,40 +21,6 @@ DType parse_dtype(const std::string& file, const std::string& tensor, const std:
   if (s == "U8") return DType::U8;
   throw Error(file + ": tensor '" + tensor + "' has unsupported dtype " + s +
               " (expected F32, F16, BF16, F64, I64, I32 or U8)");
-}
-
-float bf16_to_f32(uint16_t v) {
-  const uint32_t bits = uint32_t(v) << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
-float f16_to_f32(uint16_t h) {
-  const uint32_t sign = uint32_t(h & 0x8000) << 16;
-  uint32_t exponent = (h >> 10) & 0x1F;
-  uint32_t mantissa = h & 0x3FF;
-  uint32_t bits;
-  if (exponent == 0) {
-    if (mantissa == 0) {
-      bits = sign;
-    } else {  // subnormal: normalise
-      exponent = 127 - 15 + 1;
-      while ((mantissa & 0x400) == 0) {
-        mantissa <<= 1;
-        --exponent;
-      }
-      mantissa &= 0x3FF;
-      bits = sign | (exponent << 23) | (mantissa << 13);
-    }
-  } else if (exponent == 0x1F) {
-    bits = sign | 0x7F800000 | (mantissa << 13);
-  } else {
-    bits = sign | ((exponent - 15 + 127) << 23) | (mantissa << 13);
-  }
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
 }
 
 // Element i of a tensor as double (little-endian host assumed, checked at build by x86-64/arm64).

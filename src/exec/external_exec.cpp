@@ -198,7 +198,8 @@ nlohmann::ordered_json measure_external(const std::string& command, const Corpus
   };
 
   nlohmann::ordered_json m;
-  m["path"] = "external: " + command;
+  m["path"] = model->model_path();
+  m["adapter_command"] = command;
   m["model_sha256"] = model->content_hash();
   m["family"] = "external";
   m["gate"] = model->adapter_family();

@@ -61,7 +61,7 @@ std::unique_ptr<AuditableModel> open_model(const std::string& path, int max_batc
   return family_of(path).open(path, max_batch, max_tokens);
 }
 
-std::unique_ptr<AuditableModel> open_external_model(const std::string& command, double timeout_s) {
+std::unique_ptr<ExternalAuditable> open_external_model(const std::string& command, double timeout_s) {
   return std::make_unique<ExternalAuditable>(command, timeout_s);
 }
 

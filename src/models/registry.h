@@ -11,6 +11,7 @@
 
 #include "core/json.h"
 #include "models/auditable.h"
+#include "models/external/auditable.h"
 
 namespace fca {
 
@@ -46,6 +47,6 @@ const ModelFamily& family_of(const std::string& path);
 std::unique_ptr<AuditableModel> open_model(const std::string& path, int max_batch, int max_tokens);
 // A model fca does not implement, behind an adapter process started with `command` that speaks the
 // external protocol (models/external/protocol.h); timeout_s bounds the wait for each answer.
-std::unique_ptr<AuditableModel> open_external_model(const std::string& command, double timeout_s);
+std::unique_ptr<ExternalAuditable> open_external_model(const std::string& command, double timeout_s);
 
 }  // namespace fca

@@ -63,13 +63,20 @@ void ensure_audit_markdown(const std::string& audit_dir) {
 // Whether exec.json in `exec_dir` measured exactly `models`, in this order: a study resumed after
 // its variants changed measures again instead of reporting the old set. An unreadable or
 // malformed exec.json counts as not measured.
-bool exec_measured(const std::string& exec_dir, const std::vector<std::string>& models) {
+// Whether exec_dir/exec.json measured these models in this order: the native ones by checkpoint
+// path, then the adapters' by the command that starts them.
+bool exec_measured(const std::string& exec_dir, const std::vector<std::string>& models, const std::vector<std::string>& externals) {
   std::ifstream in(exec_dir + "/exec.json");
   if (!in) return false;
   const nlohmann::json e = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (!e.is_object() || !e.contains("models") || !e["models"].is_array() || e["models"].size() != models.size()) return false;
-  for (size_t i = 0; i < models.size(); ++i)
-    if (!e["models"][i].is_object() || e["models"][i].value("path", std::string()) != models[i]) return false;
+  const size_t n = models.size() + externals.size();
+  if (!e.is_object() || !e.contains("models") || !e["models"].is_array() || e["models"].size() != n) return false;
+  for (size_t i = 0; i < n; ++i) {
+    const bool external = i >= models.size();
+    const std::string key = external ? "adapter_command" : "path";
+    if (!e["models"][i].is_object() || e["models"][i].value(key, std::string()) != (external ? externals[i - models.size()] : models[i]))
+      return false;
+  }
   return true;
 }
 
@@ -215,7 +222,8 @@ std::string run_study(const std::string& config_path, const std::string& out_arg
         const EvalResult r = evaluate_auditable(*m, corpus.split("test"), T, c.eval_windows, 8, false);
         auto provenance = provenance_base();
         provenance["model_sha256"] = m->content_hash();
-        write_json(eval_path, eval_document({"external: " + v.command, "external", m->description(),
+        provenance["adapter_command"] = v.command;
+        write_json(eval_path, eval_document({m->model_path(), "external", m->description(),
                                              nlohmann::json::parse(m->config_json()), m->vocab() != 256 ? "token" : "byte"},
                                             "test", T, r, provenance));
       } else {
@@ -225,9 +233,11 @@ std::string run_study(const std::string& config_path, const std::string& out_arg
       const std::string audit_dir = stem + "-audit";
       if (!file_exists(audit_dir + "/audit.json")) {
         stage("audit " + v.name + " (external)");
-        AuditOptions a = audit_options("external: " + v.command, audit_dir);
+        const auto m = open_external_model(v.command, c.adapter_timeout_s);
+        AuditOptions a = audit_options(m->model_path(), audit_dir);
         a.tokens = v.seq;
-        run_audit(*open_external_model(v.command, c.adapter_timeout_s), corpus, a);
+        a.adapter_command = v.command;
+        run_audit(*m, corpus, a);
       } else {
         stage("audit " + v.name + " (external): done before, skipped");
       }
@@ -302,10 +312,8 @@ std::string run_study(const std::string& config_path, const std::string& out_arg
     }
   }
   const std::string exec_dir = out + "/exec";
-  std::vector<std::string> exec_paths = exec_models;  // exec.json's model paths: the native ones, then the adapters'
-  for (const auto& command : exec_externals) exec_paths.push_back("external: " + command);
-  if (!exec_measured(exec_dir, exec_paths)) {
-    stage("measure execution of " + std::to_string(exec_paths.size()) + " models" +
+  if (!exec_measured(exec_dir, exec_models, exec_externals)) {
+    stage("measure execution of " + std::to_string(exec_models.size() + exec_externals.size()) + " models" +
           (file_exists(exec_dir + "/exec.json") ? " (exec.json measured another set of models)" : ""));
     ExecOptions e;
     e.models = exec_models;

@@ -40,7 +40,8 @@ if command == "audit":
     check("audit returns audit.json", result["schema"] == "fca-audit-v1" and os.path.isfile(os.path.join(out, "audit.json")))
     check("exact replay and the sensitivity probe passed", result["exact_replay"]["passed"] and result["replay_sensitivity"]["passed"])
     check("0 controller evaluations in every replay", all(c["controller_evaluations"] == 0 for c in result["conditions"]))
-    check("the model stayed in this process", result["model"]["path"].startswith("external: cat "))
+    check("the model stayed in this process", result["provenance"]["adapter_command"].startswith("cat "))
+    check("the model is named by its class, not by the relay command", result["model"]["path"] == "external: MoeStyle")
     refused(lambda: fca_adapter.audit(adapter, data=data, out=out + "-bad", eval_windows=1), "--eval-windows")
 else:
     adapter = exec_models.adapter("routed")
@@ -48,7 +49,9 @@ else:
                               no_progress=True)
     model = result["models"][0]
     check("exec returns exec.json", result["schema"] == "fca-exec-v2" and os.path.isfile(os.path.join(out, "exec.json")))
-    check("the model stayed in this process", model["path"].startswith("external: cat ") and model["family"] == "external")
+    check("the model stayed in this process", model["adapter_command"].startswith("cat ") and model["family"] == "external")
+    check("the model is named by its class, not by the relay command",
+          model["path"] == "external: " + type(adapter.model).__name__)
     check("live, replay and static_profile were measured", [m["mode"] for m in model["modes"]] == ["live", "replay", "static_profile"])
     check("the experts ran on 2 of 4 rows per token and layer", model["modes"][0]["executed_units_per_token"]["experts"] == 6)
     check("0 controller evaluations in replay", model["modes"][1]["controller_evaluations_per_pass"] == 0)

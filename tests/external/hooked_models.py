@@ -117,20 +117,22 @@ class MoeStyle(Base):
 
 # -- one gate called twice per forward; a tuple-returning gate; a bf16 gate ----------------------
 class Gate(nn.Module):
-    def __init__(self, dtype=torch.float32, aux=False):
+    def __init__(self, dtype=torch.float32, aux=False, out_dtype=None):
         super().__init__()
         self.proj = nn.Linear(D, 1).to(dtype)
-        self.aux = aux
+        self.aux, self.out_dtype = aux, out_dtype
 
     def forward(self, x):
         g = torch.sigmoid(self.proj(x.to(self.proj.weight.dtype)))        # [B, T, 1]
+        if self.out_dtype is not None:    # computed in float32, emitted in fp16 (CPU torch has no fp16 GEMM)
+            g = g.to(self.out_dtype)
         return (g, (g * g).mean()) if self.aux else g
 
 
 class GatedStyle(Base):
-    def __init__(self, shared=False, dtype=torch.float32, aux=False, unused=False, direct=False):
+    def __init__(self, shared=False, dtype=torch.float32, aux=False, unused=False, direct=False, out_dtype=None):
         super().__init__()
-        self.gates = nn.ModuleList(Gate(dtype, aux) for _ in range(1 if shared else len(self.blocks)))
+        self.gates = nn.ModuleList(Gate(dtype, aux, out_dtype) for _ in range(1 if shared else len(self.blocks)))
         self.shared, self.aux, self.direct = shared, aux, direct
         self.probe = nn.Linear(D, 1) if unused else None
 
@@ -173,7 +175,7 @@ class TensorKinds(GatedStyle):
 
 def build(style, fault=None):
     """(model, controllers, identity) of a style."""
-    torch.manual_seed({"mudd": 1, "moe": 2, "twice": 3, "tuple": 4, "bf16": 5, "tensors": 6}[style])
+    torch.manual_seed({"mudd": 1, "moe": 2, "twice": 3, "tuple": 4, "bf16": 5, "tensors": 6, "fp16": 7}[style])
     if style == "mudd":
         return MuddStyle(), {"dynamic_dense.*": "S B T K"}, None
     if style == "moe":
@@ -182,12 +184,17 @@ def build(style, fault=None):
         return GatedStyle(shared=True), {"gates.0": "B T K"}, 1.0
     if style == "tuple":
         model = GatedStyle(aux=True, direct=fault == "direct")
+        # fault "clamp": the converter hands the model its coefficients clamped to [0, 1], which
+        # leaves every live sigmoid gate (so exact replay) as it is but not the probe's values.
+        clamp = (lambda g: g.clamp(0.0, 1.0)) if fault == "clamp" else (lambda g: g)
         convert = fca_adapter.Controller("B T K", to_tensor=lambda out: out[0],
-                                         from_tensor=lambda g: (g, torch.zeros(())))
+                                         from_tensor=lambda g: (clamp(g), torch.zeros(())))
         return model, {"gates.*": convert}, 1.0
     if style == "bf16":
         model = GatedStyle(dtype=torch.bfloat16, unused=fault == "unused")
         return model, ({"probe": "B T K"} if fault == "unused" else {"gates.*": "B T K"}), 1.0
+    if style == "fp16":
+        return GatedStyle(out_dtype=torch.float16), {"gates.*": "B T K"}, 1.0
     if style == "tensors":
         return TensorKinds(), {"gates.*": "B T K"}, 1.0
     raise ValueError(style)
@@ -201,8 +208,8 @@ def adapter(style, fault=None):
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
-    parser.add_argument("--style", required=True, choices=["mudd", "moe", "twice", "tuple", "bf16", "tensors"])
-    parser.add_argument("--fault", choices=["unused", "direct"])
+    parser.add_argument("--style", required=True, choices=["mudd", "moe", "twice", "tuple", "bf16", "tensors", "fp16"])
+    parser.add_argument("--fault", choices=["unused", "direct", "clamp"])
     args = parser.parse_args()
     torch.set_num_threads(2)
     torch.use_deterministic_algorithms(True)

@@ -6,6 +6,7 @@
 #include "core/json.h"
 
 #include "core/error.h"
+#include "core/half.h"
 #include "core/sha256.h"
 
 namespace fca {
@@ -33,6 +34,10 @@ std::string read_nll_and_digest(const SafetensorsReader& a, int B, double* windo
 ExternalDescription parse_describe(const SafetensorsReader& d) {
   ExternalDescription m;
   m.family = answer_text(d, "family");
+  m.name = answer_text(d, "name");
+  if (m.name.empty() || m.name.size() > 200 ||
+      std::any_of(m.name.begin(), m.name.end(), [](char c) { return static_cast<unsigned char>(c) < 32; }))
+    throw Error(d.path() + ": name \"" + m.name.substr(0, 60) + "\" must be 1 to 200 printable characters");
   m.description = answer_text(d, "description") + " [external: " + m.family + "]";
   m.model_sha256 = answer_sha256(d, "model_sha256");
   m.config_json = answer_text(d, "config");
@@ -83,6 +88,22 @@ ExternalDescription parse_describe(const SafetensorsReader& d) {
     throw Error(d.path() + ": structure_removed \"" + m.structure_removed +
                 "\"; for continuous records fca computes \"GlobalMean\" or \"SourceUniformMean\"");
   }
+  const std::string dtypes = answer_text(d, "coefficient_dtypes");
+  size_t begin = 0;
+  while (begin <= dtypes.size()) {
+    const size_t end = std::min(dtypes.find(',', begin), dtypes.size());
+    const std::string name = dtypes.substr(begin, end - begin);
+    if (name != "F32" && name != "F64" && name != "BF16" && name != "F16")
+      throw Error(d.path() + ": coefficient_dtypes entry " + std::to_string(m.coefficient_dtypes.size()) + " is \"" +
+                  name.substr(0, 16) + "\", expected F32, F64, BF16 or F16");
+    if (int(m.coefficient_dtypes.size()) == s.layers)
+      throw Error(d.path() + ": coefficient_dtypes names more dtypes than the " + std::to_string(s.layers) + " layers");
+    m.coefficient_dtypes.push_back(name == "F32" ? DType::F32 : name == "F64" ? DType::F64 : name == "BF16" ? DType::BF16 : DType::F16);
+    begin = end + 1;
+  }
+  if (int(m.coefficient_dtypes.size()) != s.layers)
+    throw Error(d.path() + ": coefficient_dtypes names " + std::to_string(m.coefficient_dtypes.size()) +
+                " dtypes, expected one per layer (" + std::to_string(s.layers) + ")");
   const int64_t coordinates = int64_t(s.layers) * s.streams * s.sources;
   const TensorInfo& mask = answer_tensor(d, "mask", DType::U8, {s.layers, s.streams, s.sources});
   m.mask.assign(mask.data, mask.data + coordinates);
@@ -146,21 +167,43 @@ RunAnswer parse_run_live(const SafetensorsReader& a, const CoefficientShape& s, 
   return r;
 }
 
-RunAnswer parse_run_replay(const SafetensorsReader& a, const CoefficientTensor& sent, int B, double* window_nll) {
+std::string replayed_coefficients_sha256(const CoefficientTensor& sent, int B, const std::vector<DType>& coefficient_dtypes) {
   const CoefficientShape& s = sent.shape();
+  if (int(coefficient_dtypes.size()) != s.layers)
+    throw Error("internal error: " + std::to_string(coefficient_dtypes.size()) + " coefficient dtypes for " +
+                std::to_string(s.layers) + " layers");
+  std::vector<float> used;
+  used.reserve(size_t(B) * size_t(s.per_window()));
+  for (int b = 0; b < B; ++b)
+    for (int l = 0; l < s.layers; ++l) {
+      const DType dtype = coefficient_dtypes[size_t(l)];
+      for (int t = 0; t < s.tokens; ++t)
+        for (int st = 0; st < s.streams; ++st)
+          for (int k = 0; k < s.sources; ++k) {
+            if (!sent.valid(l, st, k)) continue;
+            const float v = sent.at(b, l, t, st, k);
+            used.push_back(dtype == DType::BF16 ? round_through_bf16(v) : dtype == DType::F16 ? round_through_f16(v) : v);
+          }
+    }
+  Sha256 hash;
+  hash.update(used.data(), used.size() * sizeof(float));
+  if (s.slots > 0) hash.update(sent.discrete().data(), size_t(B) * size_t(s.discrete_per_window()) * sizeof(int32_t));
+  return hash.hex_digest();
+}
+
+RunAnswer parse_run_replay(const SafetensorsReader& a, const CoefficientTensor& sent, int B, double* window_nll,
+                           const std::vector<DType>& coefficient_dtypes) {
   RunAnswer r;
   r.logits_sha256 = read_nll_and_digest(a, B, window_nll);
   r.controller_evaluations = answer_integer(a, "controller_evaluations", 0, int64_t(1) << 50);
-  // The adapter hashes the coefficients it used (the record its forward returns); they must be the
-  // ones sent: values F32 [B, L, T, S, K] then, for routing records, discrete I32 [B, L, T, slots].
-  Sha256 hash;
-  hash.update(sent.values().data(), size_t(B) * size_t(s.per_window()) * sizeof(float));
-  if (s.slots > 0) hash.update(sent.discrete().data(), size_t(B) * size_t(s.discrete_per_window()) * sizeof(int32_t));
-  const std::string expected = hash.hex_digest(), used = answer_sha256(a, "coefficients_sha256");
+  // The adapter hashes what its model used (HookedAdapter: what each hooked module returned); it
+  // must be what fca sent, as the cast to each layer's dtype leaves it.
+  const std::string expected = replayed_coefficients_sha256(sent, B, coefficient_dtypes);
+  const std::string used = answer_sha256(a, "coefficients_sha256");
   if (used != expected)
     throw Error(a.path() + ": the adapter's replay used coefficients with SHA-256 " + used.substr(0, 16) + "..., but fca sent " +
-                expected.substr(0, 16) + "...: the replay must use exactly the coefficients it is handed (is a hooked "
-                "module not called, or called with other values?)");
+                expected.substr(0, 16) + "... (after rounding to the layers' dtypes): the replay must use exactly the "
+                "coefficients it is handed (is a hooked module not called, or are its values changed on the way?)");
   return r;
 }
 
@@ -208,7 +251,8 @@ void ExternalAuditable::run_replay(const int32_t* inputs, const int32_t* targets
                                      {"targets", {B, T}, targets, DType::I32},
                                      {"coefficients", {B, s.layers, T, s.streams, s.sources}, coefficients.values().data(), DType::F32}};
   if (s.slots > 0) tensors.push_back({"discrete", {B, s.layers, T, s.slots}, coefficients.discrete().data(), DType::I32});
-  const RunAnswer r = parse_run_replay(connection_->request("run_replay", tensors), coefficients, B, window_nll);
+  const RunAnswer r = parse_run_replay(connection_->request("run_replay", tensors), coefficients, B, window_nll,
+                                       model_.coefficient_dtypes);
   last_digest_ = r.logits_sha256;
   replay_evaluations_ += r.controller_evaluations;
 }

@@ -23,6 +23,7 @@ inline constexpr int64_t kMaxExternalWindowCoefficients = int64_t(1) << 30;
 // describe's answer: every field in range, the record's shape, the mask and the optional identity.
 struct ExternalDescription {
   std::string family;       // the adapter's own label
+  std::string name;         // what audit.json, exec.json and the console call the model (HookedAdapter: the class)
   std::string description;  // the adapter's line, then " [external: <family>]"
   std::string model_sha256, config_json, tokenizer, static_profile, structure_removed;
   size_t parameter_count = 0;
@@ -30,6 +31,9 @@ struct ExternalDescription {
   CoefficientShape shape;        // tokens = max_tokens
   std::vector<uint8_t> mask;     // [L, S, K]
   std::vector<float> identity;   // [L, S, K], continuous records only; empty when not given
+  // [L]: the dtype each layer's handed coefficients are cast to before the model uses them (F32,
+  // F64, BF16 or F16); a replay's digest is of what the model used, so fca rounds what it sent the same way.
+  std::vector<DType> coefficient_dtypes;
 };
 ExternalDescription parse_describe(const SafetensorsReader& answer);
 
@@ -50,9 +54,15 @@ struct RunAnswer {
 RunAnswer parse_run_live(const SafetensorsReader& answer, const CoefficientShape& shape, int B, int T, double* window_nll,
                          CoefficientTensor* record, int record_first);
 
+// The digest a replay of the first B windows of `sent` must report: the valid coordinates' values
+// in [B, L, T, S, K] order, each rounded to its layer's dtype (coefficient_dtypes [L]) and hashed
+// as little-endian float32, then for routing records the discrete field [B, L, T, slots] as int32.
+std::string replayed_coefficients_sha256(const CoefficientTensor& sent, int B, const std::vector<DType>& coefficient_dtypes);
+
 // run_replay's answer to the first B windows of `sent`: the NLL [B] into window_nll; the SHA-256 of
-// the coefficients the adapter used must be that of those sent.
-RunAnswer parse_run_replay(const SafetensorsReader& answer, const CoefficientTensor& sent, int B, double* window_nll);
+// the coefficients the adapter's model used must be replayed_coefficients_sha256 of those sent.
+RunAnswer parse_run_replay(const SafetensorsReader& answer, const CoefficientTensor& sent, int B, double* window_nll,
+                           const std::vector<DType>& coefficient_dtypes);
 
 class ExternalAuditable : public AuditableModel {
  public:
@@ -88,6 +98,9 @@ class ExternalAuditable : public AuditableModel {
 
   // What the adapter said of itself (family label, tokenizer, protocol), for the provenance.
   const std::string& adapter_family() const { return model_.family; }
+  // How audit.json, exec.json and the console name this model: "external: <the adapter's name>"
+  // (the command, often a relay such as `cat <&5 & exec cat >&4`, goes into the provenance).
+  std::string model_path() const { return "external: " + model_.name; }
   const std::string& command() const { return connection_->command(); }
   const AdapterConnection& connection() const { return *connection_; }
   // For requests beyond the audit's (fca exec's exec_prepare, exec_pass, exec_time).
