@@ -2,7 +2,9 @@
 # Runs every libFuzzer target of fuzz/ for a set time from seeds made of the test data.
 #   scripts/fuzz.sh BUILD_DIR SECONDS_PER_TARGET [TARGET ...]
 # With FCA_FUZZ_RUNS=N set, each target stops after N executions instead (SECONDS is then the
-# upper bound on its time).
+# upper bound on its time). With FCA_FUZZ_MUTANTS=N set, no libFuzzer: each target's replay driver
+# (BUILD_DIR/<target>_replay, fuzz/replay_main.cpp; built by every test build) runs its seeds and N
+# deterministic mutants of each (what `make test` and `make test-sanitize` do).
 # Seeds are written under BUILD_DIR/fuzz-seeds/<target> (small on purpose: libFuzzer's speed falls
 # with input size), the growing corpus under BUILD_DIR/fuzz-corpus/<target>, and anything that
 # crashed, leaked, hit a sanitizer or timed out under BUILD_DIR/findings/<target>/. Prints one line
@@ -107,6 +109,15 @@ for t in "${targets[@]}"; do
   corpus="$build/fuzz-corpus/$t"; findings="$build/findings/$t"
   mkdir -p "$corpus" "$findings"
   log="$build/findings/$t.log"
+  if [ -n "${FCA_FUZZ_MUTANTS:-}" ]; then
+    set +e
+    timeout "$seconds" "$build/${t}_replay" --mutants "$FCA_FUZZ_MUTANTS" "$seeds/$t" >"$log" 2>&1
+    rc=$?
+    set -e
+    printf '%-22s %s\n' "$t" "$(tail -n 1 "$log")"
+    if [ $rc -ne 0 ]; then status=1; echo "  exit $rc; the last lines of $log:"; tail -n 20 "$log" | sed 's/^/  /'; fi
+    continue
+  fi
   set +e
   "$build/$t" -max_total_time="$seconds" ${FCA_FUZZ_RUNS:+-runs=$FCA_FUZZ_RUNS} -timeout=20 -rss_limit_mb=2048 -max_len=65536 -print_final_stats=1 \
     -artifact_prefix="$findings/" "$corpus" "$seeds/$t" >"$log" 2>&1
