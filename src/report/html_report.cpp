@@ -86,12 +86,17 @@ std::string report_html(const ReportData& d) {
   }
 
   if (!d.evals.empty()) {
-    // Table-1 style: one row per configuration, mean and sd over seeds.
+    // Table-1 style: one row per configuration, mean and sd over seeds. A study's evaluations name
+    // their variant, which groups its seeds even where their configs differ (Uniform-Matched: each
+    // seed's gate value is its source seed's gate mass).
     std::map<std::string, std::vector<const nlohmann::json*>> groups;
-    for (const auto& e : d.evals) groups[e.doc["config"].dump()].push_back(&e.doc);
+    for (const auto& e : d.evals) {
+      const std::string variant = e.doc.contains("variant") && e.doc["variant"].is_string() ? e.doc["variant"].get<std::string>() : "";
+      groups[variant.empty() ? e.doc["config"].dump() : "variant " + variant].push_back(&e.doc);
+    }
     h << "<h2 id=\"quality\">Model quality</h2><table><tr><th class=\"l\">configuration</th><th>seeds</th>"
          "<th>Byte-PPL mean</th><th>sd</th><th>bits/byte</th><th>gate mass</th></tr>";
-    for (const auto& [cfg, docs] : groups) {
+    for (const auto& [key, docs] : groups) {
       double m = 0, m2 = 0, bits = 0, gate = 0;
       int gates = 0;
       for (const auto* e : docs) {
@@ -102,8 +107,13 @@ std::string report_html(const ReportData& d) {
       m /= double(docs.size());
       for (const auto* e : docs) m2 += std::pow((*e)["byte_ppl"].get<double>() - m, 2);
       const double sd = docs.size() > 1 ? std::sqrt(m2 / double(docs.size() - 1)) : 0;
-      const auto c = nlohmann::json::parse(cfg);
-      const std::string name = (*docs.front())["label"].get<std::string>() + " L" +
+      const nlohmann::json& c = (*docs.front())["config"];
+      const std::string variant = docs.front()->contains("variant") && (*docs.front())["variant"].is_string()
+                                      ? (*docs.front())["variant"].get<std::string>() + ": "
+                                      : "";
+      const bool matched = docs.size() > 1 && (*docs.front())["config"] != (*docs.back())["config"];
+      const std::string name = variant + (matched ? (*docs.front())["family"].get<std::string>() + " (per-seed settings)"
+                                                  : (*docs.front())["label"].get<std::string>()) + " L" +
                                std::to_string(c.value("n_layer", 0)) + " D" +
                                std::to_string(c.contains("d_model") ? c["d_model"].get<int>() : c.value("dim", 0));
       h << "<tr><td class=\"l\">" << escape(name) << "</td><td>" << docs.size() << "</td><td>" << fmt("%.4f", m) << "</td><td>"

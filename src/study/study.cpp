@@ -80,6 +80,23 @@ bool exec_measured(const std::string& exec_dir, const std::vector<std::string>& 
   return true;
 }
 
+// Each variant with gate_value_from: a gated "fixed" variant whose source is another gated variant
+// of the study with learned gates (its record is the gates, so its gate mass is measured).
+void check_gate_value_sources(const std::vector<StudyVariant>& variants, const std::string& config_path) {
+  for (const auto& v : variants) {
+    if (v.gate_value_from.empty()) continue;
+    const std::string where = config_path + ": variant '" + v.name + "': gate_value_from \"" + v.gate_value_from + "\"";
+    if (v.arch != "gated" || v.settings.value("gate", "") != "fixed")
+      throw Error(where + " sets a fixed gate's value; the variant must be arch \"gated\" with gate \"fixed\"");
+    const auto source = std::find_if(variants.begin(), variants.end(), [&](const StudyVariant& s) { return s.name == v.gate_value_from; });
+    if (source == variants.end()) throw Error(where + " names no variant of the study");
+    const std::string gate = source->arch == "gated" ? source->settings.value("gate", "") : "";
+    if (gate != "featuregate" && gate != "layerstatic" && gate != "uniform")
+      throw Error(where + ": the source must be a gated variant with learned gates (featuregate, layerstatic or uniform), found " +
+                  (source->arch == "gated" ? "gate \"" + gate + "\"" : "arch \"" + source->arch + "\""));
+  }
+}
+
 }  // namespace
 
 StudyConfig parse_study_config(const nlohmann::json& cfg, const std::string& config_path) {
@@ -95,7 +112,7 @@ StudyConfig parse_study_config(const nlohmann::json& cfg, const std::string& con
   c.eval_windows = root.integer("eval_windows", 256, 1, kMany);
   // A variant's keys: its name, arch and shape, the adapter command, and the settings of the
   // trainable families (train/train_family.h), each accepted for the families that have it only.
-  std::vector<std::string> variant_keys{"name", "arch", "layers", "dim", "heads", "seq", "command"};
+  std::vector<std::string> variant_keys{"name", "arch", "layers", "dim", "heads", "seq", "command", "gate_value_from"};
   const auto first_setting = ptrdiff_t(variant_keys.size());
   std::string trainable;
   for (const auto& family : train_families()) {
@@ -112,6 +129,7 @@ StudyConfig parse_study_config(const nlohmann::json& cfg, const std::string& con
     x.heads = int(v.integer("heads", 4, 1, 4096));
     x.seq = int(v.integer("seq", x.arch == "external" ? 0 : 128, x.arch == "external" ? 0 : 1, 1 << 20));  // external: 0 = the model's
     x.command = v.text("command", "");  // arch external
+    x.gate_value_from = v.text("gate_value_from", "");
     if (x.name.empty()) throw Error(v.where() + ": 'name' is missing or empty");
     // The name becomes file names in the output folder: nothing that leaves it or hides in it.
     if (x.name.find('/') != std::string::npos || x.name.find('\\') != std::string::npos || x.name[0] == '.')
@@ -136,8 +154,11 @@ StudyConfig parse_study_config(const nlohmann::json& cfg, const std::string& con
       throw Error(config_path + ": variant '" + x.name + "': " +
                   (x.command.empty() ? "arch \"external\" needs a 'command' (the adapter to start)"
                                      : "'command' belongs to arch \"external\" only"));
+    if (!x.gate_value_from.empty() && given.contains("gate_value"))
+      throw Error(v.where() + ": give 'gate_value' or 'gate_value_from', not both");
     c.variants.push_back(x);
   }
+  check_gate_value_sources(c.variants, config_path);
   for (int64_t s : root.integers("seeds", {1}, 0, INT64_MAX)) {
     if (std::find(c.seeds.begin(), c.seeds.end(), uint64_t(s)) != c.seeds.end())
       throw Error(config_path + ": 'seeds' lists " + std::to_string(s) + " twice (a checkpoint counts once)");
@@ -186,7 +207,8 @@ std::string run_study(const std::string& config_path, const std::string& out_arg
   ensure_folder(out, "the study's output folder");
 
   int64_t total = 2;  // execution and report
-  for (const auto& v : c.variants) total += v.arch == "external" ? 2 : 3 * int64_t(c.seeds.size()) + 1;
+  for (const auto& v : c.variants)
+    total += v.arch == "external" ? 2 : (v.gate_value_from.empty() ? 3 : 4) * int64_t(c.seeds.size()) + 1;
   int64_t done = 0;
   auto stage = [&](const std::string& what) {
     ++done;
@@ -209,7 +231,49 @@ std::string run_study(const std::string& config_path, const std::string& out_arg
     return a;
   };
 
-  for (const auto& v : c.variants) {
+  // The order of the work: a variant matched to another's gate mass after every other variant, so
+  // that its source is trained first (the report keeps the config's order of the files it lists).
+  std::vector<StudyVariant> order;
+  for (const auto& v : c.variants)
+    if (v.gate_value_from.empty()) order.push_back(v);
+  for (const auto& v : c.variants)
+    if (!v.gate_value_from.empty()) order.push_back(v);
+
+  // The gate_value of variant v's checkpoint of `seed`: the gate mass its source's checkpoint of the
+  // same seed measures on the calibration (valid) split, kept in <v>-s<seed>.gate-mass.json with the
+  // source's content hash (measured again when the source changed).
+  auto matched_gate_value = [&](const StudyVariant& v, uint64_t seed) {
+    const StudyVariant& source = *std::find_if(c.variants.begin(), c.variants.end(),
+                                               [&](const StudyVariant& s) { return s.name == v.gate_value_from; });
+    const std::string source_path = checkpoint_path(train_family_named(source.arch), out + "/" + source.name + "-s" + std::to_string(seed));
+    const std::string path = out + "/" + v.name + "-s" + std::to_string(seed) + ".gate-mass.json";
+    const auto m = open_model(source_path, 8, source.seq);
+    const std::string sha = m->content_hash();
+    if (std::ifstream in(path); in) {  // unreadable or malformed: measured again
+      const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+      if (j.is_object() && j.value("source_sha256", "") == sha && j.contains("gate_mass") && j["gate_mass"].is_number()) {
+        stage("measure the gate mass of " + source.name + " seed " + std::to_string(seed) + ": done before, skipped");
+        return j["gate_mass"].get<double>();
+      }
+    }
+    stage("measure the gate mass of " + source.name + " seed " + std::to_string(seed) + " for " + v.name);
+    const EvalResult r = evaluate_auditable(*m, corpus.split("valid"), source.seq, c.eval_windows, 8, false);
+    if (r.gate_mass < 0) throw Error(source_path + ": records no gates, so it has no gate mass for " + v.name);
+    nlohmann::ordered_json j;
+    j["schema"] = "fca-gate-mass-v1";
+    j["variant"] = v.name;
+    j["source"] = source_path;
+    j["source_sha256"] = sha;
+    j["split"] = "valid";
+    j["windows"] = r.windows.size();
+    j["seq_len"] = source.seq;
+    j["gate_mass"] = r.gate_mass;
+    j["provenance"] = provenance_base();
+    write_json(path, j);
+    return r.gate_mass;
+  };
+
+  for (const auto& v : order) {
     if (v.arch == "external") {
       // A model fca does not implement: nothing to train and no c.seeds; it is evaluated, audited and
       // its execution measured (in its own process, by fca exec --external) through its adapter.
@@ -265,6 +329,17 @@ std::string run_study(const std::string& config_path, const std::string& out_arg
       o.out = checkpoint_path(family, stem);
       o.progress = progress;
       const CheckpointFiles files = family.files(o.out);
+      if (!v.gate_value_from.empty()) {
+        o.settings["gate_value"] = matched_gate_value(v, seed);
+        if (file_exists(files.weights)) {  // trained (or begun) with the value its source measured then
+          const double trained_with = nlohmann::json::parse(open_model(o.out, 1, v.seq)->config_json()).value("gate_value", -1.0);
+          if (trained_with != o.settings["gate_value"].get<double>())
+            throw Error(o.out + ": trained with gate_value " + std::to_string(trained_with) + ", but " + v.gate_value_from +
+                        " seed " + std::to_string(seed) + " now measures a gate mass of " +
+                        std::to_string(o.settings["gate_value"].get<double>()) + " (was it retrained?); remove " + o.out +
+                        " and its state to train " + v.name + " again");
+        }
+      }
       if (trained(files.weights, o.steps)) {
         stage("train " + v.name + " seed " + std::to_string(seed) + ": done before, skipped");
       } else {
@@ -282,8 +357,9 @@ std::string run_study(const std::string& config_path, const std::string& out_arg
         const EvalResult r = evaluate_auditable(*m, corpus.split("test"), v.seq, windows, 8, false);
         const nlohmann::json config = nlohmann::json::parse(m->config_json());
         const ModelFamily& family = family_named(v.arch);
-        write_json(eval_path, eval_document({o.out, family.name, family.label(config), config, "byte"}, "test", v.seq, r,
-                                            provenance_base()));
+        auto doc = eval_document({o.out, family.name, family.label(config), config, "byte"}, "test", v.seq, r, provenance_base());
+        doc["variant"] = v.name;  // the report's quality table groups seeds by it
+        write_json(eval_path, doc);
       } else {
         stage("evaluate " + v.name + " seed " + std::to_string(seed) + ": done before, skipped");
       }

@@ -13,6 +13,10 @@ namespace fca {
 struct StudyVariant {
   std::string name, arch;  // arch: a trainable family (train/train_family.h) or "external"
   std::string command;     // arch "external": the adapter command (a model fca does not implement)
+  // A gated "fixed" variant matched to another's gate mass (the paper's Uniform-Matched): the name of
+  // a gated variant with learned gates; each seed's gate_value is the gate mass that variant's
+  // checkpoint of the same seed measures on the calibration (valid) split. Trained after it.
+  std::string gate_value_from;
   nlohmann::json settings = nlohmann::json::object();  // the family's own settings, resolved (defaults filled in)
   int layers = 4, dim = 128, heads = 4, seq = 128;
 };
