@@ -60,11 +60,10 @@ void ensure_audit_markdown(const std::string& audit_dir) {
   write_audit_markdown(audit_dir, nlohmann::ordered_json::parse(in));
 }
 
-// Whether exec.json in `exec_dir` measured exactly `models`, in this order: a study resumed after
-// its variants changed measures again instead of reporting the old set. An unreadable or
-// malformed exec.json counts as not measured.
-// Whether exec_dir/exec.json measured these models in this order: the native ones by checkpoint
-// path, then the adapters' by the command that starts them.
+// Whether exec_dir/exec.json measured exactly these models, in this order: the native ones by
+// checkpoint path, then the adapters' by the command that starts them. A study resumed after its
+// variants changed measures again instead of reporting the old set; an unreadable or malformed
+// exec.json counts as not measured.
 bool exec_measured(const std::string& exec_dir, const std::vector<std::string>& models, const std::vector<std::string>& externals) {
   std::ifstream in(exec_dir + "/exec.json");
   if (!in) return false;
@@ -232,7 +231,7 @@ std::string run_study(const std::string& config_path, const std::string& out_arg
   };
 
   // The order of the work: a variant matched to another's gate mass after every other variant, so
-  // that its source is trained first (the report keeps the config's order of the files it lists).
+  // that its source is trained first (the report lists its files in this order too).
   std::vector<StudyVariant> order;
   for (const auto& v : c.variants)
     if (v.gate_value_from.empty()) order.push_back(v);
