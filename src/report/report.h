@@ -11,6 +11,7 @@ namespace fca {
 
 struct ReportInputs {
   std::vector<std::string> audits, execs, aggregates, evals, train_logs;
+  std::string paper;  // a paper.json (fca paper): its section is added; "" for none
   std::string title = "Frozen-Controller Audit report";
 };
 
@@ -27,6 +28,7 @@ struct ReportData {
     std::vector<std::pair<double, double>> loss, valid;  // (step, value)
   };
   std::vector<TrainLog> train_logs;
+  nlohmann::json paper;  // fca-paper-v1, or null
   std::string title;
   // A short, distinct label per checkpoint (model sha256 -> label), from its path: the file or
   // folder name without ".safetensors" ("featuregate-s1" in a study), extended by parent folders
@@ -73,5 +75,11 @@ std::string figure_training(const ReportData& data);
 
 std::string report_html(const ReportData& data);
 std::string report_markdown(const ReportData& data);
+
+// The paper reproduction (a fca-paper-v1 document, study/paper.h) as a Markdown page, a standalone
+// HTML page and the section report.html carries: every figure with the paper's value beside it.
+std::string paper_markdown(const nlohmann::ordered_json& paper);
+std::string paper_page_html(const nlohmann::ordered_json& paper);
+std::string paper_section_html(const nlohmann::json& paper);
 
 }  // namespace fca

@@ -42,4 +42,7 @@ std::vector<PlainTable> diagnostics_tables(const nlohmann::json& diagnostics);
 // glyph is about 0.6 em), so that figures can size their label margins to fit.
 double text_width(const std::string& text, int size);
 
+// The report's style sheet (CSS), shared by report.html and the paper's page.
+const char* report_style();
+
 }  // namespace fca::report_util

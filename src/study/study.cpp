@@ -190,18 +190,32 @@ StudyConfig parse_study_config(const nlohmann::json& cfg, const std::string& con
   return c;
 }
 
-std::string run_study(const std::string& config_path, const std::string& out_arg, bool progress) {
-  std::ifstream in(config_path);
-  if (!in) throw Error(config_path + ": cannot open the study config");
-  nlohmann::json cfg;
+nlohmann::json read_json_config(const std::string& path, const std::string& what) {
+  std::ifstream in(path);
+  if (!in) throw Error(path + ": cannot open the " + what);
   try {
-    cfg = nlohmann::json::parse(in);
+    return nlohmann::json::parse(in);
   } catch (const nlohmann::json::exception& e) {
-    throw Error(config_path + ": not valid JSON (" + e.what() + ")");
+    throw Error(path + ": not valid JSON (" + e.what() + ")");
   }
-  const StudyConfig c = parse_study_config(cfg, config_path);
+}
+
+std::string run_study(const std::string& config_path, const std::string& out_arg, bool progress) {
+  const StudyConfig c = parse_study_config(read_json_config(config_path, "study config"), config_path);
   const std::string out = !out_arg.empty() ? out_arg : c.out;
   if (out.empty()) throw Error(config_path + ": no 'out' folder (or pass --out)");
+  return write_study_report(run_study(c, config_path, out, progress), out);
+}
+
+std::string write_study_report(const ReportInputs& report, const std::string& out) {
+  const ReportData d = load_report_data(report);
+  const std::string html_path = out + "/report.html";
+  write_file_atomically(html_path, [&](std::ostream& s) { s << report_html(d); });
+  write_file_atomically(out + "/report.md", [&](std::ostream& s) { s << report_markdown(d); });
+  return html_path;
+}
+
+ReportInputs run_study(const StudyConfig& c, const std::string& config_path, const std::string& out, bool progress) {
   const Corpus corpus(c.data.empty() ? default_corpus_dir() : c.data);
   ensure_folder(out, "the study's output folder");
 
@@ -411,11 +425,7 @@ std::string run_study(const std::string& config_path, const std::string& out_arg
   }
   report.execs.push_back(exec_dir + "/exec.json");
   stage("report");
-  const ReportData d = load_report_data(report);
-  const std::string html_path = out + "/report.html";
-  write_file_atomically(html_path, [&](std::ostream& s) { s << report_html(d); });
-  write_file_atomically(out + "/report.md", [&](std::ostream& s) { s << report_markdown(d); });
-  return html_path;
+  return report;
 }
 
 }  // namespace fca

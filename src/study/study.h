@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 #include "core/json.h"
+#include "report/report.h"
 #include <string>
 #include <vector>
 
@@ -43,8 +44,16 @@ struct StudyConfig {
 // Reads a study config (`where` names it in errors); throws Error on anything it does not accept.
 StudyConfig parse_study_config(const nlohmann::json& config, const std::string& where);
 
-// Runs the study described by `config_path` into `out_dir` (the config's "out" when empty).
-// Returns the report's path.
+// A JSON config file (`what` names it in errors: "study config").
+nlohmann::json read_json_config(const std::string& path, const std::string& what);
+
+// Runs the study described by `config_path` into `out_dir` (the config's "out" when empty), writes
+// its report and returns the report's path.
 std::string run_study(const std::string& config_path, const std::string& out_dir, bool progress);
+// Runs a parsed study into `out` (`config_path` names it in errors): everything but the report;
+// returns the report's inputs, in the study's order.
+ReportInputs run_study(const StudyConfig& c, const std::string& config_path, const std::string& out, bool progress);
+// <out>/report.html and report.md from `report`; returns report.html's path.
+std::string write_study_report(const ReportInputs& report, const std::string& out);
 
 }  // namespace fca
