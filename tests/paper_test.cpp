@@ -120,6 +120,15 @@ class TinyPaper : public ::testing::Test {
   nlohmann::json values_;
 };
 
+TEST_F(TinyPaper, AMissingCorpusIsNamedBeforeAnyTraining) {
+  std::filesystem::remove_all(dir_.file("b"));
+  const auto r = run();
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("corpus 'sotu': the data folder " + dir_.file("b") + " does not exist; fetch the pinned corpora with make data-paper"),
+            std::string::npos) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(dir_.file("out/nlp-corpus")));  // the first corpus was not started
+}
+
 TEST_F(TinyPaper, EveryFigureIsPrintedBesideThePapersValue) {
   auto r = run();
   ASSERT_EQ(r.exit_code, 0) << r.output;

