@@ -1,14 +1,19 @@
-// Every test runs with the families installed, as every program does at start-up (families/families.h).
+// Every test runs with the families installed, as every program does at start-up (families/families.h),
+// and with the toy family (toy_family/toy_family.h) after them.
 #include <gtest/gtest.h>
 
 #include "families/families.h"
+#include "toy_family/toy_family.h"
 
 namespace fca {
 namespace {
 
 class FamiliesEnvironment : public ::testing::Environment {
  public:
-  void SetUp() override { install_families(); }
+  void SetUp() override {
+    install_families();
+    toy::install_toy_family();
+  }
 };
 
 // Registered before main() runs (gtest_main), so SetUp runs before the first test.

@@ -1,25 +1,57 @@
-// What every installed family must satisfy for the audit's exact-replay check to mean what it
-// says, run over model_families() so that a new family is covered without a line here:
-// - the pass that records the coefficient cache (a live pass with a recording coefficient source)
-//   equals the plain live pass bit for bit, logits and per-window NLL: exact replay compares the
-//   replay with the recording pass where it keeps its logits (audit/recorded_live.h), so recording
-//   must not change the run;
-// - replaying the recorded coefficients reproduces both, with 0 controller evaluations.
-// The audit also checks the first point on one batch per rank in every run (exact_replay.h); this
-// suite checks it for every family and every choice-valued setting (each gate kind), with batches
-// of 1 and 3 windows, so that a recording path that differs only for some configurations fails here.
+// The conformance suite: what every installed family must satisfy, one parameterised test per
+// check, instantiated over model_families() (the test binary's toy family included), so that a
+// new family is covered without a line here, in the spirit of llama.cpp's test-backend-ops:
+// - recording equals the plain live pass bit for bit (exact replay compares the replay with the
+//   recording pass, audit/recorded_live.h), for every choice-valued setting and batches of 1 and 3;
+// - replaying the record reproduces both bit for bit, with 0 controller evaluations;
+// - the probe is sensitive: the audit's probe perturbation of any one probe group changes the
+//   replay's logits (a replay that ignores its coefficients would pass exact replay);
+// - exec's counted pass of every mode equals the family's FLOP formulas (exec/counted_pass.h);
+// - a checkpoint saved, loaded into another model and saved again is the same checkpoint;
+// - a bad shape and a damaged checkpoint are refused with an Error naming them;
+// - trace names are stable: the same in every pass and batch, and as committed in
+//   tests/data/family_trace_names.json;
+// - train, audit, exec and the report run end to end on a tiny checkpoint.
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <set>
 #include <vector>
 
+#include "audit/audit.h"
+#include "audit/replay_probe.h"
+#include "core/error.h"
 #include "core/rng.h"
+#include "core/threads.h"
+#include "data/corpus.h"
+#include "exec/exec.h"
+#include "exec/exec_family.h"
+#include "families/families.h"
 #include "models/registry.h"
+#include "report/report.h"
 #include "test_util.h"
+#include "toy_family/toy_family.h"
 #include "train/train_family.h"
+#include "train/trainer.h"
 
 namespace fca {
 namespace {
+
+// The names of the installed families. gtest builds the parameter list before the test
+// environment's SetUp, so it installs them itself (both calls are idempotent, in the order
+// families_environment.cpp uses).
+std::vector<std::string> installed_family_names() {
+  install_families();
+  toy::install_toy_family();
+  std::vector<std::string> names;
+  for (const auto& f : model_families()) names.push_back(f.name);
+  return names;
+}
+
+// A shape every family takes: L 2, D 16, H 2, T 16.
+constexpr ModelShape kShape{2, 16, 2, 16};
 
 struct Pass {
   std::vector<float> logits;  // [B, T, vocab]
@@ -38,36 +70,49 @@ void expect_same_bits(const Pass& a, const Pass& b, const std::string& what) {
   for (double v : a.nll) EXPECT_TRUE(std::isfinite(v)) << what;
 }
 
-// Every family with its defaults, and each further value of its choice-valued settings.
-std::vector<std::pair<const TrainFamily*, nlohmann::json>> configurations() {
-  std::vector<std::pair<const TrainFamily*, nlohmann::json>> out;
-  for (const auto& model_family : model_families()) {
-    const TrainFamily& family = train_family_named(model_family.name);
-    out.emplace_back(&family, resolve_settings(family, nlohmann::json::object(), "test"));
-    for (const auto& setting : family.settings)
-      for (const auto& choice : setting.choices)
-        if (choice != setting.default_value)
-          out.emplace_back(&family, resolve_settings(family, {{setting.key, choice}}, "test"));
-  }
-  return out;
+// Windows [B, T] of random bytes below the model's vocabulary.
+std::vector<int32_t> random_tokens(const AuditableModel& m, int B, int T, uint64_t seed) {
+  Rng rng(seed);
+  std::vector<int32_t> x(size_t(B) * T);
+  for (auto& v : x) v = int32_t(rng.below(uint64_t(std::min(m.vocab(), 256))));
+  return x;
 }
 
-TEST(FamilyConformance, RecordingEqualsThePlainLivePassAndReplayReproducesBoth) {
+class FamilyConformance : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override { set_threads(2); }
+  const TrainFamily& family() const { return train_family_named(GetParam()); }
+  nlohmann::json defaults() const { return resolve_settings(family(), nlohmann::json::object(), "test"); }
+  // The family's defaults, and each further value of its choice-valued settings.
+  std::vector<nlohmann::json> configurations() const {
+    std::vector<nlohmann::json> out{defaults()};
+    for (const auto& setting : family().settings)
+      for (const std::string& choice : setting.choices) {
+        if (setting.default_value.is_string() && setting.default_value.get<std::string>() == choice) continue;
+        nlohmann::json given = nlohmann::json::object();
+        given[setting.key] = choice;
+        out.push_back(resolve_settings(family(), given, "test"));
+      }
+    return out;
+  }
+  // A freshly initialised checkpoint of the family, saved under `stem`.
+  std::string fresh_checkpoint(const nlohmann::json& settings, uint64_t seed, const std::string& stem) {
+    const std::string path = checkpoint_path(family(), dir.file(GetParam() + "-" + stem));
+    family().make(kShape, settings, TrainableArgs{seed, 2, {}, 1.0}, "test")->save(path, {});
+    return path;
+  }
   testing::TempDir dir;
-  const ModelShape shape{2, 16, 2, 16};
-  const int T = shape.seq;
+};
+
+TEST_P(FamilyConformance, RecordingEqualsLiveAndReplayReproducesItWithoutTheController) {
+  const int T = kShape.seq;
   int n = 0;
-  for (const auto& [family, settings] : configurations()) {
-    const std::string what = family->name + " " + settings.dump();
-    SCOPED_TRACE(what);
-    const std::string path = checkpoint_path(*family, dir.file(std::to_string(n++) + "-model"));
-    family->make(shape, settings, TrainableArgs{7, 2, {}, 1.0}, "test")->save(path, {});
+  for (const auto& settings : configurations()) {
+    SCOPED_TRACE(settings.dump());
+    const std::string path = fresh_checkpoint(settings, 7, std::to_string(n++));
     for (int B : {1, 3}) {
       const auto model = open_model(path, B, T);
-      Rng rng(uint64_t(11 + B));
-      std::vector<int32_t> x(size_t(B) * T), y(size_t(B) * T);
-      for (auto& v : x) v = int32_t(rng.below(uint64_t(std::min(model->vocab(), 256))));
-      for (auto& v : y) v = int32_t(rng.below(uint64_t(std::min(model->vocab(), 256))));
+      const auto x = random_tokens(*model, B, T, uint64_t(11 + B)), y = random_tokens(*model, B, T, uint64_t(13 + B));
       std::vector<double> nll(static_cast<size_t>(B));
       CoefficientTensor recorded = model->make_coefficients(B, T);
       model->poison_logits(B, T);
@@ -84,8 +129,164 @@ TEST(FamilyConformance, RecordingEqualsThePlainLivePassAndReplayReproducesBoth) 
       EXPECT_EQ(model->replay_controller_evaluations(), before);
     }
   }
-  EXPECT_GE(n, int(model_families().size()));
 }
+
+TEST_P(FamilyConformance, TheProbeIsSensitive) {
+  const int B = 2, T = kShape.seq;
+  const auto model = open_model(fresh_checkpoint(defaults(), 7, "probe"), B, T);
+  const auto x = random_tokens(*model, B, T, 21), y = random_tokens(*model, B, T, 22);
+  std::vector<double> nll(static_cast<size_t>(B));
+  CoefficientTensor recorded = model->make_coefficients(B, T);
+  model->run_live(x.data(), y.data(), B, T, &recorded, 0, nll.data());
+  const Pass replayed = take(*model, B, T, nll);
+  const std::vector<ProbeGroup> groups = probe_groups(recorded.view());
+  ASSERT_FALSE(groups.empty());
+  for (const ProbeGroup& group : groups) {
+    CoefficientTensor perturbed = recorded;
+    perturb_for_probe(perturbed, group.layer);
+    model->run_replay(x.data(), y.data(), B, T, perturbed, nll.data());
+    const Pass probe = take(*model, B, T, nll);
+    EXPECT_NE(std::memcmp(probe.logits.data(), replayed.logits.data(), probe.logits.size() * sizeof(float)), 0)
+        << "the probe's perturbation of " << group.name << " left every logit unchanged";
+  }
+  EXPECT_EQ(model->replay_controller_evaluations(), 0);
+}
+
+TEST_P(FamilyConformance, SaveLoadRoundTripIsTheSameCheckpoint) {
+  const std::string saved = fresh_checkpoint(defaults(), 7, "saved");
+  const std::string other = fresh_checkpoint(defaults(), 8, "other");
+  auto trainable = family().make(kShape, defaults(), TrainableArgs{8, 2, {}, 1.0}, "test");
+  trainable->load(saved);
+  const std::string again = checkpoint_path(family(), dir.file(GetParam() + "-again"));
+  trainable->save(again, {});
+  EXPECT_EQ(open_model(again, 1, kShape.seq)->content_hash(), open_model(saved, 1, kShape.seq)->content_hash());
+  EXPECT_NE(open_model(other, 1, kShape.seq)->content_hash(), open_model(saved, 1, kShape.seq)->content_hash())
+      << "two seeds gave one checkpoint: the round trip compares nothing";
+}
+
+TEST_P(FamilyConformance, ABadShapeAndADamagedCheckpointAreRefused) {
+  for (const ModelShape bad : {ModelShape{0, 16, 2, 16}, ModelShape{2, 0, 2, 16}, ModelShape{2, 16, 2, 0}, ModelShape{2, 16, 3, 16}}) {
+    try {
+      family().check(bad, defaults(), "flags");
+      ADD_FAILURE() << "shape L " << bad.layers << " D " << bad.dim << " H " << bad.heads << " T " << bad.seq << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("flags"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_THROW(resolve_settings(family(), {{"no_such_setting", 1}}, "test"), Error);
+  const std::string path = fresh_checkpoint(defaults(), 7, "damaged");
+  const std::string weights = family().files(path).weights;
+  std::filesystem::resize_file(weights, std::filesystem::file_size(weights) / 2);
+  try {
+    open_model(path, 1, kShape.seq);
+    ADD_FAILURE() << "a truncated checkpoint was opened";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(std::filesystem::path(weights).filename().string()), std::string::npos) << e.what();
+  }
+}
+
+TEST_P(FamilyConformance, TraceNamesAreStable) {
+  const int T = kShape.seq;
+  const std::string path = fresh_checkpoint(defaults(), 7, "trace");
+  std::vector<std::string> first;
+  for (int B : {1, 2}) {
+    const auto model = open_model(path, B, T);
+    model->set_keep_intermediates(true);
+    model->set_max_batch(B);
+    const auto x = random_tokens(*model, B, T, 31), y = random_tokens(*model, B, T, 32);
+    std::vector<double> nll(static_cast<size_t>(B));
+    CoefficientTensor recorded = model->make_coefficients(B, T);
+    for (bool live : {true, true, false}) {
+      if (live) model->run_live(x.data(), y.data(), B, T, &recorded, 0, nll.data());
+      else model->run_replay(x.data(), y.data(), B, T, recorded, nll.data());
+      std::vector<std::string> names;
+      for (const TraceTensor& t : model->trace_tensors(B, T, live)) {
+        names.push_back(t.name);
+        ASSERT_GE(t.shape.size(), 2u) << t.name;
+        EXPECT_EQ(t.shape[0], B) << t.name;
+        EXPECT_EQ(t.shape[1], T) << t.name;
+        EXPECT_NE(t.data, nullptr) << t.name;
+      }
+      EXPECT_EQ(std::set<std::string>(names.begin(), names.end()).size(), names.size()) << "a trace name is used twice";
+      if (live && first.empty()) first = names;
+      if (live) {
+        EXPECT_EQ(names, first) << "B " << B;
+      }
+    }
+  }
+  const nlohmann::json committed = nlohmann::json::parse(std::ifstream(std::string(FCA_SOURCE_DIR) + "/tests/data/family_trace_names.json"));
+  ASSERT_TRUE(committed.contains(GetParam())) << "tests/data/family_trace_names.json has no entry for " << GetParam()
+                                              << "; its live trace names at L 2 are " << nlohmann::json(first).dump();
+  EXPECT_EQ(committed[GetParam()].get<std::vector<std::string>>(), first);
+}
+
+// Train a few steps, audit, exec (every mode's counters checked against the family's formulas),
+// and the report over the three documents.
+TEST_P(FamilyConformance, TrainAuditExecAndReportRunEndToEnd) {
+  testing::write_corpus(dir.path(), 30000, 6000, 6000);
+  const Corpus corpus(dir.path());
+  TrainOptions t;
+  t.arch = GetParam();
+  t.shape = kShape;
+  t.settings = defaults();
+  t.batch = 4;
+  t.steps = 3;
+  t.warmup = 1;
+  t.eval_every = 0;
+  t.eval_windows = 4;
+  t.seed = 5;
+  t.progress = false;
+  t.out = checkpoint_path(family(), dir.file(GetParam() + "-trained"));
+  const TrainResult trained = train_model(t, corpus);
+  EXPECT_EQ(trained.steps_done, 3);
+  EXPECT_TRUE(std::isfinite(trained.final_valid_nll));
+
+  AuditOptions a;
+  a.model_path = t.out;
+  a.eval_windows = 16;
+  a.calib_windows = 16;
+  a.reps = 2;
+  a.batch = 4;
+  a.bootstrap_resamples = 200;
+  a.seed = 3;
+  a.out_dir = dir.file("audit");
+  a.progress = false;
+  const auto model = open_model(t.out, a.batch, kShape.seq);
+  const nlohmann::ordered_json audit = run_audit(*model, corpus, a);
+  EXPECT_TRUE(audit["exact_replay"]["passed"].get<bool>());
+  EXPECT_TRUE(audit["replay_sensitivity"]["passed"].get<bool>());
+  EXPECT_EQ(audit["replay_sensitivity"]["controller_evaluations"], 0);
+  ASSERT_FALSE(audit["conditions"].empty());
+  for (const auto& c : audit["conditions"]) EXPECT_EQ(c["controller_evaluations"], 0) << c["name"];
+
+  ExecOptions e;
+  e.models = {t.out};
+  e.batch = 2;
+  e.runs = 1;
+  e.max_runs = 1;
+  e.warmup = 0;
+  e.time_budget_s = 0;
+  e.calib_windows = 4;
+  e.eval_windows = 4;
+  e.out_dir = dir.file("exec");
+  e.progress = false;
+  const nlohmann::ordered_json exec = run_exec(corpus, e);
+  ASSERT_EQ(exec["models"].size(), 1u);
+  EXPECT_EQ(exec["models"][0]["family"], GetParam());
+  ASSERT_FALSE(exec["models"][0]["modes"].empty());
+  for (const auto& mode : exec["models"][0]["modes"]) EXPECT_TRUE(mode["counters_match_graph"].get<bool>()) << mode["mode"];
+
+  ReportInputs r;
+  r.audits = {a.out_dir + "/audit.json"};
+  r.execs = {e.out_dir + "/exec.json"};
+  r.train_logs = {family().files(t.out).log};
+  const std::string html = report_html(load_report_data(r));
+  const std::string label = family_named(GetParam()).label(nlohmann::json::parse(model->config_json()));
+  EXPECT_NE(html.find(label), std::string::npos) << "the report does not name the model's label " << label;
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryFamily, FamilyConformance, ::testing::ValuesIn(installed_family_names()),
+                         [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
 
 }  // namespace
 }  // namespace fca

@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "core/json_fields.h"
 #include "core/progress.h"
+#include "models/record_kind.h"
 #include "models/routing_record.h"
 
 namespace fca {
@@ -18,7 +19,7 @@ constexpr const char* kCacheFormat = "fca-audit-cache-v1";
 nlohmann::ordered_json record_json(const CoefficientShape& shape) {
   nlohmann::ordered_json r{{"kind", record_kind_name(shape.kind)}, {"slots", shape.slots}, {"categories", shape.categories},
                            {"selected", shape.selected}};
-  if (shape.kind == RecordKind::exit_depth) r["min_exit"] = shape.min_exit;  // other kinds' manifests unchanged
+  if (const auto extras = record_kind_row(shape.kind).write_manifest_extras) extras(r, shape);  // exit_depth: min_exit
   return r;
 }
 }  // namespace
@@ -75,17 +76,13 @@ CacheManifest CacheManifest::from_json(const nlohmann::json& j, const std::strin
     if (f.has("record")) {  // routing records (absent in caches of continuous coefficients)
       const JsonFields r = f.object("record", {"kind", "slots", "categories", "selected", "min_exit"});
       const std::string kind = r.text("kind", "");
-      bool known = false;
-      for (RecordKind k : {RecordKind::continuous, RecordKind::expert_routing, RecordKind::token_selection, RecordKind::exit_depth})
-        if (kind == record_kind_name(k)) m.shape.kind = k, known = true;
-      if (!known) throw Error(where + ": unknown record kind '" + kind + "' in the cache manifest");
+      const RecordKindRow* row = record_kind_named(kind);
+      if (row == nullptr) throw Error(where + ": unknown record kind '" + kind + "' in the cache manifest");
+      m.shape.kind = row->kind;
       m.shape.slots = int(r.integer("slots", 0, 0, 1 << 16));
       m.shape.categories = int(r.integer("categories", 0, 0, 1 << 16));
       m.shape.selected = int(r.integer("selected", 0, 0, 1 << 20));
-      if (m.shape.kind == RecordKind::exit_depth) {
-        if (!r.has("min_exit")) throw Error(where + ": cache manifest: an exit_depth record without 'min_exit'");
-        m.shape.min_exit = int(r.integer("min_exit", 0, 1, 1 << 16));
-      }
+      if (row->read_manifest_extras != nullptr) row->read_manifest_extras(r, m.shape, where);
     }
     m.dtype = f.text("dtype", "");
     m.axes = j.at("axes").get<std::vector<std::string>>();

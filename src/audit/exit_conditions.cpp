@@ -126,27 +126,6 @@ bool exit_condition_randomized(const std::string& name) {
   return name == "cross_input" || name == "token_shuffle" || name == "cross_shuffle" || name == "structure_removed";
 }
 
-std::vector<int> exit_depths(const CoefficientView& v, int window) {
-  const int T = v.shape.tokens, P = v.shape.layers;
-  std::vector<int> d(size_t(T), 1);
-  const int32_t* c = v.window_discrete(window);
-  for (int k = 0; k < P; ++k)
-    for (int t = 0; t < T; ++t) d[size_t(t)] += c[int64_t(k) * T + t];
-  return d;
-}
-
-void write_exit_depths(CoefficientTensor& out, int slot, const std::vector<int>& d) {
-  const CoefficientShape& s = out.shape();
-  if (s.kind != RecordKind::exit_depth || int(d.size()) != s.tokens)
-    throw Error("internal error: exit depths for a record of shape " + s.to_string());
-  for (int k = 1; k <= s.layers; ++k)
-    for (int t = 0; t < s.tokens; ++t) {
-      const int c = d[size_t(t)] > k ? 1 : 0;
-      out.discrete_at(slot, k - 1, t, 0) = c;
-      out.at(slot, k - 1, t) = float(1 - c);  // the absorbing fill: 0 while running (and below m), 1 once stopped
-    }
-}
-
 ExitProfiles exit_profiles(const CoefficientView& C) {
   const CoefficientShape& s = C.shape;
   if (s.kind != RecordKind::exit_depth) throw Error("exit profiles need exit_depth records, found " + s.to_string());

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "audit/conditions.h"
+#include "models/routing_record.h"
 
 namespace fca {
 
@@ -22,10 +23,7 @@ const std::vector<std::string>& exit_condition_names();
 const std::vector<std::pair<std::string, std::string>>& exit_skipped_conditions();
 bool exit_condition_randomized(const std::string& name);
 
-// d_t of window w of a record, [T].
-std::vector<int> exit_depths(const CoefficientView& records, int window);
-// Writes depths [T] as window `slot` of `out`: c and the absorbing fill.
-void write_exit_depths(CoefficientTensor& out, int slot, const std::vector<int>& depths);
+// exit_depths and write_exit_depths: models/routing_record.h.
 
 // PositionDepth and DepthHistogram by the exact integer rules of docs/exit.md, and MeanDepth's d-bar.
 ExitProfiles exit_profiles(const CoefficientView& calibration);

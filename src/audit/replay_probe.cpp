@@ -4,17 +4,18 @@
 #include <cstring>
 #include <vector>
 
-#include "audit/exit_conditions.h"
 #include "core/error.h"
+#include "models/record_kind.h"
 
 namespace fca {
 
 std::vector<ProbeGroup> probe_groups(const CoefficientView& A) {
   const CoefficientShape& s = A.shape;
-  if (s.kind == RecordKind::exit_depth) return {{"every layer (exit depths are per token)", -1}};
+  const RecordKindRow& row = record_kind_row(s.kind);
+  if (row.whole_record_probe != nullptr) return {{row.whole_record_probe, -1}};
   std::vector<ProbeGroup> groups;
   for (int l = 0; l < s.layers; ++l) {
-    bool any = s.kind != RecordKind::continuous;  // routing records perturb the discrete field of every layer
+    bool any = row.discrete;  // routing records perturb the discrete field of every layer
     for (int st = 0; st < s.streams && !any; ++st)
       for (int k = 0; k < s.sources && !any; ++k) any = A.valid(l, st, k);
     if (any) groups.push_back({"layer " + std::to_string(l), l});
@@ -34,28 +35,7 @@ void perturb_for_probe(CoefficientTensor& c, int layer) {
               float& v = c.at(w, l, t, st, k);
               v = v + 0.25f * (1.0f + std::abs(v));
             }
-  if (s.kind == RecordKind::expert_routing) {
-    for (int w = 0; w < c.windows(); ++w)
-      for (int l = l0; l < l1; ++l)
-        for (int t = 0; t < s.tokens; ++t)
-          for (int k = 0; k < s.slots; ++k) c.discrete_at(w, l, t, k) = (c.discrete_at(w, l, t, k) + 1) % s.categories;
-  } else if (s.kind == RecordKind::exit_depth) {
-    if (layer >= 0) throw Error("internal error: exit depths are probed as one group, not per layer");
-    // Every token one block deeper, or one shallower where it ran them all (still a valid depth:
-    // m <= L - 1), with its absorbing fill.
-    for (int w = 0; w < c.windows(); ++w) {
-      std::vector<int> d = exit_depths(c.view(), w);
-      for (int& v : d) v = v < s.layers + 1 ? v + 1 : v - 1;
-      write_exit_depths(c, w, d);
-    }
-  } else if (s.kind == RecordKind::token_selection) {
-    std::vector<int32_t> row(size_t(s.tokens));
-    for (int w = 0; w < c.windows(); ++w)
-      for (int l = l0; l < l1; ++l) {
-        for (int t = 0; t < s.tokens; ++t) row[size_t(t)] = c.discrete_at(w, l, t, 0);
-        for (int t = 0; t < s.tokens; ++t) c.discrete_at(w, l, (t + 1) % s.tokens, 0) = row[size_t(t)];
-      }
-  }
+  if (const auto perturb_discrete = record_kind_row(s.kind).perturb_discrete) perturb_discrete(c, layer);
 }
 
 ReplayProbe probe_replay_sensitivity(AuditableModel& model, const WindowSet& windows, const CoefficientView& A, int w0, int B) {
@@ -101,9 +81,7 @@ ReplayProbe probe_replay_sensitivity(AuditableModel& model, const WindowSet& win
   p.controller_evaluations = model.replay_controller_evaluations() - before;
   const CoefficientShape& s = A.shape;
   p.perturbation = "every valid coefficient v of one group replaced by v + 0.25 (1 + |v|)";
-  if (s.kind == RecordKind::expert_routing) p.perturbation += ", every expert index e by (e + 1) mod " + std::to_string(s.categories);
-  if (s.kind == RecordKind::token_selection) p.perturbation += ", every token selection moved one token later (cyclically)";
-  if (s.kind == RecordKind::exit_depth) p.perturbation += ", every token's depth one block deeper (one shallower at full depth)";
+  p.perturbation += record_kind_row(s.kind).probe_words(s);
   return p;
 }
 

@@ -1,30 +1,17 @@
 #include "models/coefficient_tensor.h"
 
+#include "models/record_kind.h"
+
 #include <cstring>
 #include <vector>
 
 
 namespace fca {
 
-const char* record_kind_name(RecordKind kind) {
-  switch (kind) {
-    case RecordKind::continuous: return "continuous";
-    case RecordKind::expert_routing: return "expert_routing";
-    case RecordKind::token_selection: return "token_selection";
-    case RecordKind::exit_depth: return "exit_depth";
-  }
-  return "?";
-}
-
 std::string CoefficientShape::to_string() const {
   std::string s = "[layer " + std::to_string(layers) + ", token " + std::to_string(tokens) + ", stream " +
                   std::to_string(streams) + ", source " + std::to_string(sources) + "]";
-  if (kind == RecordKind::exit_depth)
-    s += std::string(" ") + record_kind_name(kind) + " (min exit " + std::to_string(min_exit) + ")";
-  else if (kind != RecordKind::continuous)
-    s += std::string(" ") + record_kind_name(kind) + " (slots " + std::to_string(slots) + ", categories " +
-         std::to_string(categories) + ", selected " + std::to_string(selected) + ")";
-  return s;
+  return s + record_kind_row(kind).shape_words(*this);
 }
 
 void CoefficientTensor::copy_window(int to, const CoefficientView& source, int from) {

@@ -19,8 +19,9 @@ namespace fca {
 
 // What a (layer, token) record is: continuous coefficients (gates, mixing weights), or a routing
 // decision with a discrete field.
+// Everything fca does differently per kind is its row in models/record_kind.h.
 enum class RecordKind { continuous, expert_routing, token_selection, exit_depth };
-const char* record_kind_name(RecordKind kind);
+const char* record_kind_name(RecordKind kind);  // the row's name
 
 struct CoefficientShape {
   int layers = 0, tokens = 0, streams = 1, sources = 1;

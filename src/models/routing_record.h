@@ -1,6 +1,6 @@
-// Operations on routing records (CoefficientTensor of kind expert_routing or token_selection) that
-// do not depend on the model family: validation, the dense expert-weight view the variance
-// decomposition runs on, and expert load / selection frequency.
+// Operations on controller records that do not depend on the model family: validation, the dense
+// view the variance decomposition runs on, expert load / selection frequency, and exit depths. Each
+// is its kind's row of the record-kind table (models/record_kind.h).
 #pragma once
 #include <string>
 #include <vector>
@@ -17,6 +17,11 @@ void check_routing_records(const CoefficientView& records, const std::string& wh
 // exit_depth, one window's continued flags [L-1][T]: each 0 or 1, 1 below s.min_exit, non-increasing
 // in the exit point; throws Error naming `where`, the exit point and the token.
 void check_exit_record(const int32_t* continued, const CoefficientShape& s, const std::string& where);
+
+// exit_depth: d_t of window w of a record, [T]; and depths [T] written as window `slot` of `out`:
+// c and the absorbing fill.
+std::vector<int> exit_depths(const CoefficientView& records, int window);
+void write_exit_depths(CoefficientTensor& out, int slot, const std::vector<int>& depths);
 
 // expert_routing: the dense E-vector of weights per token, zeros where unselected, as a
 // continuous tensor [L, T, 1, E] per window. token_selection: the weights sigmoid(s) unchanged.

@@ -13,6 +13,7 @@
 #include "core/exec_counters.h"
 #include "models/base/batch_position.h"
 #include "models/base/controller_source.h"
+#include "models/base/recorded_source.h"
 #include "models/coefficient_tensor.h"
 #include "models/gated/model.h"
 
@@ -36,6 +37,8 @@ class GateController {
 template <typename T>
 class CoefficientSource : public ControllerSource {
  public:
+  using Value = T;
+  using Inputs = const T*;  // phi
   // Writes g [batch * tokens] for `layer`. phi [batch * tokens, 4] or null.
   virtual void coefficients(int layer, const BatchPosition& batch, const T* phi, T* g) = 0;
 };
@@ -51,27 +54,12 @@ class LiveCoefficients : public CoefficientSource<T> {
   GateController<T> controller_;
 };
 
+// Recording and replay are the shared sources of models/base/recorded_source.h over the record's
+// one gate per (layer, token).
 template <typename T>
-class RecordingCoefficients : public LiveCoefficients<T> {
- public:
-  // `sink` must have shape [layer L, token T', 1, 1] and enough windows for every batch recorded.
-  RecordingCoefficients(const GatedModel<T>& model, CoefficientTensor& sink);
-  void coefficients(int layer, const BatchPosition& batch, const T* phi, T* g) override;
-
- private:
-  CoefficientTensor& sink_;
-};
-
+using RecordingCoefficients = RecordingSource<LiveCoefficients<T>>;
 template <typename T>
-class ReplayedCoefficients : public CoefficientSource<T> {
- public:
-  explicit ReplayedCoefficients(const CoefficientTensor& coefficients) : coefficients_(coefficients) {}
-  bool evaluates_controller() const override { return false; }
-  void coefficients(int layer, const BatchPosition& batch, const T* phi, T* g) override;
-
- private:
-  const CoefficientTensor& coefficients_;
-};
+using ReplayedCoefficients = ReplayedSource<CoefficientSource<T>>;
 
 // The gated family's coefficient shape for windows of `tokens` tokens: [L, tokens, 1, 1].
 CoefficientShape gated_coefficient_shape(const GatedConfig& config, int tokens);

@@ -31,7 +31,12 @@ struct MoeConfig {
   std::string to_json() const;  // expert_hidden written resolved
   // Unknown keys and malformed numbers are errors.
   static MoeConfig from_json(const std::string& text, const std::string& where);
-  bool operator==(const MoeConfig&) const = default;
+  // The same model: expert_hidden compared resolved (0 and 4D/k are one width), as to_json writes
+  // it, so that a fresh config equals the config read back from its checkpoint.
+  bool operator==(const MoeConfig& o) const {
+    return n_layer == o.n_layer && d_model == o.d_model && n_head == o.n_head && seq_len == o.seq_len && n_expert == o.n_expert &&
+           top_k == o.top_k && hidden() == o.hidden() && aux_loss == o.aux_loss;
+  }
 };
 
 std::vector<TensorSlot> moe_tensor_layout(const MoeConfig& config);

@@ -1,0 +1,54 @@
+#include "models/record_kind.h"
+
+#include <cstring>
+
+#include "core/error.h"
+
+namespace fca {
+
+const std::vector<RecordKindRow>& record_kind_rows() {
+  static const std::vector<RecordKindRow> rows{continuous_record_kind(), expert_routing_record_kind(),
+                                               token_selection_record_kind(), exit_depth_record_kind()};
+  return rows;
+}
+
+const RecordKindRow& record_kind_row(RecordKind kind) {
+  for (const RecordKindRow& row : record_kind_rows())
+    if (row.kind == kind) return row;
+  throw Error("internal error: record kind " + std::to_string(int(kind)) + " has no row in the record-kind table");
+}
+
+const RecordKindRow* record_kind_named(const std::string& name) {
+  for (const RecordKindRow& row : record_kind_rows())
+    if (name == row.name) return &row;
+  return nullptr;
+}
+
+const char* record_kind_name(RecordKind kind) { return record_kind_row(kind).name; }
+
+CoefficientTensor record_values(const CoefficientView& v) {
+  const CoefficientShape& s = v.shape;
+  CoefficientTensor out(v.windows, CoefficientShape{s.layers, s.tokens, s.streams, s.sources});
+  std::memcpy(out.values().data(), v.data, sizeof(float) * out.values().size());
+  return out;
+}
+
+std::string discrete_shape_words(const CoefficientShape& s) {
+  return std::string(" ") + record_kind_name(s.kind) + " (slots " + std::to_string(s.slots) + ", categories " +
+         std::to_string(s.categories) + ", selected " + std::to_string(s.selected) + ")";
+}
+
+std::vector<std::vector<double>> flag_frequency(const CoefficientView& v) {
+  const CoefficientShape& s = v.shape;
+  std::vector<std::vector<double>> load(size_t(s.layers), std::vector<double>(size_t(s.tokens), 0.0));
+  const double per = 1.0 / v.windows;
+  for (int w = 0; w < v.windows; ++w) {
+    const int32_t* d = v.window_discrete(w);
+    for (int l = 0; l < s.layers; ++l)
+      for (int t = 0; t < s.tokens; ++t)
+        if (d[(int64_t(l) * s.tokens + t) * s.slots] == 1) load[size_t(l)][size_t(t)] += per;
+  }
+  return load;
+}
+
+}  // namespace fca

@@ -1,0 +1,154 @@
+// The toy family's entries in the three family tables (models/registry.h, train/train_family.h,
+// exec/exec_family.h) and its AuditableModel, each written from the public pieces a family of
+// fca's own would use: RoutedAuditable (names from traits, runs from FamilyAuditable), FlatTrainable
+// (optimizer steps, validation, checkpoints), count_mode / dense_same_shape / mean_window_nll
+// (exec), and the generic recording and replayed sources (models/base/recorded_source.h).
+#include "toy_family/toy_family.h"
+
+#include <memory>
+
+#include "core/sha256.h"
+#include "exec/exec_family.h"
+#include "models/family_auditable.h"
+#include "models/registry.h"
+#include "toy_family/toy_model.h"
+#include "train/flat_trainable.h"
+#include "train/train_family.h"
+
+namespace fca::toy {
+namespace {
+
+struct ToyAuditTraits {
+  using Model = ToyModel<float>;
+  using RunState = ToyRunState<float>;
+  using Live = ToyLiveGates<float>;
+  using Recording = ToyRecordingGates<float>;
+  using Replayed = ToyReplayedGates<float>;
+  static RunState run_state(const Model& m, int B, int T) { return RunState(m.config(), B, T, false); }
+  static Replayed replayed(const Model&, const CoefficientTensor& c) { return Replayed(c); }
+  static void forward(const Model& m, RunState& rs, const int32_t* x, int B, int T, ToyGateSource<float>& s, int first) {
+    toy_forward(m, rs, x, B, T, s, first);
+  }
+  static void loss(RunState& rs, const int32_t* y, double* nll) { toy_loss(rs, y, nll); }
+  static constexpr const char* kFamily = "toy";
+  static constexpr const char* kStaticProfile = "LayerMean";
+  static constexpr const char* kStructureRemoved = "GlobalMean";
+  static CoefficientShape record_shape(const ToyConfig& c, int tokens) { return toy_record_shape(c, tokens); }
+  static std::string describe(const ToyConfig& c) { return ToySpec::describe(c); }
+};
+
+// A continuous record of gates: the identity is g = 1 (every block's full update), structure
+// removed is one scalar (the mean of the layer means), and the gate mass is reported.
+class ToyAuditable : public RoutedAuditable<ToyAuditTraits> {
+ public:
+  using RoutedAuditable::RoutedAuditable;
+  bool coefficients_are_gates() const override { return true; }
+  bool batch_invariant() const override { return true; }  // every row computed from itself alone
+  void identity_profile(CoefficientTensor& out) const override {
+    std::fill(out.window_data(0), out.window_data(0) + out.shape().per_window(), 1.0f);
+  }
+  void structure_removed_profile(const CoefficientTensor& static_profile, CoefficientTensor& out) const override {
+    double sum = 0;
+    for (int l = 0; l < static_profile.shape().layers; ++l) sum += static_profile.at(0, l, 0);
+    std::fill(out.window_data(0), out.window_data(0) + out.shape().per_window(), float(sum / static_profile.shape().layers));
+  }
+  std::vector<TraceTensor> trace_tensors(int B, int T, bool) const override {
+    std::vector<TraceTensor> out;
+    for (int l = 0; l <= model_.config().n_layer; ++l)
+      out.push_back({"hidden." + std::to_string(l), {B, T, model_.config().d_model}, rs_->h(l)});
+    return out;
+  }
+};
+
+// FlatTrainable's view of the family (train/flat_trainable.h).
+struct ToyTrainFamily {
+  using Model = ToyModel<float>;
+  using Config = ToyConfig;
+  using RunState = ToyRunState<float>;
+  using Live = ToyLiveGates<float>;
+  static void forward(const Model& m, RunState& rs, const int32_t* tokens, int B, int T, Live& live) {
+    toy_forward(m, rs, tokens, B, T, live);
+  }
+  static double loss(RunState& rs, const int32_t* targets) { return toy_loss(rs, targets, nullptr); }
+  static double nll(RunState& rs, const int32_t* targets, double* window_nll) { return toy_loss(rs, targets, window_nll); }
+  static int seq_len(const Config& c) { return c.seq_len; }
+  static void backward(const Model& m, RunState& rs, Model& grads, float scale) { toy_backward(m, rs, grads, scale); }
+  static int64_t add_gates(RunState& rs, int B, int T, double& sum) {
+    const int64_t n = int64_t(rs.L) * B * T;
+    for (int64_t i = 0; i < n; ++i) sum += double(rs.gates[size_t(i)]);
+    return n;
+  }
+};
+
+ToyConfig config_of(const ModelShape& shape, const nlohmann::json&, const std::string& where) {
+  ToyConfig c = config_with_shape<ToyConfig>(shape);
+  c.validate(where);
+  return c;
+}
+
+// exec: live (the controller runs), replay (recorded gates, no controller), gates_forced_to_1 (the
+// identity), and the shared Dense baseline of the same shape (heads: the toy has none, so 1).
+nlohmann::ordered_json measure_toy(const std::string& path, const Corpus& corpus, const ExecOptions& o, TimedModes& timed) {
+  const auto model = std::make_shared<const ToyModel<float>>(ToyModel<float>::load(path));
+  const ToyConfig& c = model->config();
+  const int T = c.seq_len, B = o.batch, L = c.n_layer;
+  const auto timing = std::make_shared<const TokenWindows>(load_token_windows(corpus.split("test"), T, B));
+  const TokenWindows eval = load_token_windows(corpus.split("test"), T, o.eval_windows);
+  const auto rs = std::make_shared<ToyRunState<float>>(c, B, T, false);
+  const ExpectedCounts live_counts{L, toy_gemm_flops(c, B, T), toy_controller_flops(c, B, T), toy_mixing_flops(c, B, T), L, 0, 0};
+  ExpectedCounts replay_counts = live_counts;
+  replay_counts.controller_flops = 0;
+  replay_counts.controller_evaluations = 0;
+  auto pass = [&](std::shared_ptr<ToyGateSource<float>> source) {
+    return [model, rs, source, timing, B, T] { toy_forward(*model, *rs, timing->inputs.data(), B, T, *source); };
+  };
+  nlohmann::ordered_json modes = nlohmann::ordered_json::array();
+  const auto live = std::make_shared<ToyLiveGates<float>>(*model);
+  count_mode(modes, timed, "live", pass(live), live_counts, L, B * T);
+  modes.back()["nll"] = mean_window_nll(eval.count, B, [&](int w0, int n, double* out) {
+    toy_forward(*model, *rs, eval.inputs.data() + int64_t(w0) * T, n, T, *live);
+    toy_loss(*rs, eval.targets.data() + int64_t(w0) * T, out);
+  });
+  const auto recorded = std::make_shared<CoefficientTensor>(B, toy_record_shape(c, T));
+  ToyRecordingGates<float> recording(*model, *recorded);
+  toy_forward(*model, *rs, timing->inputs.data(), B, T, recording);
+  count_mode(modes, timed, "replay", pass(make_shared_owning<ToyReplayedGates<float>>(recorded, *recorded)), replay_counts, L, B * T);
+  const auto ones = std::make_shared<CoefficientTensor>(B, toy_record_shape(c, T));
+  std::fill(ones->values().begin(), ones->values().end(), 1.0f);
+  count_mode(modes, timed, "gates_forced_to_1", pass(make_shared_owning<ToyReplayedGates<float>>(ones, *ones)), replay_counts, L,
+             B * T);
+  dense_same_shape(modes, timed, L, c.d_model, 1, T, timing, B);
+  nlohmann::ordered_json m;
+  m["path"] = path;
+  m["model_sha256"] = sha256_file(path);
+  m["gate"] = family_named("toy").label(nlohmann::json::parse(c.to_json()));
+  m["family"] = "toy";
+  m["config"] = nlohmann::json::parse(c.to_json());
+  m["tokens_per_pass"] = B * T;
+  m["modes"] = modes;
+  return m;
+}
+
+}  // namespace
+
+void install_toy_family() {
+  static bool installed = false;
+  if (installed) return;
+  installed = true;
+  add_model_family({"toy", kToyFormat, [](const std::string&, const std::string& format) { return format == kToyFormat; },
+                    [](const std::string& path, int batch, int tokens) -> std::unique_ptr<AuditableModel> {
+                      return std::make_unique<ToyAuditable>(path, batch, tokens);
+                    },
+                    [](const nlohmann::json&) { return std::string("toy"); }, nullptr, nullptr});
+  TrainFamily train;
+  train.name = "toy";
+  train.description = "toy: the test binary's family written against the public family API (tests/toy_family/)";
+  train.files = single_file_checkpoint;
+  set_constructors<ToyConfig>(train, config_of, [](const ToyConfig& c, const TrainableArgs& args) {
+    return std::unique_ptr<Trainable>(std::make_unique<FlatTrainable<ToyTrainFamily>>(c, args.seed, args.batch, args.adamw, args.clip));
+  });
+  add_train_family(std::move(train));
+  add_exec_family({"toy", measure_toy, nullptr, nullptr, nullptr});
+}
+
+}  // namespace fca::toy
