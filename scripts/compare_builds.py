@@ -73,7 +73,8 @@ def exec_figures(p):
             "eval_gflop_per_token", "nll_minus_fixed_depth_at_equal_flops")
     out = []
     for m in json.load(open(p))["models"]:
-        entry = {k: m[k] for k in m if k in ("family", "gate", "config", "tokens_per_pass", "calibrated_static_gates",
+        # The model's label is a name, not a figure (exec.json's "gate" before issue 44, "label" after).
+        entry = {k: m[k] for k in m if k in ("family", "config", "tokens_per_pass", "calibrated_static_gates",
                                               "skip_sweep_note", "selected_tokens_per_window", "expert_gflop_per_token")}
         entry["modes"] = [{k: x[k] for k in x if k in keep} for x in m["modes"]]
         entry["skip_sweep"] = [{k: x[k] for k in x if k in keep} for x in m.get("skip_sweep", [])]

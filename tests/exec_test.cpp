@@ -390,7 +390,7 @@ TEST(ExecExternal, MarkdownRendersExternalEntries) {
                                   {"latency", {{"median_s", 0.002}, {"p10_s", 0.001}, {"p90_s", 0.003}}}, {"tokens_per_s", 8000.0},
                                   {"latency_ratio_to_dense", nullptr}, {"latency_ratio_to_reference", ratio_to_reference}};
   };
-  nlohmann::ordered_json m{{"path", "external: python3 a.py"}, {"family", "external"}, {"gate", "tiny"}, {"label", "tiny"},
+  nlohmann::ordered_json m{{"path", "external: python3 a.py"}, {"family", "external"}, {"label", "tiny"},
                            {"config", nlohmann::ordered_json::object()}, {"device", "cpu"}, {"timer", "perf_counter"},
                            {"tokens_per_pass", 16}, {"reference", {{"label", "Dense"}, {"mode", "reference"}}}};
   m["modes"] = {mode("live", 3.5, ratio(1.308, 1.251, 1.36, "slower"), {{"fca_test.opaque.default", 4}}),
@@ -443,7 +443,7 @@ TEST_F(ExecCli, SweepWritesTheTable) {
     for (const char* list : {"modes", "skip_sweep"}) {
       if (!m.contains(list)) continue;
       for (const auto& mode : m[list]) {
-        SCOPED_TRACE(m["gate"].dump() + " " + list + " " + mode["mode"].dump());
+        SCOPED_TRACE(m["label"].dump() + " " + list + " " + mode["mode"].dump());
         EXPECT_EQ(mode["latency"]["runs"], 3);
         const auto& r = mode["latency_ratio_to_dense"];
         ASSERT_TRUE(r["ci95"].is_array());
@@ -474,7 +474,7 @@ TEST_F(ExecCli, RoutedModelsReportControllerAndMixingFlops) {
   const auto e = run_exec(Corpus(dir.path()), o);  // throws if any mode's counters disagree with its formula
   for (const auto& m : e["models"])
     for (const auto& mode : m["modes"]) {
-      SCOPED_TRACE(m["gate"].dump() + " " + mode["mode"].dump());
+      SCOPED_TRACE(m["label"].dump() + " " + mode["mode"].dump());
       const auto& kind = mode["gflop_per_pass_by_kind"];
       EXPECT_TRUE(mode["counters_match_graph"].get<bool>());
       EXPECT_NEAR(mode["gflop_per_pass"].get<double>(),
@@ -482,7 +482,7 @@ TEST_F(ExecCli, RoutedModelsReportControllerAndMixingFlops) {
       EXPECT_GT(kind["mixing"].get<double>(), 0);
       // Routers and gates run only live (and in MoE's dense_experts, which routes live).
       const bool live = mode["mode"] == "live" || mode["mode"] == "dense_experts" || mode["mode"] == "dense_total_params";
-      const bool has_controller = m["gate"] != "dense" && mode["mode"] != "dense_same_shape";
+      const bool has_controller = m["label"] != "dense" && mode["mode"] != "dense_same_shape";
       if (live && has_controller) {
         EXPECT_GT(kind["controller"].get<double>(), 0);
       } else if (!live) {

@@ -273,6 +273,7 @@ TEST_P(FamilyConformance, TrainAuditExecAndReportRunEndToEnd) {
   const nlohmann::ordered_json exec = run_exec(corpus, e);
   ASSERT_EQ(exec["models"].size(), 1u);
   EXPECT_EQ(exec["models"][0]["family"], GetParam());
+  EXPECT_EQ(exec["models"][0]["label"], family_named(GetParam()).label(nlohmann::json::parse(model->config_json())));
   ASSERT_FALSE(exec["models"][0]["modes"].empty());
   for (const auto& mode : exec["models"][0]["modes"]) EXPECT_TRUE(mode["counters_match_graph"].get<bool>()) << mode["mode"];
 

@@ -144,7 +144,7 @@ TEST(HyperExec, ExecReportsTheStreamsCostAgainstDenseSameShape) {
   o.out_dir = dir.file("exec");
   const auto e = run_exec(Corpus(dir.path()), o);  // throws if any mode's counters disagree with its formula
   for (const auto& m : e["models"]) {
-    SCOPED_TRACE(m["gate"].dump());
+    SCOPED_TRACE(m["label"].dump());
     EXPECT_EQ(m["family"], "hyper");
     std::vector<std::string> names;
     for (const auto& mode : m["modes"]) {
@@ -155,7 +155,7 @@ TEST(HyperExec, ExecReportsTheStreamsCostAgainstDenseSameShape) {
       if (mode["mode"] != "dense_same_shape") {
         EXPECT_GT(kind["mixing"].get<double>(), 0);
       }
-      const bool has_controller = mode["mode"] == "live" && m["gate"] != "shc n3";
+      const bool has_controller = mode["mode"] == "live" && m["label"] != "shc n3";
       EXPECT_EQ(kind["controller"].get<double>() > 0, has_controller) << mode["mode"];
       if (mode["mode"] != "dense_same_shape") {
         EXPECT_EQ(mode["controller_evaluations_per_pass"], mode["mode"] == "live" ? 4 : 0) << mode["mode"];
@@ -164,7 +164,7 @@ TEST(HyperExec, ExecReportsTheStreamsCostAgainstDenseSameShape) {
     EXPECT_EQ(names, (std::vector<std::string>{"live", "replay", "cross_input", "identity_mixing", "dense_same_shape"}));
     // At initialisation SHC's squares are the identity, so identity replay is the live model bit for
     // bit; mHC's are near it (sigmoid reads and writes, Sinkhorn of off-diagonal logits -8).
-    if (m["gate"] == "shc n3") {
+    if (m["label"] == "shc n3") {
       EXPECT_EQ(m["modes"][3]["nll"], m["modes"][0]["nll"]);
     } else {
       EXPECT_NEAR(m["modes"][3]["nll"].get<double>(), m["modes"][0]["nll"].get<double>(), 1e-3);

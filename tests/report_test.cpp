@@ -184,6 +184,36 @@ TEST_F(Report, WrongTypesDeepInsideAreErrors) {
           "'/retention/ci95' must be an interval");
 }
 
+// exec.json files written before issue 44 call a model's label "gate": the report reads them as it
+// reads "label", and an entry with neither is refused naming the field.
+TEST_F(Report, AnExecFileFromBeforeTheLabelKeyReadsTheSame) {
+  nlohmann::json j;
+  std::ifstream(dir->file("exec/exec.json")) >> j;
+  for (auto& m : j["models"]) {
+    ASSERT_TRUE(m.contains("label"));
+    m["gate"] = m["label"];
+    m.erase("label");
+  }
+  std::ofstream(dir->file("old-exec.json")) << j.dump();
+  ReportInputs now, old;
+  now.execs = {dir->file("exec/exec.json")};
+  old.execs = {dir->file("old-exec.json")};
+  const ReportData a = load_report_data(now), b = load_report_data(old);
+  for (size_t i = 0; i < a.execs[0].doc["models"].size(); ++i)
+    EXPECT_EQ(b.execs[0].doc["models"][i]["label"], a.execs[0].doc["models"][i]["label"]);
+  EXPECT_EQ(report_markdown(b), report_markdown(a));
+  for (auto& m : j["models"]) m.erase("gate");
+  std::ofstream(dir->file("unlabelled-exec.json")) << j.dump();
+  ReportInputs unlabelled;
+  unlabelled.execs = {dir->file("unlabelled-exec.json")};
+  try {
+    load_report_data(unlabelled);
+    ADD_FAILURE() << "an exec entry without a label was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("/label"), std::string::npos) << e.what();
+  }
+}
+
 // What a reader sees matches the audit.json it came from: every condition's DeltaNLL and CI in the
 // HTML table and the Markdown, and the dependence verdict's wording follows the criteria.
 TEST_F(Report, NumbersAndVerdictsMatchTheAudits) {

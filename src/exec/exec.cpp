@@ -24,6 +24,18 @@
 namespace fca {
 namespace {
 
+// A family's exec.json entry with "label" (ModelFamily::label of its config, the one label
+// formatter of results and the report) inserted after "family".
+nlohmann::ordered_json with_label(const nlohmann::ordered_json& entry, const ModelFamily& family) {
+  nlohmann::ordered_json out;
+  for (const auto& [key, value] : entry.items()) {
+    out[key] = value;
+    if (key == "family") out["label"] = family.label(entry.at("config"));
+  }
+  if (!out.contains("label")) throw Error("internal error: the " + family.name + " family's exec entry has no \"family\"");
+  return out;
+}
+
 // Savings of `mode` against `reference`: claimed only where the counted FLOPs are lower and the
 // latency is measurably lower ("faster": the whole paired interval below 1 - margin). A FLOP ratio with a zero denominator is undefined: null, with the reason.
 nlohmann::ordered_json saving(const nlohmann::ordered_json& mode, const nlohmann::ordered_json& reference,
@@ -115,7 +127,8 @@ nlohmann::ordered_json run_exec(const Corpus& corpus, const ExecOptions& o) {
     for (size_t mi = 0; mi < o.models.size(); ++mi) {
       const std::string& path = o.models[mi];
       timed.start_model(mi);
-      out["models"].push_back(exec_family_named(family_of(path).name).measure(path, corpus, o, timed));
+      const ModelFamily& family = family_of(path);
+      out["models"].push_back(with_label(exec_family_named(family.name).measure(path, corpus, o, timed), family));
       if (o.progress) bar.update(int64_t(mi + 1));
     }
     for (const std::string& command : o.externals) {
@@ -141,7 +154,7 @@ nlohmann::ordered_json run_exec(const Corpus& corpus, const ExecOptions& o) {
   int dense_layers = -1;
   for (size_t mi = 0; mi < out["models"].size(); ++mi) {
     const auto& m = out["models"][mi];
-    if (m["family"] != "external" && m["gate"] == "dense" && m["config"]["n_layer"].get<int>() > dense_layers) {
+    if (m.value("dense", false) && m["config"]["n_layer"].get<int>() > dense_layers) {
       dense_layers = m["config"]["n_layer"];
       dense_reference = timed.find(mi, "modes", 0);
     }
@@ -269,7 +282,7 @@ std::string exec_markdown(const nlohmann::ordered_json& e) {
     const auto& c = m["config"];
     const bool ext = external(m);
     const std::string name = ext ? m["label"].get<std::string>()
-                                 : m["gate"].get<std::string>() + " L" + std::to_string(c["n_layer"].get<int>()) + " D" +
+                                 : m["label"].get<std::string>() + " L" + std::to_string(c["n_layer"].get<int>()) + " D" +
                                        std::to_string(c["d_model"].get<int>());
     const auto& ratio_json = r[ext ? "latency_ratio_to_reference" : "latency_ratio_to_dense"];
     const std::string ratio = ratio_json.is_null() ? "–" : latency_ratio_text(ratio_json);
@@ -316,7 +329,7 @@ std::string exec_markdown(const nlohmann::ordered_json& e) {
   }
   for (const auto& m : e["models"]) {
     if (!m.contains("skip_sweep")) continue;
-    md << "\n" << m["gate"].get<std::string>() << " (" << m["path"].get<std::string>() << "), real skips against the same static gates with "
+    md << "\n" << m["label"].get<std::string>() << " (" << m["path"].get<std::string>() << "), real skips against the same static gates with "
           "nothing removed (tau = 0):\n";
     for (const auto& r : m["skip_sweep"]) {
       if (r["threshold"].get<double>() == 0.0) continue;
@@ -327,7 +340,7 @@ std::string exec_markdown(const nlohmann::ordered_json& e) {
   }
   for (const auto& m : e["models"]) {
     if (!m.contains("savings")) continue;
-    md << "\n" << m["gate"].get<std::string>() << " (" << m["path"].get<std::string>() << "), savings:\n";
+    md << "\n" << m["label"].get<std::string>() << " (" << m["path"].get<std::string>() << "), savings:\n";
     for (const auto& s : m["savings"]) {
       const std::string pair = s["mode"].get<std::string>() + " against " + s["against"].get<std::string>();
       if (s["flop_ratio"].is_null() || s["latency_ratio"]["estimate"].is_null()) {

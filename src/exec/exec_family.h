@@ -50,8 +50,10 @@ struct ExecFamily {
   std::string name;  // the registry's name
   // A checkpoint's exec.json entry: every configuration's counted pass (checked against the
   // family's FLOP formulas) and NLL; the passes to time and the savings to compare go to `timed`.
-  // The entry carries "path", "model_sha256", "family", "gate" (its label for tables), "config"
-  // (n_layer, d_model, n_head, seq_len at least), "tokens_per_pass" and "modes".
+  // The entry carries "path", "model_sha256", "family", "config" (n_layer, d_model, n_head, seq_len
+  // at least, and what the family's ModelFamily::label reads), "tokens_per_pass" and "modes", and
+  // "dense": true for a Dense transformer (the reference of every latency ratio). exec adds
+  // "label", ModelFamily::label of the config, after "family".
   std::function<nlohmann::ordered_json(const std::string& path, const Corpus& corpus, const ExecOptions& options,
                                        TimedModes& timed)>
       measure;

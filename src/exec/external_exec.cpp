@@ -202,7 +202,6 @@ nlohmann::ordered_json measure_external(const std::string& command, const Corpus
   m["adapter_command"] = command;
   m["model_sha256"] = model->content_hash();
   m["family"] = "external";
-  m["gate"] = model->adapter_family();
   m["label"] = model->adapter_family();
   m["description"] = model->description();
   m["config"] = nlohmann::ordered_json::parse(model->config_json());

@@ -257,7 +257,7 @@ std::string report_html(const ReportData& d) {
         // An adapter's model: its latency against the reference the adapter names, measured in its process.
         const bool external = m.value("family", "") == "external";
         auto row = [&](const nlohmann::json& r, const std::string& mode) {
-          h << "<tr><td class=\"l\">" << escape(d.label(m["model_sha256"].get<std::string>(), m["gate"].get<std::string>()))
+          h << "<tr><td class=\"l\">" << escape(d.label(m["model_sha256"].get<std::string>(), m["label"].get<std::string>()))
             << "</td><td class=\"l\">" << escape(mode) << "</td><td>"
             << (r["executed_blocks"].is_null() ? std::string("–")
                                                : fmt("%.3g", r["executed_blocks"].get<double>()) + "/" + fmt("%g", r["total_blocks"].get<double>()))

@@ -355,7 +355,7 @@ std::string figure_latency(const ReportData& d) {
     for (const auto& m : e.doc["models"]) {
       const size_t s = series_names.size();
       const auto& c = m["config"];
-      series_names.push_back(d.label(m["model_sha256"].get<std::string>(), m["gate"].get<std::string>() + " L" + std::to_string(c.value("n_layer", 0))));
+      series_names.push_back(d.label(m["model_sha256"].get<std::string>(), m["label"].get<std::string>() + " L" + std::to_string(c.value("n_layer", 0))));
       for (const auto& r : m["modes"])
         if (!r["executed_blocks"].is_null())  // an adapter that names no block modules has no count to place
           pts.push_back({r["executed_blocks"].get<double>(), 1e3 * r["latency"]["median_s"].get<double>(),
@@ -406,7 +406,7 @@ std::string figure_depth_tradeoff(const ReportData& d) {
         else if (r.contains("threshold") && r["mode"] != "replay" && r["mode"] != "cross_input") sweep.push_back(&r);
       }
       if (curve.size() < 2) continue;
-      const std::string name = d.label(m["model_sha256"].get<std::string>(), m["gate"].get<std::string>());
+      const std::string name = d.label(m["model_sha256"].get<std::string>(), m["label"].get<std::string>());
       const int panel = 420, left = 70, top = 30, height = 330;
       svg::Canvas cv(2 * panel + 60, height, "Depth against quality: " + name);
       cv.text(left, 16, name + ": NLL against compute, fixed depths of the same weights (line) and thresholds (points)", "start", 11,

@@ -190,9 +190,11 @@ ReportData load_report_data(const ReportInputs& in) {
     expect_schema(j, p, "fca-exec-v2");
     expect_fields(j, p, {"/models", "/settings/batch", "/settings/margin", "/timing/rounds", "/provenance/threads", "/sgemm_peak_gflops"});
     for (size_t i = 0; i < j["models"].size(); ++i) {
-      const auto& m = j["models"][i];
+      auto& m = j["models"][i];
       const std::string where = p + " models[" + std::to_string(i) + "]";
-      expect_fields(m, where, {"/model_sha256", "/gate", "/modes/0/latency/median_s"});
+      // exec.json before issue 44 named a model's label "gate": read as "label".
+      if (!m.contains("label") && m.contains("gate")) m["label"] = m["gate"];
+      expect_fields(m, where, {"/model_sha256", "/label", "/modes/0/latency/median_s"});
       // An adapter's model counts executed blocks only where it names its block modules.
       if (m.value("family", "") == "external")
         expect_fields(m, where, {"/device", "/units", "/modes/0/gflop_per_token", "/modes/0/executed_units_per_token",

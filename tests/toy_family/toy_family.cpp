@@ -121,7 +121,6 @@ nlohmann::ordered_json measure_toy(const std::string& path, const Corpus& corpus
   nlohmann::ordered_json m;
   m["path"] = path;
   m["model_sha256"] = sha256_file(path);
-  m["gate"] = family_named("toy").label(nlohmann::json::parse(c.to_json()));
   m["family"] = "toy";
   m["config"] = nlohmann::json::parse(c.to_json());
   m["tokens_per_pass"] = B * T;

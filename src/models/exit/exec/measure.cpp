@@ -165,9 +165,6 @@ nlohmann::ordered_json measure_exit(const std::string& path, const Corpus& corpu
   m["path"] = path;
   m["model_sha256"] = sha256_file(path);
   m["family"] = "exit";
-  char label[48];
-  std::snprintf(label, sizeof label, "exit m%d t%g", c.min_exit, c.exit_threshold);
-  m["gate"] = label;
   m["config"] = nlohmann::json::parse(c.to_json());
   m["tokens_per_pass"] = B * T;
   m["modes"] = modes;

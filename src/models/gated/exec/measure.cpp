@@ -78,8 +78,8 @@ nlohmann::ordered_json measure_gated(const std::string& path, const Corpus& corp
   nlohmann::ordered_json m;
   m["path"] = path;
   m["model_sha256"] = sha256_file(path);
-  m["gate"] = gate_kind_name(c.gate);
   m["family"] = "gated";
+  if (c.gate == GateKind::dense) m["dense"] = true;  // the Dense transformer: the reference of latency ratios
   m["config"] = nlohmann::json::parse(c.to_json());
   m["tokens_per_pass"] = B * T;
   nlohmann::ordered_json modes = nlohmann::ordered_json::array();

@@ -85,7 +85,6 @@ nlohmann::ordered_json measure_hyper(const std::string& path, const Corpus& corp
   nlohmann::ordered_json m;
   m["path"] = path;
   m["model_sha256"] = sha256_file(path);
-  m["gate"] = std::string(hyper_variant_name(c.variant)) + " n" + std::to_string(c.streams);
   m["family"] = "hyper";
   m["config"] = nlohmann::json::parse(c.to_json());
   m["tokens_per_pass"] = B * T;

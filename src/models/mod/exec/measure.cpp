@@ -62,7 +62,6 @@ nlohmann::ordered_json measure_mod(const std::string& path, const Corpus& corpus
   nlohmann::ordered_json m;
   m["path"] = path;
   m["model_sha256"] = sha256_file(path);
-  m["gate"] = "mod";
   m["family"] = "mod";
   m["config"] = nlohmann::json::parse(c.to_json());
   m["tokens_per_pass"] = B * T;

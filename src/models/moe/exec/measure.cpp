@@ -100,7 +100,6 @@ nlohmann::ordered_json measure_moe(const std::string& path, const Corpus& corpus
   nlohmann::ordered_json m;
   m["path"] = path;
   m["model_sha256"] = sha256_file(path);
-  m["gate"] = "moe";
   m["family"] = "moe";
   m["config"] = nlohmann::json::parse(c.to_json());
   m["tokens_per_pass"] = B * T;

@@ -25,7 +25,6 @@ nlohmann::ordered_json measure_mudd(const std::string& path, const Corpus& corpu
   nlohmann::ordered_json m;
   m["path"] = path;
   m["model_sha256"] = model->content_hash();
-  m["gate"] = "mudd";
   m["family"] = "mudd";
   m["config"] = {{"n_layer", c.n_layer}, {"d_model", c.dim}, {"n_head", c.n_head}, {"seq_len", c.block_size}};
   m["tokens_per_pass"] = B * T;
