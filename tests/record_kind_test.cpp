@@ -5,6 +5,7 @@
 
 #include <set>
 #include <string>
+#include <tuple>
 
 #include "core/error.h"
 #include "models/base/recorded_source.h"
@@ -49,7 +50,7 @@ TEST(RecordKinds, AShapeSaysItsKind) {
 class CountingSource : public ControllerSource {
  public:
   using Value = double;
-  using Inputs = int;
+  using Inputs = std::tuple<int>;
   virtual void coefficients(int layer, const BatchPosition& batch, int inputs, double* out) = 0;
 };
 class CountingLive : public CountingSource {

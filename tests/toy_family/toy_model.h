@@ -16,6 +16,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/json.h"
@@ -89,7 +90,7 @@ template <typename T>
 class ToyGateSource : public ControllerSource {
  public:
   using Value = T;
-  using Inputs = const T*;
+  using Inputs = std::tuple<const T*>;  // h_l
   virtual void coefficients(int layer, const BatchPosition& batch, const T* h, T* g) = 0;
 };
 

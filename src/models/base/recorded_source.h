@@ -4,8 +4,8 @@
 //
 //   template <typename T> class MySource : public ControllerSource {
 //    public:
-//     using Value = T;                 // the precision of the forward pass
-//     using Inputs = const T*;         // what the controller reads (passed by value)
+//     using Value = T;                     // the precision of the forward pass
+//     using Inputs = std::tuple<const T*>; // what the controller reads, in the call's order
 //     // out [batch.batch * batch.tokens, width]: row b * tokens + t holds entry (layer, t) of
 //     // window batch.first_window + b, width = streams * sources of the record's shape.
 //     virtual void coefficients(int layer, const BatchPosition& batch, Inputs inputs, T* out) = 0;
@@ -21,6 +21,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include "core/error.h"
@@ -42,17 +43,19 @@ inline void check_record_rows(const CoefficientTensor& tensor, int layer, const 
                 std::to_string(batch.tokens) + " tokens");
 }
 
-// Live, and every row the live controller writes is also written to `sink`.
-template <typename Live>
-class RecordingSource final : public Live {
+// Live, and every row the live controller writes is also written to `sink`. `Inputs` is the
+// source interface's std::tuple of what its call reads (the parameters between the batch and `out`).
+template <typename Live, typename Inputs = typename Live::Inputs>
+class RecordingSource;
+template <typename Live, typename... In>
+class RecordingSource<Live, std::tuple<In...>> final : public Live {
  public:
   using Value = typename Live::Value;
-  using Inputs = typename Live::Inputs;
   // `model` builds the live source; `sink` needs windows for every batch recorded.
   template <typename Model>
   RecordingSource(const Model& model, CoefficientTensor& sink) : Live(model), sink_(sink) {}
-  void coefficients(int layer, const BatchPosition& batch, Inputs inputs, Value* out) override {
-    Live::coefficients(layer, batch, inputs, out);
+  void coefficients(int layer, const BatchPosition& batch, In... inputs, Value* out) override {
+    Live::coefficients(layer, batch, inputs..., out);
     check_record_rows(sink_, layer, batch, "recording sink");
     const int64_t width = int64_t(sink_.shape().streams) * sink_.shape().sources;
     for (int b = 0; b < batch.batch; ++b)
@@ -68,21 +71,25 @@ class RecordingSource final : public Live {
 };
 
 // Every row read from `coefficients`; it holds no controller, so no controller code is reachable.
-template <typename Source>
-class ReplayedSource final : public Source {
+// A coordinate the record's mask marks invalid reads 0 (as a live row has it: hyper-connections'
+// unused corner), whatever an intervention left there.
+template <typename Source, typename Inputs = typename Source::Inputs>
+class ReplayedSource;
+template <typename Source, typename... In>
+class ReplayedSource<Source, std::tuple<In...>> final : public Source {
  public:
   using Value = typename Source::Value;
-  using Inputs = typename Source::Inputs;
   explicit ReplayedSource(const CoefficientTensor& coefficients) : coefficients_(coefficients) {}
   bool evaluates_controller() const override { return false; }
-  void coefficients(int layer, const BatchPosition& batch, Inputs, Value* out) override {
+  void coefficients(int layer, const BatchPosition& batch, In..., Value* out) override {
     check_record_rows(coefficients_, layer, batch, "replayed coefficients");
     const int64_t width = int64_t(coefficients_.shape().streams) * coefficients_.shape().sources;
+    const uint8_t* valid = coefficients_.mask().data() + int64_t(layer) * width;  // mask [layer][stream][source]
     for (int b = 0; b < batch.batch; ++b)
       for (int t = 0; t < batch.tokens; ++t) {
         const float* entry = coefficients_.window_data(batch.first_window + b) + (int64_t(layer) * batch.tokens + t) * width;
         Value* row = out + (int64_t(b) * batch.tokens + t) * width;
-        for (int64_t i = 0; i < width; ++i) row[i] = static_cast<Value>(entry[i]);
+        for (int64_t i = 0; i < width; ++i) row[i] = valid[i] ? static_cast<Value>(entry[i]) : Value(0);
       }
   }
 

@@ -9,6 +9,7 @@
 #pragma once
 #include <atomic>
 #include <cstdint>
+#include <tuple>
 
 #include "core/exec_counters.h"
 #include "models/base/batch_position.h"
@@ -38,7 +39,7 @@ template <typename T>
 class CoefficientSource : public ControllerSource {
  public:
   using Value = T;
-  using Inputs = const T*;  // phi
+  using Inputs = std::tuple<const T*>;  // phi
   // Writes g [batch * tokens] for `layer`. phi [batch * tokens, 4] or null.
   virtual void coefficients(int layer, const BatchPosition& batch, const T* phi, T* g) = 0;
 };

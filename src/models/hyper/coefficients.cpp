@@ -316,58 +316,6 @@ void HyperController<T>::evaluate(int site, const BatchPosition& batch, const T*
   }
 }
 
-namespace {
-
-void check_window_range(const CoefficientShape& s, int windows, int site, const BatchPosition& batch, const char* what) {
-  if (batch.first_window + batch.batch > windows || batch.tokens != s.tokens || site >= s.layers)
-    throw Error(std::string(what) + " coefficients have shape " + s.to_string() + " for " + std::to_string(windows) +
-                " windows; the forward pass asks for site " + std::to_string(site) + " of windows " +
-                std::to_string(batch.first_window) + ".." + std::to_string(batch.first_window + batch.batch - 1) +
-                " with " + std::to_string(batch.tokens) + " tokens");
-}
-
-}  // namespace
-
-template <typename T>
-HyperRecordingCoefficients<T>::HyperRecordingCoefficients(const HyperModel<T>& model, CoefficientTensor& sink)
-    : HyperLiveCoefficients<T>(model), sink_(sink) {
-  const auto& s = sink.shape();
-  const int S = model.config().square();
-  if (s.layers != model.config().sites() || s.streams != S || s.sources != S)
-    throw Error("recording sink has shape " + s.to_string() + ", expected [layer " + std::to_string(model.config().sites()) +
-                ", token T, stream " + std::to_string(S) + ", source " + std::to_string(S) + "]");
-}
-
-template <typename T>
-void HyperRecordingCoefficients<T>::coefficients(int site, const BatchPosition& batch, const T* streams,
-                                                 const HyperControllerScratch<T>& scratch, T* C) {
-  HyperLiveCoefficients<T>::coefficients(site, batch, streams, scratch, C);
-  check_window_range(sink_.shape(), sink_.windows(), site, batch, "recording");
-  const int S = sink_.shape().streams;
-  for (int b = 0; b < batch.batch; ++b)
-    for (int t = 0; t < batch.tokens; ++t) {
-      const T* Ct = C + (int64_t(b) * batch.tokens + t) * S * S;
-      float* out = &sink_.at(batch.first_window + b, site, t, 0, 0);
-      for (int e = 0; e < S * S; ++e) out[e] = static_cast<float>(Ct[e]);
-    }
-}
-
-template <typename T>
-void HyperReplayedCoefficients<T>::coefficients(int site, const BatchPosition& batch, const T*,
-                                                const HyperControllerScratch<T>&, T* C) {
-  const auto& s = coefficients_.shape();
-  check_window_range(s, coefficients_.windows(), site, batch, "replayed");
-  if (s.streams != s.sources) throw Error("replayed coefficients have shape " + s.to_string() + ", expected a square per site");
-  const int S = s.streams;
-  for (int b = 0; b < batch.batch; ++b)
-    for (int t = 0; t < batch.tokens; ++t) {
-      T* Ct = C + (int64_t(b) * batch.tokens + t) * S * S;
-      const float* in = coefficients_.window_data(batch.first_window + b) + (int64_t(site) * s.tokens + t) * S * S;
-      for (int e = 0; e < S * S; ++e) Ct[e] = static_cast<T>(in[e]);
-      Ct[0] = T(0);  // the masked entry is never read; kept 0 as the live square has it
-    }
-}
-
 CoefficientShape hyper_coefficient_shape(const HyperConfig& config, int tokens) {
   return CoefficientShape{config.sites(), tokens, config.square(), config.square()};
 }
@@ -397,9 +345,5 @@ template void hyper_sinkhorn_backward_lanes<float>(const float*, int, int, float
 template void hyper_sinkhorn_backward_lanes<double>(const double*, int, int, double, const double*, double*, double*);
 template class HyperController<float>;
 template class HyperController<double>;
-template class HyperRecordingCoefficients<float>;
-template class HyperRecordingCoefficients<double>;
-template class HyperReplayedCoefficients<float>;
-template class HyperReplayedCoefficients<double>;
 
 }  // namespace fca

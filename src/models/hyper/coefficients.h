@@ -10,9 +10,11 @@
 // - HyperReplayedCoefficients: C is read from a CoefficientTensor; it holds no controller.
 #pragma once
 #include <cstdint>
+#include <tuple>
 
 #include "models/base/batch_position.h"
 #include "models/base/controller_source.h"
+#include "models/base/recorded_source.h"
 #include "models/coefficient_tensor.h"
 #include "models/hyper/model.h"
 
@@ -70,6 +72,8 @@ void hyper_sinkhorn_backward_lanes(const T* Z, int n, int iters, T eps, const T*
 template <typename T>
 class HyperCoefficientSource : public ControllerSource {
  public:
+  using Value = T;
+  using Inputs = std::tuple<const T*, const HyperControllerScratch<T>&>;  // streams, scratch
   // Writes C [N, (n+1)^2] for `site`; streams X [N, n, D] are read by a live controller only.
   virtual void coefficients(int site, const BatchPosition& batch, const T* streams,
                             const HyperControllerScratch<T>& scratch, T* C) = 0;
@@ -89,29 +93,12 @@ class HyperLiveCoefficients : public HyperCoefficientSource<T> {
   HyperController<T> controller_;
 };
 
+// Recording and replay are the shared sources of models/base/recorded_source.h over each site's
+// (n+1)^2 square per token; replay reads the masked corner (0, 0) as 0, as the live square has it.
 template <typename T>
-class HyperRecordingCoefficients : public HyperLiveCoefficients<T> {
- public:
-  // `sink` must have shape hyper_coefficient_shape(config, T') and enough windows for every batch.
-  HyperRecordingCoefficients(const HyperModel<T>& model, CoefficientTensor& sink);
-  void coefficients(int site, const BatchPosition& batch, const T* streams, const HyperControllerScratch<T>& scratch,
-                    T* C) override;
-
- private:
-  CoefficientTensor& sink_;
-};
-
+using HyperRecordingCoefficients = RecordingSource<HyperLiveCoefficients<T>>;
 template <typename T>
-class HyperReplayedCoefficients : public HyperCoefficientSource<T> {
- public:
-  explicit HyperReplayedCoefficients(const CoefficientTensor& coefficients) : coefficients_(coefficients) {}
-  bool evaluates_controller() const override { return false; }
-  void coefficients(int site, const BatchPosition& batch, const T* streams, const HyperControllerScratch<T>& scratch,
-                    T* C) override;
-
- private:
-  const CoefficientTensor& coefficients_;
-};
+using HyperReplayedCoefficients = ReplayedSource<HyperCoefficientSource<T>>;
 
 // [site 2L, token `tokens`, stream n+1, source n+1].
 CoefficientShape hyper_coefficient_shape(const HyperConfig& config, int tokens);
