@@ -147,9 +147,13 @@ TEST(StudyConfig, GateValueFromNamesAGatedVariantWithLearnedGates) {
                 .find("the variant must be arch \"gated\" with gate \"fixed\""),
             std::string::npos);
   EXPECT_NE(error(R"({"name": "d", "arch": "gated", "gate": "dense"}, {"name": "m", "arch": "gated", "gate": "fixed", "gate_value_from": "d"})")
-                .find("the source must be a gated variant with learned gates (featuregate, layerstatic or uniform), found gate \"dense\""),
+                .find("the source must be a variant with learned gates (gated: featuregate, layerstatic or uniform), found gate \"dense\""),
             std::string::npos);
   EXPECT_NE(error(R"({"name": "x", "arch": "mudd"}, {"name": "m", "arch": "gated", "gate": "fixed", "gate_value_from": "x"})").find("found arch \"mudd\""),
+            std::string::npos);
+  // The families say which settings take a gate mass (TrainFamily::gate_mass_matching): a family
+  // without one is refused, naming those that have one.
+  EXPECT_NE(error(fg + R"(, {"name": "m", "arch": "mudd", "gate_value_from": "fg"})").find("arch \"mudd\" has none; the variant must be arch \"gated\""),
             std::string::npos);
   EXPECT_NE(error(fg + R"(, {"name": "m", "arch": "gated", "gate": "fixed", "gate_value": 0.5, "gate_value_from": "fg"})")
                 .find("give 'gate_value' or 'gate_value_from', not both"),

@@ -79,20 +79,38 @@ bool exec_measured(const std::string& exec_dir, const std::vector<std::string>& 
   return true;
 }
 
-// Each variant with gate_value_from: a gated "fixed" variant whose source is another gated variant
-// of the study with learned gates (its record is the gates, so its gate mass is measured).
+// The family's gate-mass matching of a variant's arch (train_family.h), or null (none, or arch
+// external).
+const GateMassMatching* gate_mass_matching(const StudyVariant& v) {
+  if (v.arch == "external") return nullptr;
+  const TrainFamily& family = train_family_named(v.arch);
+  return family.gate_mass_matching ? &*family.gate_mass_matching : nullptr;
+}
+
+// Each variant with gate_value_from: a variant its family can match to a gate mass, whose source is
+// another variant of the study with learned gates (its record is the gates, so its gate mass is
+// measured), as the families say.
 void check_gate_value_sources(const std::vector<StudyVariant>& variants, const std::string& config_path) {
+  std::string matching, learned;  // the families that match, and their learned gates, for messages
+  for (const auto& family : train_families())
+    if (family.gate_mass_matching) {
+      matching += (matching.empty() ? "arch \"" : " or arch \"") + family.name + "\"";
+      learned += (learned.empty() ? "" : "; ") + family.name + ": " + family.gate_mass_matching->learned_gates;
+    }
   for (const auto& v : variants) {
     if (v.gate_value_from.empty()) continue;
     const std::string where = config_path + ": variant '" + v.name + "': gate_value_from \"" + v.gate_value_from + "\"";
-    if (v.arch != "gated" || v.settings.value("gate", "") != "fixed")
-      throw Error(where + " sets a fixed gate's value; the variant must be arch \"gated\" with gate \"fixed\"");
+    const GateMassMatching* target = gate_mass_matching(v);
+    if (target == nullptr)
+      throw Error(where + " sets a setting from a gate mass, but arch \"" + v.arch + "\" has none; the variant must be " +
+                  (matching.empty() ? "of a family that has one (none installed)" : matching));
+    target->check_target(v.settings, where);
     const auto source = std::find_if(variants.begin(), variants.end(), [&](const StudyVariant& s) { return s.name == v.gate_value_from; });
     if (source == variants.end()) throw Error(where + " names no variant of the study");
-    const std::string gate = source->arch == "gated" ? source->settings.value("gate", "") : "";
-    if (gate != "featuregate" && gate != "layerstatic" && gate != "uniform")
-      throw Error(where + ": the source must be a gated variant with learned gates (featuregate, layerstatic or uniform), found " +
-                  (source->arch == "gated" ? "gate \"" + gate + "\"" : "arch \"" + source->arch + "\""));
+    const GateMassMatching* from = gate_mass_matching(*source);
+    const std::string instead = from == nullptr ? "arch \"" + source->arch + "\"" : from->unlearned(source->settings);
+    if (!instead.empty())
+      throw Error(where + ": the source must be a variant with learned gates (" + learned + "), found " + instead);
   }
 }
 
@@ -153,8 +171,8 @@ StudyConfig parse_study_config(const nlohmann::json& cfg, const std::string& con
       throw Error(config_path + ": variant '" + x.name + "': " +
                   (x.command.empty() ? "arch \"external\" needs a 'command' (the adapter to start)"
                                      : "'command' belongs to arch \"external\" only"));
-    if (!x.gate_value_from.empty() && given.contains("gate_value"))
-      throw Error(v.where() + ": give 'gate_value' or 'gate_value_from', not both");
+    if (const GateMassMatching* m = gate_mass_matching(x); m != nullptr && !x.gate_value_from.empty() && given.contains(m->setting))
+      throw Error(v.where() + ": give '" + m->setting + "' or 'gate_value_from', not both");
     c.variants.push_back(x);
   }
   check_gate_value_sources(c.variants, config_path);
@@ -343,13 +361,14 @@ ReportInputs run_study(const StudyConfig& c, const std::string& config_path, con
       o.progress = progress;
       const CheckpointFiles files = family.files(o.out);
       if (!v.gate_value_from.empty()) {
-        o.settings["gate_value"] = matched_gate_value(v, seed);
+        const std::string& key = family.gate_mass_matching->setting;  // checked when the config was read
+        o.settings[key] = matched_gate_value(v, seed);
         if (file_exists(files.weights)) {  // trained (or begun) with the value its source measured then
-          const double trained_with = nlohmann::json::parse(open_model(o.out, 1, v.seq)->config_json()).value("gate_value", -1.0);
-          if (trained_with != o.settings["gate_value"].get<double>())
-            throw Error(o.out + ": trained with gate_value " + std::to_string(trained_with) + ", but " + v.gate_value_from +
+          const double trained_with = nlohmann::json::parse(open_model(o.out, 1, v.seq)->config_json()).value(key, -1.0);
+          if (trained_with != o.settings[key].get<double>())
+            throw Error(o.out + ": trained with " + key + " " + std::to_string(trained_with) + ", but " + v.gate_value_from +
                         " seed " + std::to_string(seed) + " now measures a gate mass of " +
-                        std::to_string(o.settings["gate_value"].get<double>()) + " (was it retrained?); remove " + o.out +
+                        std::to_string(o.settings[key].get<double>()) + " (was it retrained?); remove " + o.out +
                         " and its state to train " + v.name + " again");
         }
       }

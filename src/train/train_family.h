@@ -6,6 +6,7 @@
 #pragma once
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -46,6 +47,20 @@ struct TrainableArgs {
   double clip = 1.0;
 };
 
+// The paper's Uniform-Matched, a study variant's "gate_value_from" (docs/report.md): a setting whose
+// value a study takes from another variant's gate mass, measured on its checkpoint of the same seed.
+// The family supplies what the study checks before any training.
+struct GateMassMatching {
+  std::string setting;  // the setting (and config field) that takes the value: "gate_value"
+  // Throws Error, after `where`, unless a variant of these settings can take the value (gated:
+  // gate "fixed").
+  std::function<void(const nlohmann::json& settings, const std::string& where)> check_target;
+  std::string learned_gates;  // which settings give learned gates, in words: "featuregate, layerstatic or uniform"
+  // "" when a model of these settings has learned gates whose mass evaluation measures, else what it
+  // has instead ("gate \"dense\"").
+  std::function<std::string(const nlohmann::json& settings)> unlearned;
+};
+
 struct TrainFamily {
   std::string name;         // the registry's name, --arch
   std::string description;  // one line for --arch's help
@@ -60,6 +75,8 @@ struct TrainFamily {
   std::function<std::unique_ptr<Trainable>(const ModelShape& shape, const nlohmann::json& settings,
                                            const TrainableArgs& args, const std::string& where)>
       make;
+  // Whether a study may match one of its settings to a gate mass, and how (empty: it may not).
+  std::optional<GateMassMatching> gate_mass_matching;
 };
 
 // Installs a family's entry (families/families.cpp, once at start-up); refuses a name used twice.

@@ -25,6 +25,17 @@ TrainFamily gated_train_family() {
   f.settings = {{"gate", "Gate kind: dense, fixed, uniform, layerstatic or featuregate", "featuregate", kinds},
                 {"gate_value", "Gate value of the fixed gate, in [0, 1]", 0.6, {}}};
   f.files = single_file_checkpoint;
+  // Uniform-Matched: a fixed gate at the gate mass of a variant with learned gates.
+  f.gate_mass_matching = GateMassMatching{
+      "gate_value",
+      [](const nlohmann::json& s, const std::string& where) {
+        if (s.at("gate") != "fixed") throw Error(where + " sets a fixed gate's value; the variant must be arch \"gated\" with gate \"fixed\"");
+      },
+      "featuregate, layerstatic or uniform",
+      [](const nlohmann::json& s) {
+        const std::string gate = s.at("gate").get<std::string>();
+        return gate == "featuregate" || gate == "layerstatic" || gate == "uniform" ? std::string() : "gate \"" + gate + "\"";
+      }};
   set_constructors<GatedConfig>(f, gated_config_of, [](const GatedConfig& c, const TrainableArgs& args) {
     return std::unique_ptr<Trainable>(std::make_unique<GatedTrainable>(c, args.seed, args.batch, args.adamw, args.clip));
   });
