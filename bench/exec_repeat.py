@@ -37,7 +37,7 @@ def main() -> int:
                 for key in ("latency_ratio_to_reference", "latency_ratio_to_dense"):
                     r = mode.get(key)
                     if r and r.get("estimate") is not None and mode["mode"] != "reference":
-                        ratios.setdefault((model.get("label", model["gate"]), mode["mode"], key), []).append(
+                        ratios.setdefault(((model.get("label") or model.get("gate")), mode["mode"], key), []).append(
                             (r["estimate"], r["ci95"][0], r["ci95"][1]))
     disjoint = 0
     for (model, mode, key), runs in ratios.items():

@@ -14,6 +14,7 @@
 // - train, audit, exec and the report run end to end on a tiny checkpoint.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -173,7 +174,21 @@ TEST_P(FamilyConformance, ABadShapeAndADamagedCheckpointAreRefused) {
       EXPECT_NE(std::string(e.what()).find("flags"), std::string::npos) << e.what();
     }
   }
-  EXPECT_THROW(resolve_settings(family(), {{"no_such_setting", 1}}, "test"), Error);
+  try {
+    nlohmann::json unknown = nlohmann::json::object();
+    unknown["no_such_setting"] = 1;
+    resolve_settings(family(), unknown, "test");
+    ADD_FAILURE() << "an unknown setting was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no_such_setting"), std::string::npos) << e.what();
+  }
+  // The audit interface refuses a record of another shape before a pass copies rows of it.
+  const auto opened = open_model(fresh_checkpoint(defaults(), 7, "shape"), 1, kShape.seq);
+  CoefficientTensor wrong(1, CoefficientShape{kShape.layers + 5, kShape.seq, 3, 3});
+  std::vector<int32_t> tokens(size_t(kShape.seq), 1);
+  std::vector<double> nll(1);
+  EXPECT_THROW(opened->run_replay(tokens.data(), tokens.data(), 1, kShape.seq, wrong, nll.data()), Error);
+  EXPECT_THROW(opened->run_live(tokens.data(), tokens.data(), 1, kShape.seq, &wrong, 0, nll.data()), Error);
   const std::string path = fresh_checkpoint(defaults(), 7, "damaged");
   const std::string weights = family().files(path).weights;
   std::filesystem::resize_file(weights, std::filesystem::file_size(weights) / 2);
@@ -211,6 +226,9 @@ TEST_P(FamilyConformance, TraceNamesAreStable) {
       if (live && first.empty()) first = names;
       if (live) {
         EXPECT_EQ(names, first) << "B " << B;
+      } else {  // a replay shows the live pass's names less the controller's inputs it does not compute
+        for (const auto& name : names)
+          EXPECT_NE(std::find(first.begin(), first.end(), name), first.end()) << "replay's " << name << " is not a live name";
       }
     }
   }
@@ -282,8 +300,11 @@ TEST_P(FamilyConformance, TrainAuditExecAndReportRunEndToEnd) {
   r.execs = {e.out_dir + "/exec.json"};
   r.train_logs = {family().files(t.out).log};
   const std::string html = report_html(load_report_data(r));
+  EXPECT_NE(html.find("<h2 id=\"execution\">"), std::string::npos) << "the report has no execution section";
+  // exec names the model by its family's label (exec.md's latency table: "<label> L<layers> D<dim>").
   const std::string label = family_named(GetParam()).label(nlohmann::json::parse(model->config_json()));
-  EXPECT_NE(html.find(label), std::string::npos) << "the report does not name the model's label " << label;
+  EXPECT_NE(exec_markdown(exec).find(label + " L" + std::to_string(kShape.layers) + " D"), std::string::npos)
+      << "exec.md does not name the model " << label;
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryFamily, FamilyConformance, ::testing::ValuesIn(installed_family_names()),

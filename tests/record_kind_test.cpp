@@ -81,13 +81,21 @@ TEST(RecordedSource, RecordsEveryRowAndReplaysItWithoutTheController) {
   EXPECT_FALSE(replay.evaluates_controller());
   replay.coefficients(1, BatchPosition{2, 2, 5, nullptr}, 0, replayed.data());
   EXPECT_EQ(replayed, live);  // layer 1's rows, as the live source wrote them last
+  const std::vector<double> layer1 = replayed;
   try {
     replay.coefficients(2, BatchPosition{2, 2, 5, nullptr}, 0, replayed.data());
     ADD_FAILURE() << "a layer beyond the record was replayed";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("replayed coefficients has shape"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("replayed coefficients: shape"), std::string::npos) << e.what();
   }
   EXPECT_THROW(recording.coefficients(0, BatchPosition{3, 2, 5, nullptr}, 0, live.data()), Error);  // windows 3..4 of 4
+  // A coordinate the mask marks invalid replays as 0, whatever the tensor holds there.
+  sink.set_valid(1, 0, 1, false);
+  replay.coefficients(1, BatchPosition{2, 2, 5, nullptr}, 0, replayed.data());
+  for (size_t n = 0; n < replayed.size() / width; ++n) {
+    EXPECT_EQ(replayed[n * width + 1], 0.0) << n;
+    EXPECT_EQ(replayed[n * width + 2], layer1[n * width + 2]) << n;
+  }
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include <memory>
 #include <utility>
 
+#include "core/error.h"
 #include "core/sha256.h"
 #include "models/auditable.h"
 #include "models/parameters.h"
@@ -28,6 +29,7 @@ class FamilyAuditable : public AuditableModel {
                 double* window_nll) override {
     const PackedWeightsScope packed(&packed_);
     if (record != nullptr) {
+      check_record_shape(*record, T, "recording sink");
       typename Traits::Recording source(model_, *record);
       Traits::forward(model_, *rs_, inputs, B, T, source, record_first);
     } else {
@@ -39,6 +41,7 @@ class FamilyAuditable : public AuditableModel {
   void run_replay(const int32_t* inputs, const int32_t* targets, int B, int T, const CoefficientTensor& coefficients,
                   double* window_nll) override {
     const PackedWeightsScope packed(&packed_);
+    check_record_shape(coefficients, T, "replayed coefficients");
     typename Traits::Replayed source = Traits::replayed(model_, coefficients);
     const int64_t before = rs_->controller_evaluations;  // counted by the controller code, not the source
     Traits::forward(model_, *rs_, inputs, B, T, source, 0);
@@ -106,6 +109,19 @@ class FamilyAuditable : public AuditableModel {
       if (t.shape.size() == 2) packed_.add(model_.slot(i), int(t.shape[0]), int(t.shape[1]));
     }
   }
+  // A recording sink or a replayed tensor must have the family's record shape for T tokens (that of
+  // make_coefficients, cached per T): the sources copy whole rows of it.
+  void check_record_shape(const CoefficientTensor& c, int T, const char* what) {
+    if (record_shape_tokens_ != T) {
+      record_shape_ = this->make_coefficients(1, T).shape();
+      record_shape_tokens_ = T;
+    }
+    if (!(c.shape() == record_shape_))
+      throw Error(std::string(what) + ": shape " + c.shape().to_string() + ", but a " + this->family() + " model's record for " +
+                  std::to_string(T) + " tokens is " + record_shape_.to_string());
+  }
+  int record_shape_tokens_ = -1;
+  CoefficientShape record_shape_;
   int64_t replay_evaluations_ = 0;
 };
 

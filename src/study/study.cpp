@@ -361,6 +361,8 @@ ReportInputs run_study(const StudyConfig& c, const std::string& config_path, con
       o.progress = progress;
       const CheckpointFiles files = family.files(o.out);
       if (!v.gate_value_from.empty()) {
+        if (!family.gate_mass_matching)
+          throw Error(v.name + ": gate_value_from for arch \"" + v.arch + "\", which has no setting a gate mass can set");
         const std::string& key = family.gate_mass_matching->setting;  // checked when the config was read
         o.settings[key] = matched_gate_value(v, seed);
         if (file_exists(files.weights)) {  // trained (or begun) with the value its source measured then

@@ -16,7 +16,9 @@
 //
 // A record's (layer, token) entry is streams * sources contiguous floats of the CoefficientTensor
 // (its storage order), so both copies below are one row each, in the order the live source wrote
-// it. Recording converts to float as the cache stores it; replay converts back, so a float forward
+// it. The tensor's shape must be the family's record shape (its make_coefficients): the audit
+// interface checks it before every pass (FamilyAuditable), since a wider row would be read or
+// written past the pass's buffer. Recording converts to float as the cache stores it; replay converts back, so a float forward
 // pass replays its own bits exactly.
 #pragma once
 #include <cstdint>
@@ -37,8 +39,8 @@ inline void check_record_rows(const CoefficientTensor& tensor, int layer, const 
   const CoefficientShape& s = tensor.shape();
   if (batch.first_window < 0 || batch.first_window + batch.batch > tensor.windows() || batch.tokens != s.tokens || layer < 0 ||
       layer >= s.layers)
-    throw Error(std::string(what) + " has shape " + s.to_string() + " for " + std::to_string(tensor.windows()) +
-                " windows; the forward pass asks for layer " + std::to_string(layer) + " of windows " +
+    throw Error(std::string(what) + ": shape " + s.to_string() + " for " + std::to_string(tensor.windows()) +
+                " windows, and the forward pass asks for layer " + std::to_string(layer) + " of windows " +
                 std::to_string(batch.first_window) + ".." + std::to_string(batch.first_window + batch.batch - 1) + " with " +
                 std::to_string(batch.tokens) + " tokens");
 }
