@@ -10,6 +10,7 @@
 #include <string>
 
 #include "audit/audit.h"
+#include "audit/audit_kind.h"
 #include "audit/exit_conditions.h"
 #include "core/error.h"
 #include "core/json.h"
@@ -59,7 +60,7 @@ TEST(ExitConditions, RecordsAreValidAndKeepTheirMultisets) {
   const AuditRandomness rand(7, W, T, R);
   for (const auto& name : exit_condition_names()) {
     const auto c = make_exit_condition(name, A.view(), p, rand);
-    EXPECT_EQ(c->randomized(), exit_condition_randomized(name)) << name;
+    EXPECT_EQ(c->randomized(), audit_kind_row(RecordKind::exit_depth).is_randomized(name)) << name;
     CoefficientTensor out(W, A.shape());
     for (int r = 0; r < (c->randomized() ? R : 1); ++r) {
       for (int w = 0; w < W; ++w) c->coefficients(w, r, out, w);

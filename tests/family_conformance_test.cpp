@@ -9,6 +9,8 @@
 // - exec's counted pass of every mode equals the family's FLOP formulas (exec/counted_pass.h);
 // - a checkpoint saved, loaded into another model and saved again is the same checkpoint;
 // - a bad shape and a damaged checkpoint are refused with an Error naming them;
+// - the audit's row of the family's record kind builds every condition that applies, and refuses
+//   the ones it skips;
 // - trace names are stable: the same in every pass and batch, and as committed in
 //   tests/data/family_trace_names.json;
 // - train, audit, exec and the report run end to end on a tiny checkpoint.
@@ -22,6 +24,8 @@
 #include <vector>
 
 #include "audit/audit.h"
+#include "audit/audit_kind.h"
+#include "audit/phases.h"
 #include "audit/replay_probe.h"
 #include "core/error.h"
 #include "core/rng.h"
@@ -30,6 +34,7 @@
 #include "exec/exec.h"
 #include "exec/exec_family.h"
 #include "families/families.h"
+#include "models/record_kind.h"
 #include "models/registry.h"
 #include "report/report.h"
 #include "test_util.h"
@@ -240,6 +245,70 @@ TEST_P(FamilyConformance, TraceNamesAreStable) {
 
 // Train a few steps, audit, exec (every mode's counters checked against the family's formulas),
 // and the report over the three documents.
+// The audit's row of the family's record kind (audit/audit_kind.h) prepares profiles from recorded
+// calibration records and builds every condition of its table that applies: each says what the row
+// says of its randomisation, and writes records of the row's kind that can be executed (the
+// models row's check) and replayed with 0 controller evaluations. A condition the row skips for
+// the model is refused when asked for by name, naming --conditions and why.
+TEST_P(FamilyConformance, TheKindTableBuildsEveryConditionThatApplies) {
+  const int T = kShape.seq, W = 4;
+  const auto model = open_model(fresh_checkpoint(defaults(), 9, "kinds"), W, T);
+  auto record = [&](uint64_t seed) {
+    const auto x = random_tokens(*model, W, T, seed), y = random_tokens(*model, W, T, seed + 1);
+    std::vector<double> nll(static_cast<size_t>(W));
+    CoefficientTensor r = model->make_coefficients(W, T);
+    model->run_live(x.data(), y.data(), W, T, &r, 0, nll.data());
+    return r;
+  };
+  const CoefficientTensor calibration = record(21), evaluation = record(23);
+  const AuditKindRow& kind = audit_kind_row(evaluation.shape().kind);
+  ASSERT_EQ(kind.kind, evaluation.shape().kind);
+  const auto skipped = kind.skipped(*model, model->make_coefficients(1, T).view());
+  std::vector<std::string> names = kind.condition_names;
+  for (const auto& s : skipped) names.erase(std::remove(names.begin(), names.end(), s.name), names.end());
+  if (kind.model_conditions != nullptr)
+    for (const auto& n : kind.model_conditions(*model)) names.push_back(n);
+  const std::unique_ptr<KindConditions> profiles = kind.prepare(*model, calibration.view());
+  EXPECT_TRUE(profiles->profiles_json().contains("static_profile"));
+  const AuditRandomness randomness(5, W, T, 2);
+  const auto x = random_tokens(*model, W, T, 31), y = random_tokens(*model, W, T, 32);
+  for (const auto& name : names) {
+    const auto c = profiles->make(name, evaluation.view(), randomness);
+    EXPECT_EQ(c->name(), name);
+    EXPECT_EQ(c->randomized(), kind.is_randomized(name)) << name;
+    CoefficientTensor out = model->make_coefficients(W, T);
+    for (int r = 0; r < (c->randomized() ? 2 : 1); ++r) {
+      for (int w = 0; w < W; ++w) c->coefficients(w, r, out, w);
+      if (record_kind_row(kind.kind).check != nullptr) {
+        EXPECT_NO_THROW(record_kind_row(kind.kind).check(out.view(), name)) << name;
+      }
+      std::vector<double> nll(static_cast<size_t>(W));
+      const int64_t before = model->replay_controller_evaluations();
+      model->run_replay(x.data(), y.data(), W, T, out, nll.data());
+      EXPECT_EQ(model->replay_controller_evaluations(), before) << name;
+      for (double v : nll) EXPECT_TRUE(std::isfinite(v)) << name;
+    }
+  }
+  EXPECT_THROW(profiles->make("no_such_condition", evaluation.view(), randomness), Error);
+  testing::write_corpus(dir.path(), 30000, 6000, 6000);
+  const Corpus corpus(dir.path());
+  for (const auto& s : skipped) {
+    AuditOptions a;
+    a.eval_windows = 4;
+    a.calib_windows = 4;
+    a.batch = 2;
+    a.plan_only = true;
+    a.progress = false;
+    a.conditions = {s.name};
+    try {
+      prepare_audit(*model, corpus, a, single_process());
+      ADD_FAILURE() << "--conditions " << s.name << " was not refused";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("--conditions " + s.name + ": " + s.reason), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST_P(FamilyConformance, TrainAuditExecAndReportRunEndToEnd) {
   testing::write_corpus(dir.path(), 30000, 6000, 6000);
   const Corpus corpus(dir.path());

@@ -199,7 +199,7 @@ TEST(MuddParity, ReplayFixtures) {
   MuddRunState<float> rs(c, B, T);
   for (const auto& [name, coeffs] : {std::pair<std::string, const CoefficientTensor*>{"replay_exact", &stored},
                                      {"replay_cross", &cross}, {"replay_shuffle", &shuffle}, {"replay_static", &stat}}) {
-    MuddReplayedCoefficients<float> replay(c, *coeffs);
+    MuddReplayedCoefficients<float> replay(*coeffs);
     mudd_forward(model, rs, f.ids.data(), B, T, replay);
     EXPECT_LE(max_abs_diff(rs.logits, f.fx.read_as_double(name + ".logits")), kReplayTol) << name;
     EXPECT_EQ(rs.controller_evaluations, 0);
@@ -218,7 +218,7 @@ TEST(MuddReplay, ExactReplayIsBitwise) {
   MuddRunState<float> live_rs(model.config(), B, T), replay_rs(model.config(), B, T);
   CoefficientTensor recorded = make_mudd_coefficients(model.config(), B, T);
   MuddRecordingCoefficients<float> recording(model, recorded);
-  MuddReplayedCoefficients<float> replay(model.config(), recorded);
+  MuddReplayedCoefficients<float> replay(recorded);
   mudd_forward(model, live_rs, f.ids.data(), B, T, recording);
   mudd_forward(model, replay_rs, f.ids.data(), B, T, replay);
   EXPECT_EQ(0, std::memcmp(live_rs.logits, replay_rs.logits, sizeof(float) * B * T * size_t(model.config().vocab_size)));

@@ -3,11 +3,17 @@
 // (models/base/recorded_source.h) that a family with a continuous record uses as they are.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
+#include <regex>
 #include <set>
+#include <sstream>
 #include <string>
 #include <tuple>
 
+#include "audit/audit_kind.h"
 #include "core/error.h"
+#include "models/base/recorded_routing.h"
 #include "models/base/recorded_source.h"
 #include "models/record_kind.h"
 
@@ -33,6 +39,64 @@ TEST(RecordKinds, EveryKindHasOneRowFoundByKindAndByName) {
   }
   EXPECT_EQ(record_kind_rows().size(), names.size());
   EXPECT_EQ(record_kind_named("expert_choice"), nullptr);
+}
+
+// The audit's half of the table (audit/audit_kind.h): a row for every kind of the models' half,
+// each a consistent table of conditions, and every function a phase calls is there.
+TEST(RecordKinds, EveryKindHasAnAuditRow) {
+  ASSERT_EQ(audit_kind_rows().size(), record_kind_rows().size());
+  for (const RecordKindRow& models_row : record_kind_rows()) {
+    const AuditKindRow& row = audit_kind_row(models_row.kind);
+    EXPECT_EQ(row.kind, models_row.kind) << models_row.name;
+    ASSERT_FALSE(row.condition_names.empty()) << models_row.name;
+    EXPECT_EQ(row.condition_names.front(), "correct") << models_row.name;
+    EXPECT_EQ(std::set<std::string>(row.condition_names.begin(), row.condition_names.end()).size(), row.condition_names.size())
+        << models_row.name << ": a condition named twice";
+    for (const auto& r : row.randomized)
+      EXPECT_NE(std::find(row.condition_names.begin(), row.condition_names.end(), r), row.condition_names.end())
+          << models_row.name << ": " << r << " is randomised but not a condition of the row";
+    EXPECT_FALSE(row.is_randomized("correct")) << models_row.name;
+    EXPECT_NE(row.skipped, nullptr) << models_row.name;
+    EXPECT_NE(row.prepare, nullptr) << models_row.name;
+    EXPECT_EQ(row.shortened_tokens != nullptr, row.full_computation_condition != nullptr) << models_row.name;
+    if (row.full_computation_condition != nullptr) {
+      EXPECT_NE(std::find(row.condition_names.begin(), row.condition_names.end(), std::string(row.full_computation_condition)),
+                row.condition_names.end())
+          << models_row.name;
+    }
+  }
+}
+
+// The record kinds' branches outside src/models/ (what a line switching on a kind looks like):
+// every "RecordKind::x" that is not where a row is built (".kind = RecordKind::x").
+std::vector<std::string> kind_branches(const std::string& text) {
+  std::vector<std::string> out;
+  const std::regex use("(.{0,40})RecordKind::[a-z_]+");
+  for (std::sregex_iterator it(text.begin(), text.end(), use), stop; it != stop; ++it) {
+    const std::string before = (*it)[1];
+    if (before.size() < 8 || before.substr(before.size() - 8) != ".kind = ") out.push_back((*it)[0]);
+  }
+  return out;
+}
+
+// Outside src/models/ no code switches on a record kind: the audit, exec and the report read the
+// rows. A kind is named only where its row is built.
+TEST(RecordKinds, NothingOutsideTheModelsSwitchesOnTheKind) {
+  const std::filesystem::path root(FCA_SOURCE_DIR);
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(root / "src")) {
+    const std::string rel = std::filesystem::relative(entry.path(), root).generic_string();
+    const std::string ext = entry.path().extension().string();
+    if (!entry.is_regular_file() || (ext != ".cpp" && ext != ".h") || rel.rfind("src/models/", 0) == 0) continue;
+    std::ifstream in(entry.path());
+    std::stringstream text;
+    text << in.rdbuf();
+    for (const auto& branch : kind_branches(text.str()))
+      ADD_FAILURE() << rel << " switches on a record kind (" << branch << "); read the kind's row instead (audit/audit_kind.h)";
+  }
+  // The check can fail: the branches this table replaced are found, a row's construction is not.
+  EXPECT_EQ(kind_branches("  if (s.manifest.shape.kind == RecordKind::exit_depth) {").size(), 1u);
+  EXPECT_EQ(kind_branches("  const bool exits = kind == RecordKind::exit_depth;").size(), 1u);
+  EXPECT_TRUE(kind_branches("  return {.kind = RecordKind::exit_depth,").empty());
 }
 
 TEST(RecordKinds, AShapeSaysItsKind) {
@@ -96,6 +160,103 @@ TEST(RecordedSource, RecordsEveryRowAndReplaysItWithoutTheController) {
     EXPECT_EQ(replayed[n * width + 1], 0.0) << n;
     EXPECT_EQ(replayed[n * width + 2], layer1[n * width + 2]) << n;
   }
+}
+
+// A family whose live rows hold only each layer's valid coordinates, packed (MUDD's C_l streams of
+// S_l sources): declared by kPackedValidRows, the rows land on the record's valid rectangle.
+class PackedSource : public ControllerSource {
+ public:
+  using Value = float;
+  using Inputs = std::tuple<>;
+  static constexpr bool kPackedValidRows = true;
+  virtual void coefficients(int layer, const BatchPosition& batch, float* out) = 0;
+};
+// Layer 0: 2 streams of 2 sources; layer 1: 1 stream of 3 sources (record [2, T, 2, 3]).
+constexpr int kPackedStreams[2] = {2, 1}, kPackedSources[2] = {2, 3};
+class PackedLive : public PackedSource {
+ public:
+  explicit PackedLive(int) {}
+  bool evaluates_controller() const override { return true; }
+  void coefficients(int layer, const BatchPosition& batch, float* out) override {
+    const int width = kPackedStreams[layer] * kPackedSources[layer];
+    for (int n = 0; n < batch.batch * batch.tokens; ++n)
+      for (int i = 0; i < width; ++i) out[n * width + i] = float(layer * 100 + n * 10 + i + 1);
+  }
+};
+
+TEST(RecordedSource, PackedRowsLandOnTheValidRectangle) {
+  const int T = 3;
+  CoefficientTensor sink(1, CoefficientShape{2, T, 2, 3});
+  for (int l = 0; l < 2; ++l)
+    for (int st = 0; st < 2; ++st)
+      for (int k = 0; k < 3; ++k) sink.set_valid(l, st, k, st < kPackedStreams[l] && k < kPackedSources[l]);
+  RecordingSource<PackedLive> recording(0, sink);
+  ReplayedSource<PackedSource> replay(sink);
+  for (int l = 0; l < 2; ++l) {
+    const int S = kPackedSources[l], width = kPackedStreams[l] * S;
+    std::vector<float> live(size_t(T) * width), replayed(live.size(), -1.0f);
+    recording.coefficients(l, BatchPosition{0, 1, T, nullptr}, live.data());
+    for (int t = 0; t < T; ++t)
+      for (int st = 0; st < 2; ++st)
+        for (int k = 0; k < 3; ++k) {
+          const bool valid = st < kPackedStreams[l] && k < S;
+          EXPECT_EQ(sink.at(0, l, t, st, k), valid ? live[size_t(t * width + st * S + k)] : 0.0f) << l << " " << t << " " << st << " " << k;
+        }
+    replay.coefficients(l, BatchPosition{0, 1, T, nullptr}, replayed.data());
+    EXPECT_EQ(replayed, live) << "layer " << l;
+  }
+}
+
+// A routing source (models/base/recorded_routing.h): the layout writes the live call's flags into
+// the discrete field, shifted by the config, and replay reads them back without the router.
+class FlagSource : public ControllerSource {
+ public:
+  using Value = float;
+  using Config = int;
+  using Inputs = std::tuple<int32_t*>;
+  virtual void route(int layer, const BatchPosition& batch, int32_t* flags) = 0;
+  static void record(const int& shift, CoefficientTensor& sink, int layer, const BatchPosition& batch, int32_t* flags) {
+    for (int b = 0; b < batch.batch; ++b)
+      for (int t = 0; t < batch.tokens; ++t) sink.discrete_at(batch.first_window + b, layer, t, 0) = flags[b * batch.tokens + t] + shift;
+  }
+  static void replay(const int& shift, const CoefficientTensor& record, int layer, const BatchPosition& batch, int32_t* flags) {
+    for (int b = 0; b < batch.batch; ++b)
+      for (int t = 0; t < batch.tokens; ++t) flags[b * batch.tokens + t] = record.discrete_at(batch.first_window + b, layer, t, 0) - shift;
+  }
+};
+struct FlagModel {
+  int config() const { return 7; }
+};
+class FlagLive : public FlagSource {
+ public:
+  explicit FlagLive(const FlagModel&) {}
+  bool evaluates_controller() const override { return true; }
+  void route(int layer, const BatchPosition& batch, int32_t* flags) override {
+    ++calls;
+    for (int n = 0; n < batch.batch * batch.tokens; ++n) flags[n] = layer * 100 + n;
+  }
+  int calls = 0;
+};
+
+TEST(RecordedRouting, RecordsTheLayoutAndReplaysItWithoutTheRouter) {
+  const int T = 4;
+  CoefficientShape shape{2, T, 1, 1};
+  shape.kind = RecordKind::token_selection;
+  shape.slots = 1;
+  shape.selected = 1;
+  CoefficientTensor sink(3, shape);
+  RecordingRouting<FlagLive> recording(FlagModel{}, sink);
+  ReplayedRouting<FlagSource> replay(7, sink);
+  EXPECT_TRUE(recording.evaluates_controller());
+  EXPECT_FALSE(replay.evaluates_controller());
+  for (int layer = 0; layer < 2; ++layer) {
+    std::vector<int32_t> live(size_t(2) * T), replayed(live.size(), -1);
+    recording.route(layer, BatchPosition{1, 2, T, nullptr}, live.data());
+    EXPECT_EQ(sink.discrete_at(2, layer, 3, 0), layer * 100 + 7 + 7);  // window 1 + 1, token 3: n = 7, shifted by 7
+    replay.route(layer, BatchPosition{1, 2, T, nullptr}, replayed.data());
+    EXPECT_EQ(replayed, live) << "layer " << layer;
+  }
+  EXPECT_EQ(recording.calls, 2);
 }
 
 }  // namespace

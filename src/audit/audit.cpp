@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/exec_counters.h"
 #include "core/file_io.h"
+#include "models/record_kind.h"
 #include "ops/provenance.h"
 
 namespace fca {
@@ -44,45 +45,27 @@ void decide_batch(AuditableModel& model, AuditSetup& s, const Communicator& comm
                 std::to_string(model.max_batch()) + " windows");
 }
 
-// The conditions to run: `correct` always (it is the baseline and the exact-replay pass). Routing
-// records have their own table (routing_conditions.h); identity and layer_permutation are
-// continuous-coefficient conditions only, the latter where every layer has the same valid
-// (stream, source) coordinates (a property of the coefficient shape, known before the cache).
+// The conditions to run: `correct` always (it is the baseline and the exact-replay pass). The
+// kind's table (audit_kind.h) lists them; those that do not apply to this model are left out of the
+// default list, with why, and refused when asked for; the model's own conditions (its switchable
+// groups) follow the table's by default.
 void select_conditions(const AuditableModel& model, AuditSetup& s) {
   const AuditOptions& o = s.options;
-  const bool exits = s.manifest.shape.kind == RecordKind::exit_depth;
-  const std::vector<std::string>& known = exits ? exit_condition_names() : s.routing ? routing_condition_names() : all_condition_names();
-  s.conditions = o.conditions.empty() ? known : o.conditions;
+  const AuditKindRow& kind = s.kind();
+  s.conditions = o.conditions.empty() ? kind.condition_names : o.conditions;
   s.skipped_reasons = nlohmann::ordered_json::object();
-  auto skip = [&](const std::string& name, const std::string& reason) {
+  for (const auto& [name, reason] : kind.skipped(model, model.make_coefficients(1, s.tokens).view())) {
+    const bool listed = std::find(s.conditions.begin(), s.conditions.end(), name) != s.conditions.end();
+    if (!o.conditions.empty()) {
+      if (listed) throw Error("--conditions " + name + ": " + reason);
+      continue;
+    }
     s.conditions.erase(std::remove(s.conditions.begin(), s.conditions.end(), name), s.conditions.end());
     s.skipped.push_back(name);
     s.skipped_reasons[name] = reason;
-  };
-  if (o.conditions.empty() && !s.routing && !layers_are_permutable(model.make_coefficients(1, s.tokens).view()))
-    skip("layer_permutation", "the layers have different valid (stream, source) coordinates");
-  if (exits) {
-    for (const auto& [name, reason] : exit_skipped_conditions()) {
-      if (!o.conditions.empty() && std::find(s.conditions.begin(), s.conditions.end(), name) != s.conditions.end())
-        throw Error("--conditions " + name + ": " + reason);
-      if (o.conditions.empty()) {
-        s.skipped.push_back(name);
-        s.skipped_reasons[name] = reason;
-      }
-    }
-  } else if (o.conditions.empty() && s.routing) {
-    skip("identity", "routing records have no identity coefficients");
-    skip("layer_permutation", "routing records are not permuted across layers");
   }
-  if (!s.routing && !model.has_identity_profile()) {
-    const std::string reason = "the model gives no identity coefficients (the values that make its controller a no-op)";
-    if (!o.conditions.empty() && std::find(s.conditions.begin(), s.conditions.end(), "identity") != s.conditions.end())
-      throw Error("--conditions identity: " + reason);
-    if (o.conditions.empty()) skip("identity", reason);
-  }
-  // The model's switchable groups, one "disabled_<group>" condition each, after the table's.
-  if (o.conditions.empty() && !s.routing)
-    for (const auto& g : model.disable_groups()) s.conditions.push_back("disabled_" + g);
+  if (o.conditions.empty() && kind.model_conditions != nullptr)
+    for (const auto& name : kind.model_conditions(model)) s.conditions.push_back(name);
   s.conditions.erase(std::remove(s.conditions.begin(), s.conditions.end(), "correct"), s.conditions.end());
 }
 
@@ -151,7 +134,7 @@ AuditSetup prepare_audit(AuditableModel& model, const Corpus& corpus, const Audi
   s.journal_path = o.out_dir + "/journal.jsonl";
   decide_batch(model, s, comm);
   describe_run(model, corpus, test, valid, s);
-  s.routing = s.manifest.shape.kind != RecordKind::continuous;
+  s.routing = record_kind_row(s.manifest.shape.kind).discrete;
   select_conditions(model, s);
   if (!o.plan_only && comm.root()) ensure_folder(o.out_dir, "--out");
   // A plan without --out or --cache knows no cache: it plans the live passes that write one.
@@ -187,41 +170,10 @@ AuditInputs::AuditInputs(AuditableModel& model, const AuditSetup& s, const Commu
     : cache(cached_coefficients(model, s, comm, recorded_live)),
       cache_from_other_build(cache.manifest().build != s.manifest.build),
       evaluation(cache.evaluation()),
-      profiles{model.make_coefficients(1, s.tokens), model.make_coefficients(1, s.tokens),
-               model.make_coefficients(1, s.tokens), model.make_coefficients(1, s.tokens)},
+      profiles(s.kind().prepare(model, cache.calibration())),
       randomness(s.options.seed, s.windows(), s.tokens, s.options.reps, s.options.joint_token_shuffle) {
-  if (s.manifest.shape.kind == RecordKind::exit_depth) {
-    exit_profile = exit_profiles(cache.calibration());
-  } else if (s.routing) {
-    routing_profile = routing_profiles(cache.calibration());
-    profiles.static_profile = routing_profile.static_profile;
-    profiles.layer_position_mean = routing_profile.layer_position_mean;
-  } else {
-    compute_means(cache.calibration(), profiles.layer_position_mean, profiles.static_profile);
-    if (model.has_identity_profile()) model.identity_profile(profiles.identity);
-    model.structure_removed_profile(profiles.static_profile, profiles.structure_removed);
-    disable_groups.names = model.disable_groups();
-    if (!disable_groups.names.empty()) {
-      disable_groups.disabled = model.make_coefficients(1, s.tokens);
-      model.disabled_profile(disable_groups.disabled);
-      const CoefficientShape& shape = disable_groups.disabled.shape();
-      for (int l = 0; l < shape.layers; ++l)
-        for (int st = 0; st < shape.streams; ++st)
-          for (int k = 0; k < shape.sources; ++k) {
-            const int g = model.disable_group_of(l, st, k);
-            if (g < -1 || g >= int(disable_groups.names.size()))
-              throw Error("internal error: coefficient group " + std::to_string(g) + " of " +
-                          std::to_string(disable_groups.names.size()));
-            disable_groups.group_of.push_back(g);
-          }
-    }
-  }
   for (const auto& n : s.conditions) {
-    if (s.manifest.shape.kind == RecordKind::exit_depth)
-      conditions.push_back(make_exit_condition(n, evaluation, exit_profile, randomness));
-    else
-      conditions.push_back(s.routing ? make_routing_condition(n, evaluation, routing_profile, randomness)
-                                     : make_condition(n, evaluation, profiles, randomness, disable_groups));
+    conditions.push_back(profiles->make(n, evaluation, randomness));
     if (conditions.back()->randomized() != s.randomized(n))
       throw Error("internal error: condition " + n + " and the plan disagree on whether it is randomized");
   }

@@ -232,94 +232,6 @@ nlohmann::ordered_json variance_json(const CoefficientView& A, bool routing) {
   return j;
 }
 
-// Calibrated profiles for figures: S[l][s][k] (null where invalid) and, for one-stream one-source
-// tensors (the gated family), the layer x position means.
-nlohmann::ordered_json profiles_json(const CalibrationProfiles& profiles, const CoefficientShape& sh, bool routing) {
-  nlohmann::ordered_json out;
-  nlohmann::ordered_json S = nlohmann::ordered_json::array();
-  for (int l = 0; l < sh.layers; ++l) {
-    nlohmann::ordered_json streams = nlohmann::ordered_json::array();
-    for (int st = 0; st < sh.streams; ++st) {
-      nlohmann::ordered_json sources = nlohmann::ordered_json::array();
-      for (int k = 0; k < sh.sources; ++k)
-        sources.push_back(profiles.static_profile.valid(l, st, k) ? nlohmann::ordered_json(profiles.static_profile.at(0, l, 0, st, k))
-                                                                  : nlohmann::ordered_json(nullptr));
-      streams.push_back(sources);
-    }
-    S.push_back(streams);
-  }
-  out["static_profile"] = S;
-  if (sh.streams == 1 && sh.sources == 1 && !routing) {
-    nlohmann::ordered_json lpm = nlohmann::ordered_json::array();
-    for (int l = 0; l < sh.layers; ++l) {
-      std::vector<float> row(size_t(sh.tokens));
-      for (int t = 0; t < sh.tokens; ++t) row[size_t(t)] = profiles.layer_position_mean.at(0, l, t);
-      lpm.push_back(row);
-    }
-    out["layer_position_mean"] = lpm;
-  }
-  return out;
-}
-
-// docs/exit.md, exit_agreement: of the evaluation tokens that exit before the last block, the share whose
-// argmax equals their argmax in the identity (full depth) replay.
-nlohmann::ordered_json exit_agreement_json(const std::vector<ConditionRun>& runs) {
-  for (const auto& r : runs) {
-    if (r.name != "identity") continue;
-    if (r.exited == 0) return {{"estimate", nullptr}, {"note", undefined_note("no evaluation token exits before the last block")}};
-    return {{"estimate", double(r.exit_agreeing) / double(r.exited)}, {"agreeing", r.exit_agreeing}, {"exited", r.exited}};
-  }
-  return {{"estimate", nullptr}, {"note", undefined_note("the identity condition did not run")}};
-}
-
-// Exit-depth records (docs/exit.md): the evaluation windows' depth histogram [L], mean depth,
-// mean depth by position [T] and continuation probability P(d > k) per exit point.
-nlohmann::ordered_json exit_routing_json(const CoefficientView& A, const CoefficientShape& sh, const std::string& setting,
-                                         const std::vector<ConditionRun>& runs) {
-  const int T = sh.tokens, L = sh.layers + 1;
-  std::vector<double> histogram(size_t(L), 0.0), by_position(size_t(T), 0.0), continuation(size_t(sh.layers), 0.0);
-  const double N = double(A.windows) * T;
-  double sum = 0;
-  for (int w = 0; w < A.windows; ++w) {
-    const std::vector<int> d = exit_depths(A, w);
-    for (int t = 0; t < T; ++t) {
-      histogram[size_t(d[size_t(t)] - 1)] += 1.0 / N;
-      by_position[size_t(t)] += double(d[size_t(t)]) / A.windows;
-      sum += d[size_t(t)];
-      for (int k = 1; k <= sh.layers; ++k) continuation[size_t(k - 1)] += d[size_t(t)] > k ? 1.0 / N : 0.0;
-    }
-  }
-  return {{"exit_histogram", histogram},
-          {"mean_depth", sum / N},
-          {"mean_depth_by_position", by_position},
-          {"continuation", continuation},
-          {"controller_setting", setting},
-          {"min_exit", sh.min_exit},
-          {"exit_agreement", exit_agreement_json(runs)},
-          {"note", "evaluation windows, live pass: exit_histogram[d-1] = share of tokens of depth d; continuation[k-1] = "
-                   "P(d > k) at exit point k"}};
-}
-
-nlohmann::ordered_json exit_profiles_json(const ExitProfiles& p) {
-  return {{"layer_position_mean", exit_depths(p.position_depth.view(), 0)},
-          {"static_profile", exit_depths(p.depth_histogram.view(), 0)},
-          {"structure_removed_mean_depth", p.mean_depth},
-          {"note", "depths per position: PositionDepth (layer_position_mean) and DepthHistogram (static_profile), from the "
-                   "calibration windows by largest remainder; structure_removed draws MeanDepth's ceil/floor per window"}};
-}
-
-nlohmann::ordered_json routing_json(const CoefficientView& A, const CoefficientShape& sh) {
-  const auto load = routing_load(A);
-  const bool experts = sh.kind == RecordKind::expert_routing;
-  return {{"kind", record_kind_name(sh.kind)},
-          {"top_k", experts ? sh.slots : 0},
-          {"experts", sh.categories},
-          {"selected_per_window", sh.selected},
-          {experts ? "expert_load" : "selection_frequency", load},
-          {"note", experts ? "share of the evaluation windows' (token, slot) assignments per layer and expert"
-                           : "share of the evaluation windows selecting each position, per routed block"}};
-}
-
 }  // namespace
 
 nlohmann::ordered_json audit_document(const AuditableModel& model, const AuditSetup& s, const AuditInputs& in,
@@ -363,13 +275,8 @@ nlohmann::ordered_json audit_document(const AuditableModel& model, const AuditSe
     }
   }
   j["variance"] = variance_json(in.evaluation, s.routing);
-  if (s.manifest.shape.kind == RecordKind::exit_depth) {
-    j["profiles"] = exit_profiles_json(in.exit_profile);
-    j["routing"] = exit_routing_json(in.evaluation, s.manifest.shape, s.manifest.controller_setting, runs);
-  } else {
-    j["profiles"] = profiles_json(in.profiles, s.manifest.shape, s.routing);
-    if (s.routing) j["routing"] = routing_json(in.evaluation, s.manifest.shape);
-  }
+  j["profiles"] = in.profiles->profiles_json();
+  if (s.kind().routing_json != nullptr) j["routing"] = s.kind().routing_json(in.evaluation, s.manifest, runs);
   if (auto diagnostics = model.cache_diagnostics(in.evaluation); !diagnostics.is_null()) j["diagnostics"] = std::move(diagnostics);
   j["provenance"] = provenance;
   return j;

@@ -195,13 +195,8 @@ const std::vector<std::string>& all_condition_names() {
   return names;
 }
 
-bool condition_randomized(const std::string& name, bool routing) {
-  static const std::vector<std::string> continuous{"cross_input", "token_shuffle", "cross_shuffle", "layer_permutation"};
-  // Routing records: structure_removed draws random routes (routing_conditions.h).
-  static const std::vector<std::string> routed{"cross_input",        "token_shuffle",      "cross_shuffle",
-                                               "assignment_cross_input", "assignment_shuffle", "structure_removed"};
-  const auto& table = routing ? routed : continuous;
-  return std::find(table.begin(), table.end(), name) != table.end();
+std::unique_ptr<Condition> make_profile_condition(std::string name, const CoefficientTensor& profile) {
+  return std::make_unique<ProfileCondition>(std::move(name), profile);
 }
 
 bool layers_are_permutable(const CoefficientView& v) {

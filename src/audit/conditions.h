@@ -74,12 +74,12 @@ class Condition {
 // A uniform permutation of 0..n-1 from rng (Fisher-Yates).
 std::vector<int> uniform_permutation(Rng& rng, int n);
 
-// Every condition name fca knows, in report order.
+// The continuous coefficients' conditions, in report order (other record kinds have their own
+// tables: audit_kind.h).
 const std::vector<std::string>& all_condition_names();
-// Whether the condition of this name draws a new randomisation per repetition, in the continuous
-// table or (`routing`) the routing table of routing_conditions.h: what the audit's plan counts
-// before any condition exists (the audit checks it against each condition it makes).
-bool condition_randomized(const std::string& name, bool routing);
+
+// A condition that hands every window window 0 of `profile` (kept by reference).
+std::unique_ptr<Condition> make_profile_condition(std::string name, const CoefficientTensor& profile);
 
 // Builds the named condition over the evaluation coefficients and calibration profiles. Throws
 // Error for an unknown name, or for layer_permutation where layers differ in their valid sources.

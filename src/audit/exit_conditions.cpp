@@ -4,7 +4,10 @@
 #include <cmath>
 #include <numeric>
 
+#include "audit/audit_kind.h"
+#include "audit/phases.h"
 #include "core/error.h"
+#include "core/undefined_statistic.h"
 
 namespace fca {
 namespace {
@@ -114,21 +117,8 @@ const std::vector<std::string>& exit_condition_names() {
   return names;
 }
 
-const std::vector<std::pair<std::string, std::string>>& exit_skipped_conditions() {
-  static const std::vector<std::pair<std::string, std::string>> skipped{
-      {"assignment_cross_input", "exit records carry no continuous value that replay reads"},
-      {"assignment_shuffle", "exit records carry no continuous value that replay reads"},
-      {"layer_permutation", "exit points are ordered: a depth record is not permuted across layers"}};
-  return skipped;
-}
-
-bool exit_condition_randomized(const std::string& name) {
-  return name == "cross_input" || name == "token_shuffle" || name == "cross_shuffle" || name == "structure_removed";
-}
-
 ExitProfiles exit_profiles(const CoefficientView& C) {
   const CoefficientShape& s = C.shape;
-  if (s.kind != RecordKind::exit_depth) throw Error("exit profiles need exit_depth records, found " + s.to_string());
   if (C.windows <= 0) throw Error("calibration set is empty");
   const int T = s.tokens, L = s.layers + 1;
   const int64_t W = C.windows;
@@ -191,10 +181,7 @@ ExitProfiles exit_profiles(const CoefficientView& C) {
 
 std::unique_ptr<Condition> make_exit_condition(const std::string& name, const CoefficientView& A, const ExitProfiles& p,
                                                const AuditRandomness& rand) {
-  if (name == "correct") {
-    CalibrationProfiles unused;
-    return make_condition(name, A, unused, rand);
-  }
+  if (name == "correct") return make_condition(name, A, CalibrationProfiles{}, rand);
   if (name == "cross_input") return std::make_unique<MovedDepths>(name, A, rand, true, false);
   if (name == "token_shuffle") return std::make_unique<MovedDepths>(name, A, rand, false, true);
   if (name == "cross_shuffle") return std::make_unique<MovedDepths>(name, A, rand, true, true);
@@ -206,6 +193,95 @@ std::unique_ptr<Condition> make_exit_condition(const std::string& name, const Co
   std::string known;
   for (const auto& n : exit_condition_names()) known += (known.empty() ? "" : ", ") + n;
   throw Error("condition '" + name + "' does not apply to exit-depth records (known: " + known + ")");
+}
+
+namespace {
+
+class ExitConditions : public KindConditions {
+ public:
+  explicit ExitConditions(const CoefficientView& C) : profiles_(exit_profiles(C)) {}
+  std::unique_ptr<Condition> make(const std::string& name, const CoefficientView& A, const AuditRandomness& rand) const override {
+    return make_exit_condition(name, A, profiles_, rand);
+  }
+  nlohmann::ordered_json profiles_json() const override {
+    return {{"layer_position_mean", exit_depths(profiles_.position_depth.view(), 0)},
+            {"static_profile", exit_depths(profiles_.depth_histogram.view(), 0)},
+            {"structure_removed_mean_depth", profiles_.mean_depth},
+            {"note", "depths per position: PositionDepth (layer_position_mean) and DepthHistogram (static_profile), from the "
+                     "calibration windows by largest remainder; structure_removed draws MeanDepth's ceil/floor per window"}};
+  }
+
+ private:
+  ExitProfiles profiles_;
+};
+
+// docs/exit.md, exit_agreement: of the evaluation tokens that exit before the last block, the share whose
+// argmax equals their argmax in the identity (full depth) replay.
+nlohmann::ordered_json exit_agreement_json(const std::vector<ConditionRun>& runs) {
+  for (const auto& r : runs) {
+    if (r.name != "identity") continue;
+    if (r.exited == 0) return {{"estimate", nullptr}, {"note", undefined_note("no evaluation token exits before the last block")}};
+    return {{"estimate", double(r.exit_agreeing) / double(r.exited)}, {"agreeing", r.exit_agreeing}, {"exited", r.exited}};
+  }
+  return {{"estimate", nullptr}, {"note", undefined_note("the identity condition did not run")}};
+}
+
+// The evaluation windows' depth histogram [L], mean depth, mean depth by position [T] and
+// continuation probability P(d > k) per exit point.
+nlohmann::ordered_json exit_routing_json(const CoefficientView& A, const CacheManifest& manifest,
+                                         const std::vector<ConditionRun>& runs) {
+  const CoefficientShape& sh = A.shape;
+  const int T = sh.tokens, L = sh.layers + 1;
+  std::vector<double> histogram(size_t(L), 0.0), by_position(size_t(T), 0.0), continuation(size_t(sh.layers), 0.0);
+  const double N = double(A.windows) * T;
+  double sum = 0;
+  for (int w = 0; w < A.windows; ++w) {
+    const std::vector<int> d = exit_depths(A, w);
+    for (int t = 0; t < T; ++t) {
+      histogram[size_t(d[size_t(t)] - 1)] += 1.0 / N;
+      by_position[size_t(t)] += double(d[size_t(t)]) / A.windows;
+      sum += d[size_t(t)];
+      for (int k = 1; k <= sh.layers; ++k) continuation[size_t(k - 1)] += d[size_t(t)] > k ? 1.0 / N : 0.0;
+    }
+  }
+  return {{"exit_histogram", histogram},
+          {"mean_depth", sum / N},
+          {"mean_depth_by_position", by_position},
+          {"continuation", continuation},
+          {"controller_setting", manifest.controller_setting},
+          {"min_exit", sh.min_exit},
+          {"exit_agreement", exit_agreement_json(runs)},
+          {"note", "evaluation windows, live pass: exit_histogram[d-1] = share of tokens of depth d; continuation[k-1] = "
+                   "P(d > k) at exit point k"}};
+}
+
+// The tokens whose depth is below the full L = exit points + 1.
+std::vector<bool> exited_tokens(const CoefficientView& records, int window) {
+  const std::vector<int> d = exit_depths(records, window);
+  std::vector<bool> exited(d.size());
+  for (size_t t = 0; t < d.size(); ++t) exited[t] = d[t] < records.shape.layers + 1;
+  return exited;
+}
+
+}  // namespace
+
+AuditKindRow exit_depth_audit_kind() {
+  return {.kind = RecordKind::exit_depth,
+          .condition_names = exit_condition_names(),
+          .randomized = {"cross_input", "token_shuffle", "cross_shuffle", "structure_removed"},
+          .skipped =
+              [](const AuditableModel&, const CoefficientView&) -> std::vector<SkippedCondition> {
+            return {{"assignment_cross_input", "exit records carry no continuous value that replay reads"},
+                    {"assignment_shuffle", "exit records carry no continuous value that replay reads"},
+                    {"layer_permutation", "exit points are ordered: a depth record is not permuted across layers"}};
+          },
+          .model_conditions = nullptr,
+          .prepare = [](const AuditableModel&, const CoefficientView& C) -> std::unique_ptr<KindConditions> {
+            return std::make_unique<ExitConditions>(C);
+          },
+          .routing_json = exit_routing_json,
+          .shortened_tokens = exited_tokens,
+          .full_computation_condition = "identity"};
 }
 
 }  // namespace fca

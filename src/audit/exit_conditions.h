@@ -18,10 +18,9 @@ struct ExitProfiles {
   double mean_depth = 0;              // MeanDepth's d-bar (structure_removed), over C and tokens
 };
 
-// The conditions in report order (correct first), and those skipped with the reason.
+// The conditions in report order (correct first). Which are randomised, which are skipped and why,
+// and the profiles' JSON: the kind's row (exit_depth_audit_kind, audit_kind.h).
 const std::vector<std::string>& exit_condition_names();
-const std::vector<std::pair<std::string, std::string>>& exit_skipped_conditions();
-bool exit_condition_randomized(const std::string& name);
 
 // exit_depths and write_exit_depths: models/routing_record.h.
 

@@ -19,14 +19,13 @@
 #include <vector>
 
 #include "audit/audit.h"
+#include "audit/audit_kind.h"
 #include "audit/cache.h"
 #include "audit/conditions.h"
 #include "audit/exact_replay.h"
 #include "audit/journal.h"
 #include "audit/plan.h"
 #include "audit/replay_probe.h"
-#include "audit/exit_conditions.h"
-#include "audit/routing_conditions.h"
 #include "core/communicator.h"
 #include "core/json.h"
 #include "core/progress.h"
@@ -42,12 +41,12 @@ struct AuditSetup {
   std::string journal_path;
   CacheManifest manifest;
   nlohmann::ordered_json provenance;
-  bool routing = false;                       // routing records (MoE, MoD, exit) rather than continuous coefficients
-  // Whether the condition of this name draws a new randomisation per repetition, in the table of
-  // this audit's record kind.
-  bool randomized(const std::string& name) const {
-    return manifest.shape.kind == RecordKind::exit_depth ? exit_condition_randomized(name) : condition_randomized(name, routing);
-  }
+  bool routing = false;                       // records with a discrete field (MoE, MoD, exit), not continuous coefficients
+  // The audit's row of the records' kind (audit_kind.h): conditions, profiles, JSON.
+  const AuditKindRow& kind() const { return audit_kind_row(manifest.shape.kind); }
+  // Whether the condition of this name draws a new randomisation per repetition, in the kind's
+  // table: what the plan counts before any condition exists (checked against each condition made).
+  bool randomized(const std::string& name) const { return kind().is_randomized(name); }
   std::vector<std::string> conditions;        // to run, "correct" excluded (it is exact replay)
   std::vector<std::string> skipped;           // default conditions that do not apply to this model
   nlohmann::ordered_json skipped_reasons;     // {name: why}
@@ -76,11 +75,9 @@ struct AuditInputs {
   // it is used only if exact replay reproduces its NLLs bit for bit.
   bool cache_from_other_build;
   CoefficientView evaluation;  // A, the cached evaluation coefficients
-  CalibrationProfiles profiles;
-  RoutingProfiles routing_profile;  // routing records only
-  ExitProfiles exit_profile;        // exit-depth records only
+  // The calibration profiles of the records' kind, and the conditions' factory over them.
+  std::unique_ptr<KindConditions> profiles;
   AuditRandomness randomness;
-  DisableGroups disable_groups;  // the model's switchable groups (continuous coefficients only)
   std::vector<std::unique_ptr<Condition>> conditions;  // in the order of AuditSetup::conditions
 };
 
@@ -96,8 +93,9 @@ struct ConditionRun {
   std::optional<RecordCompute> compute;
   std::optional<double> counted_gemm_flops;
   double reused_prefix_gemm_flops = 0;  // what its replays did not run because they reused the kept prefix
-  // Exit-depth records, on identity (FullDepth) only: of the tokens that exit before the last block
-  // in the live records, how many have the same argmax there as at full depth (docs/exit.md, exit_agreement).
+  // Kinds whose records shorten tokens (AuditKindRow::shortened_tokens; exit depths), on the kind's
+  // full-computation condition only (identity, FullDepth): of the tokens that ran fewer blocks in the
+  // live records, how many have the same argmax there as with every block (docs/exit.md, exit_agreement).
   int64_t exit_agreeing = 0, exited = 0;
 };
 

@@ -5,7 +5,6 @@
 
 #include "audit/phases.h"
 
-#include "audit/exit_conditions.h"
 
 #include "core/exec_counters.h"
 #include "audit/work_split.h"
@@ -78,9 +77,11 @@ nlohmann::json condition_batch(AuditableModel& model, const AuditSetup& s, const
   const ExecCounters* counters = exec_counters();
   const bool computed = model.record_compute(batch.view(), B).has_value();
   if (computed) record["compute"] = nlohmann::json::array();
-  // Exit-depth records: the argmax of the unchanged records' replay (bitwise the live pass), to
-  // compare with identity's (full depth) for the tokens that exited early (exit agreement).
-  const bool exits = s.manifest.shape.kind == RecordKind::exit_depth;
+  // Kinds whose records shorten tokens (exit depths): the argmax of the unchanged records' replay
+  // (bitwise the live pass), to compare with the full computation's (identity) on the tokens the
+  // live records shortened (exit agreement).
+  const AuditKindRow& kind = s.kind();
+  const bool exits = kind.shortened_tokens != nullptr;
   const int V = model.vocab();
   auto argmax = [&](const float* logits) {
     std::vector<int32_t> best(size_t(B) * T, 0);
@@ -92,11 +93,11 @@ nlohmann::json condition_batch(AuditableModel& model, const AuditSetup& s, const
     return best;
   };
   std::vector<int32_t> live_argmax;
-  std::vector<int> live_depth;
+  std::vector<bool> shortened;
   if (exits) {
     for (int b = 0; b < B; ++b) {
       batch.copy_window(b, in.evaluation, w0 + b);
-      for (int d : exit_depths(in.evaluation, w0 + b)) live_depth.push_back(d);
+      for (bool short_token : kind.shortened_tokens(in.evaluation, w0 + b)) shortened.push_back(short_token);
     }
     model.run_replay(s.eval.inputs.data() + off, s.eval.targets.data() + off, B, T, batch, nll.data());
     live_argmax = argmax(model.last_logits());
@@ -115,11 +116,11 @@ nlohmann::json condition_batch(AuditableModel& model, const AuditSetup& s, const
       const bool reused_prefix = model.prefix_reuses() > reuses;
       condition_evaluations += model.replay_controller_evaluations() - evaluations;
       reps.push_back(doubles_to_bits(nll.data(), size_t(B)));
-      if (exits && c->name() == "identity") {
+      if (exits && c->name() == kind.full_computation_condition) {
         const std::vector<int32_t> full = argmax(model.last_logits());
         int64_t agreeing = 0, exited = 0;
         for (size_t n = 0; n < full.size(); ++n)
-          if (live_depth[n] < s.manifest.shape.layers + 1) ++exited, agreeing += full[n] == live_argmax[n];
+          if (shortened[n]) ++exited, agreeing += full[n] == live_argmax[n];
         record["exit_agreement"] = {agreeing, exited};
       }
       if (computed) {

@@ -1,39 +1,87 @@
-// The audit's conditions on routing records (docs/routed.md, "Routing records and
-// the audit"), written over the record kinds, not over model families: expert_routing (experts I and
-// weights w per token) and token_selection (a 0/1 selection and weights sigmoid(s) per token).
-// Every condition yields an executable routing (k distinct experts per token; exactly K selected
-// tokens per window and layer) and is applied only in replay.
+// What the two routing record kinds share in the audit (docs/routed.md, "Routing records and the
+// audit"): expert_routing (experts I and weights w per token; expert_routing_kind.cpp) and
+// token_selection (a 0/1 selection and weights sigmoid(s) per token; token_selection_kind.cpp) have
+// the same condition names and skeletons; each kind writes its own routes. Every condition yields
+// an executable routing (k distinct experts per token; exactly K selected tokens per window and
+// layer) and is applied only in replay.
 #pragma once
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "audit/conditions.h"
+#include "audit/audit_kind.h"
+#include "core/rng.h"
 
 namespace fca {
 
-struct RoutingProfiles {
-  CoefficientTensor layer_position_mean;  // one window: per (layer, position)
-  CoefficientTensor static_profile;       // one window: the same record for every window
-  // token_selection: per layer, the mean over the calibration windows of the selected tokens'
-  // weights (the weight a token that becomes selected takes).
-  std::vector<float> mean_selected_weight;
+// structure_removed's randomisation stream (distinct from conditions.h's; pi_r and sigma are
+// AuditRandomness's, so that assignment_* pair with cross_input / token_shuffle).
+constexpr uint64_t kStructureRemovedStream = 11;
+
+// The routing conditions in report order (correct first), and those that draw per repetition.
+const std::vector<std::string>& routing_condition_names();
+const std::vector<std::string>& routing_randomized_conditions();
+
+// Indices of the k largest values, ties to the lower index, in descending value.
+std::vector<int> top_indices(const std::vector<double>& values, int k);
+
+// assignment_cross_input / assignment_shuffle: the assignment comes from another window (pi_r) or
+// from the own window with tokens permuted (sigma, one per window and layer); the kind decides what
+// the token's weight becomes.
+class AssignmentCondition : public Condition {
+ public:
+  AssignmentCondition(std::string name, const CoefficientView& evaluation, const AuditRandomness& randomness, bool cross)
+      : name_(std::move(name)), A_(evaluation), rand_(randomness), cross_(cross) {}
+  std::string name() const override { return name_; }
+  bool randomized() const override { return true; }
+  void coefficients(int window, int r, CoefficientTensor& out, int slot) const override;
+
+ protected:
+  // Window `slot` of `out` holds window `window`'s own record; token t of layer l takes the route of
+  // token sigma[t] in `from`'s discrete field [layer][token][slot].
+  virtual void move_layer(CoefficientTensor& out, int slot, int layer, int window, const int32_t* from,
+                          const std::vector<int>& sigma) const = 0;
+  std::string name_;
+  CoefficientView A_;
+  const AuditRandomness& rand_;
+  bool cross_;
 };
 
-// The routing conditions in report order (correct first).
-const std::vector<std::string>& routing_condition_names();
+// structure_removed: random routes, drawn per (randomisation, window, layer) from
+// kStructureRemovedStream; the kind draws a layer.
+class RandomRoutingCondition : public Condition {
+ public:
+  RandomRoutingCondition(const CoefficientView& evaluation, const AuditRandomness& randomness)
+      : A_(evaluation), rand_(randomness) {}
+  std::string name() const override { return "structure_removed"; }
+  bool randomized() const override { return true; }
+  void coefficients(int window, int r, CoefficientTensor& out, int slot) const override;
 
-// The calibration profiles of docs/routed.md's table. expert_routing: layer_position_mean takes per
-// (layer, position) the k experts with the largest mean weight over C (unselected = 0),
-// static_profile per layer over C and tokens; their weights are those means, renormalised over the
-// k slots when k > 1 (as the model's own routing is; for k = 1 the mean weight itself).
-// token_selection: layer_position_mean selects per layer the K positions selected most often over
-// C (ties to the lower position) with weight = mean over C of sigmoid(s) at the position;
-// static_profile selects the evenly spaced positions floor(j T / K) with mean_selected_weight.
-RoutingProfiles routing_profiles(const CoefficientView& calibration);
+ protected:
+  // Window `slot` of `out` holds the window's own record; overwrite layer l's routes.
+  virtual void draw_layer(CoefficientTensor& out, int slot, int layer, Rng& rng) const = 0;
+  CoefficientView A_;
+  const AuditRandomness& rand_;
+};
 
-// Builds a routing condition; throws Error for a name that is not a routing condition.
-std::unique_ptr<Condition> make_routing_condition(const std::string& name, const CoefficientView& evaluation,
-                                                  const RoutingProfiles& profiles, const AuditRandomness& randomness);
+// A routing kind's calibration profiles (one window each) and its condition table: the whole-record
+// conditions of conditions.h, the two profiles, and the kind's assignment and random routes.
+class RoutingConditions : public KindConditions {
+ public:
+  explicit RoutingConditions(const CoefficientShape& shape) : layer_position_mean_(1, shape), static_profile_(1, shape) {}
+  std::unique_ptr<Condition> make(const std::string& name, const CoefficientView& evaluation,
+                                  const AuditRandomness& randomness) const override;
+  nlohmann::ordered_json profiles_json() const override;
+
+ protected:
+  virtual std::unique_ptr<Condition> assignment(const std::string& name, const CoefficientView& evaluation,
+                                                const AuditRandomness& randomness, bool cross) const = 0;
+  virtual std::unique_ptr<Condition> random_routes(const CoefficientView& evaluation, const AuditRandomness& randomness) const = 0;
+  CoefficientTensor layer_position_mean_, static_profile_;
+};
+
+// audit.json's "routing" of a routing kind: kind, sizes and the load table under `load_key`.
+nlohmann::ordered_json routing_load_json(const CoefficientView& evaluation, int top_k, const char* load_key, const char* note);
 
 }  // namespace fca

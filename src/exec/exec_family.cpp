@@ -2,8 +2,7 @@
 
 #include "core/error.h"
 #include "core/exec_counters.h"
-#include "models/gated/exec/flops.h"
-#include "models/gated/forward.h"
+#include "models/base/dense.h"
 #include "ops/attention.h"
 
 namespace fca {
@@ -48,19 +47,12 @@ void count_mode(nlohmann::ordered_json& modes, TimedModes& timed, const std::str
 
 void dense_same_shape(nlohmann::ordered_json& modes, TimedModes& timed, int L, int D, int H, int T,
                       std::shared_ptr<const TokenWindows> timing, int B) {
-  GatedConfig c;
-  c.n_layer = L;
-  c.d_model = D;
-  c.n_head = H;
-  c.seq_len = T;
-  c.gate = GateKind::dense;
-  const auto dense = std::make_shared<const GatedModel<float>>(GatedModel<float>::initialized(c, 1));
-  const auto rs = std::make_shared<GatedRunState<float>>(c, B, T, false);
-  const auto live = std::make_shared<LiveCoefficients<float>>(*dense);
-  count_mode(modes, timed, "dense_same_shape", [dense, rs, live, timing, B, T] { gated_forward(*dense, *rs, timing->inputs.data(), B, T, *live); },
-             {L, gated_forward_flops(c, B, T, L), gated_controller_flops(c, B, T, L), gated_mixing_flops(c, B, T, L),
-              gated_controller_evaluations(c, L), 0},
-             L, B * T,
+  const DenseShape shape{L, D, H, T};
+  const auto dense = std::make_shared<const DenseModel>(shape, 1);
+  const auto rs = std::make_shared<DenseRunState>(shape, B);
+  // A Dense transformer has no controller: its pass counts GEMMs and blocks only.
+  count_mode(modes, timed, "dense_same_shape", [dense, rs, timing, B, T] { dense_forward(*dense, *rs, timing->inputs.data(), B, T); },
+             {L, dense_forward_flops(D, B, T, L), 0, 0, 0, 0}, L, B * T,
              {{"note", "baseline with initialised weights: latency and FLOPs only"}});
 }
 

@@ -75,9 +75,9 @@ const ExecFamily& exec_family_named(const std::string& name);
 void count_mode(nlohmann::ordered_json& modes, TimedModes& timed, const std::string& mode, std::function<void()> pass,
                 const ExpectedCounts& expected, int total_blocks, int tokens_per_pass, nlohmann::ordered_json extra = {});
 
-// dense_same_shape: the Dense model (docs/model.md, gate dense) of the same L, D, H, T with
-// initialised weights (latency and FLOPs do not depend on the weights' values), counted and
-// appended to `modes`, the same baseline for every family.
+// dense_same_shape: the Dense transformer of the shared block (models/base/dense.h: no controller)
+// of the same L, D, H, T with initialised weights (latency and FLOPs do not depend on the weights'
+// values), counted and appended to `modes`, the same baseline for every family.
 void dense_same_shape(nlohmann::ordered_json& modes, TimedModes& timed, int L, int D, int H, int T,
                       std::shared_ptr<const TokenWindows> timing, int B);
 

@@ -5,8 +5,8 @@
 //
 // This table holds the models layer's part of a row: the kind's name, how a shape of it is
 // described, its cache-manifest fields, validation, the continuous view the variance decomposition
-// runs on, the load table, and how the replay probe groups and perturbs it. The audit's conditions,
-// profiles and JSON for each kind are still chosen in src/audit/ (audit.cpp, audit_document.cpp).
+// runs on, the load table, and how the replay probe groups and perturbs it. The audit's half (its
+// conditions, skipped conditions, profiles and JSON) is audit/audit_kind.h, one row per kind there too.
 #pragma once
 #include <string>
 #include <vector>

@@ -56,6 +56,16 @@ void dense_mlp_forward(BlockActivations<T>& a, const BlockWeights<T>& p, int N, 
 }
 
 template <typename T>
+void dense_block_forward(BlockActivations<T>& a, T* attn_scratch, const BlockWeights<T>& p, const T* h, T* next, int B,
+                         int Tn, int D, int H) {
+  const int64_t N = int64_t(B) * Tn;
+  attention_half_forward(a, attn_scratch, p, h, B, Tn, D, H, static_cast<const AttentionStats<T>*>(nullptr));
+  dense_mlp_forward(a, p, int(N), D);
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < N * D; ++i) next[i] = h[i] + a.update[i];
+}
+
+template <typename T>
 void dense_mlp_backward(BlockWeights<T>& dp, const BlockGradScratch<T>& s, const BlockActivations<T>& a,
                         const BlockWeights<T>& p, const T* dF, int N, int D) {
   // F = u + w, w = GELU(m Wfc^T + bfc) Wmlp^T + bmlp.
@@ -146,6 +156,8 @@ void stream_head_backward(StreamState<T>& s, T* dwte, T* dln_f_weight, T* dln_f_
   template void mlp_branch_backward<T>(T*, BlockWeights<T>&, const BlockGradScratch<T>&,                         \
                                        const BlockActivations<T>&, const BlockWeights<T>&, const T*, int, int); \
   template void dense_mlp_forward<T>(BlockActivations<T>&, const BlockWeights<T>&, int, int);               \
+  template void dense_block_forward<T>(BlockActivations<T>&, T*, const BlockWeights<T>&, const T*, T*, int, int, int, \
+                                       int);                                                                     \
   template void dense_mlp_backward<T>(BlockWeights<T>&, const BlockGradScratch<T>&,                              \
                                       const BlockActivations<T>&, const BlockWeights<T>&, const T*, int, int); \
   template void attention_half_backward<T>(T*, BlockWeights<T>&, const BlockGradScratch<T>&,                     \

@@ -52,6 +52,13 @@ void attention_half_forward(BlockActivations<T>& a, T* attn_scratch, const Block
 template <typename T>
 void dense_mlp_forward(BlockActivations<T>& a, const BlockWeights<T>& p, int N, int D);
 
+// The whole Dense block: attention half and dense MLP from h [B*Tn, D], then next = h + F (the
+// residual add; no controller, so no mixing FLOPs counted). MoD's unrouted blocks and the Dense
+// baseline (dense.h).
+template <typename T>
+void dense_block_forward(BlockActivations<T>& a, T* attn_scratch, const BlockWeights<T>& p, const T* h, T* next, int B,
+                         int Tn, int D, int H);
+
 // From dF [N, D] (the gradient of the block update F = u + mlp): parameter gradients of the MLP,
 // and d(ln2_out) into s.d_small.
 template <typename T>

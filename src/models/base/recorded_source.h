@@ -15,8 +15,11 @@
 //   template <typename T> using MyReplayed = ReplayedSource<MySource<T>>;
 //
 // A record's (layer, token) entry is streams * sources contiguous floats of the CoefficientTensor
-// (its storage order), so both copies below are one row each, in the order the live source wrote
-// it. The tensor's shape must be the family's record shape (its make_coefficients): the audit
+// (its storage order), and the live row is that entry in the same order. A family whose live rows
+// hold only each layer's valid coordinates, packed (MUDD: C_l streams of S_l sources), declares
+// `static constexpr bool kPackedValidRows = true;` in its source interface: layer l's live row is
+// then the rectangle [0, C) x [0, S) of the record's mask, stream-major, C the streams valid at
+// source 0 and S the sources valid at stream 0. The tensor's shape must be the family's record shape (its make_coefficients): the audit
 // interface checks it before every pass (FamilyAuditable), since a wider row would be read or
 // written past the pass's buffer. Recording converts to float as the cache stores it; replay converts back, so a float forward
 // pass replays its own bits exactly.
@@ -45,6 +48,26 @@ inline void check_record_rows(const CoefficientTensor& tensor, int layer, const 
                 std::to_string(batch.tokens) + " tokens");
 }
 
+// The live row of `layer`: `streams` x `sources` of the record's entry, stream-major; the entry's
+// width is the record's streams * sources (record_sources apart from one stream to the next).
+struct LiveRowShape {
+  int streams, sources, record_sources;
+};
+template <typename Source>
+LiveRowShape live_row_shape(const CoefficientTensor& record, int layer) {
+  const CoefficientShape& s = record.shape();
+  if constexpr (requires { Source::kPackedValidRows; }) {
+    static_assert(Source::kPackedValidRows, "kPackedValidRows, where declared, is true");
+    const CoefficientView v = record.view();
+    int streams = 0, sources = 0;
+    while (streams < s.streams && v.valid(layer, streams, 0)) ++streams;
+    while (sources < s.sources && v.valid(layer, 0, sources)) ++sources;
+    return {streams, sources, s.sources};
+  } else {
+    return {s.streams, s.sources, s.sources};
+  }
+}
+
 // Live, and every row the live controller writes is also written to `sink`. `Inputs` is the
 // source interface's std::tuple of what its call reads (the parameters between the batch and `out`).
 template <typename Live, typename Inputs = typename Live::Inputs>
@@ -60,11 +83,15 @@ class RecordingSource<Live, std::tuple<In...>> final : public Live {
     Live::coefficients(layer, batch, inputs..., out);
     check_record_rows(sink_, layer, batch, "recording sink");
     const int64_t width = int64_t(sink_.shape().streams) * sink_.shape().sources;
+    const LiveRowShape row_shape = live_row_shape<Live>(sink_, layer);
+    const int64_t row_width = int64_t(row_shape.streams) * row_shape.sources;
     for (int b = 0; b < batch.batch; ++b)
       for (int t = 0; t < batch.tokens; ++t) {
         float* entry = sink_.window_data(batch.first_window + b) + (int64_t(layer) * batch.tokens + t) * width;
-        const Value* row = out + (int64_t(b) * batch.tokens + t) * width;
-        for (int64_t i = 0; i < width; ++i) entry[i] = static_cast<float>(row[i]);
+        const Value* row = out + (int64_t(b) * batch.tokens + t) * row_width;
+        for (int st = 0; st < row_shape.streams; ++st)
+          for (int k = 0; k < row_shape.sources; ++k)
+            entry[int64_t(st) * row_shape.record_sources + k] = static_cast<float>(row[int64_t(st) * row_shape.sources + k]);
       }
   }
 
@@ -87,11 +114,17 @@ class ReplayedSource<Source, std::tuple<In...>> final : public Source {
     check_record_rows(coefficients_, layer, batch, "replayed coefficients");
     const int64_t width = int64_t(coefficients_.shape().streams) * coefficients_.shape().sources;
     const uint8_t* valid = coefficients_.mask().data() + int64_t(layer) * width;  // mask [layer][stream][source]
+    const LiveRowShape row_shape = live_row_shape<Source>(coefficients_, layer);
+    const int64_t row_width = int64_t(row_shape.streams) * row_shape.sources;
     for (int b = 0; b < batch.batch; ++b)
       for (int t = 0; t < batch.tokens; ++t) {
         const float* entry = coefficients_.window_data(batch.first_window + b) + (int64_t(layer) * batch.tokens + t) * width;
-        Value* row = out + (int64_t(b) * batch.tokens + t) * width;
-        for (int64_t i = 0; i < width; ++i) row[i] = valid[i] ? static_cast<Value>(entry[i]) : Value(0);
+        Value* row = out + (int64_t(b) * batch.tokens + t) * row_width;
+        for (int st = 0; st < row_shape.streams; ++st)
+          for (int k = 0; k < row_shape.sources; ++k) {
+            const int64_t i = int64_t(st) * row_shape.record_sources + k;
+            row[int64_t(st) * row_shape.sources + k] = valid[i] ? static_cast<Value>(entry[i]) : Value(0);
+          }
       }
   }
 

@@ -72,14 +72,11 @@ void mod_forward(const ModModel<T>& model, ModRunState<T>& rs, const int32_t* to
     T* next = rs.hidden[size_t(l + 1)];
     if (counters != nullptr) counters->blocks_executed.fetch_add(1, std::memory_order_relaxed);
     if (!c.routed(l)) {
-      attention_half_forward(a, rs.attn_scratch, p, h, B, Tn, D, H, static_cast<const AttentionStats<T>*>(nullptr));
-      dense_mlp_forward(a, p, int(N), D);
-#pragma omp parallel for schedule(static)
-      for (int64_t i = 0; i < N * D; ++i) next[i] = h[i] + a.update[i];
+      dense_block_forward(a, rs.attn_scratch, p, h, next, B, Tn, D, H);
       continue;
     }
     auto& r = rs.routed[size_t(l)];
-    routing.select(l, position, K, h, r.scores, r.rows, r.weights);
+    routing.route(l, position, K, h, r.scores, r.rows, r.weights);
     if (counters != nullptr) counters->routed_rows.fetch_add(Ns, std::memory_order_relaxed);
     gather_rows(r.h_sub, h, r.rows, Ns, D);
     attention_half_forward(a, rs.attn_scratch, p, r.h_sub, B, K, D, H, static_cast<const AttentionStats<T>*>(nullptr));

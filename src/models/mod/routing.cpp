@@ -20,7 +20,7 @@ CoefficientShape mod_record_shape(const ModConfig& c, int tokens) {
 }
 
 template <typename T>
-void ModLiveRouting<T>::select(int layer, const BatchPosition& batch, int K, const T* h, T* scores, int32_t* rows,
+void ModLiveRouting<T>::route(int layer, const BatchPosition& batch, int K, const T* h, T* scores, int32_t* rows,
                                T* weights) {
   const PhaseScope phase_scope(Phase::controller);
   const ModConfig& c = model_.config();
@@ -64,39 +64,38 @@ void check_fits(const CoefficientTensor& t, const ModConfig& c, const BatchPosit
 }  // namespace
 
 template <typename T>
-void ModRecordingRouting<T>::select(int layer, const BatchPosition& batch, int K, const T* h, T* scores, int32_t* rows,
-                                    T* weights) {
-  ModLiveRouting<T>::select(layer, batch, K, h, scores, rows, weights);
-  const ModConfig& c = this->model_.config();
-  check_fits(sink_, c, batch, "selection record");
+void ModRoutingSource<T>::record(const ModConfig& c, CoefficientTensor& sink, int layer, const BatchPosition& batch, int K,
+                                 const T*, T* scores, int32_t* rows, T*) {
+  check_fits(sink, c, batch, "selection record");
   const int r = c.routed_index(layer), Tn = batch.tokens;
   for (int b = 0; b < batch.batch; ++b) {
     const int w = batch.first_window + b;
     for (int t = 0; t < Tn; ++t) {
       const T s = scores[int64_t(b) * Tn + t];
-      sink_.at(w, r, t) = static_cast<float>(T(1) / (T(1) + std::exp(-s)));
-      sink_.discrete_at(w, r, t, 0) = 0;
+      sink.at(w, r, t) = static_cast<float>(T(1) / (T(1) + std::exp(-s)));
+      sink.discrete_at(w, r, t, 0) = 0;
     }
-    for (int i = 0; i < K; ++i) sink_.discrete_at(w, r, rows[int64_t(b) * K + i] - b * Tn, 0) = 1;
+    for (int i = 0; i < K; ++i) sink.discrete_at(w, r, rows[int64_t(b) * K + i] - b * Tn, 0) = 1;
   }
 }
 
 template <typename T>
-void ModReplayedRouting<T>::select(int layer, const BatchPosition& batch, int K, const T*, T*, int32_t* rows, T* weights) {
-  check_fits(record_, config_, batch, "replayed selection record");
-  const int r = config_.routed_index(layer), Tn = batch.tokens;
+void ModRoutingSource<T>::replay(const ModConfig& config, const CoefficientTensor& record, int layer, const BatchPosition& batch,
+                                 int K, const T*, T*, int32_t* rows, T* weights) {
+  check_fits(record, config, batch, "replayed selection record");
+  const int r = config.routed_index(layer), Tn = batch.tokens;
   for (int b = 0; b < batch.batch; ++b) {
     const int w = batch.first_window + b;
     int count = 0;
     for (int t = 0; t < Tn; ++t) {
-      const int32_t sel = record_.discrete_at(w, r, t, 0);
+      const int32_t sel = record.discrete_at(w, r, t, 0);
       if (sel != 0 && sel != 1)
         throw Error("replayed selection, window " + std::to_string(w) + ", layer " + std::to_string(layer) + ", token " +
                     std::to_string(t) + ": selected is " + std::to_string(sel) + ", expected 0 or 1");
       if (sel == 1) {
         if (count < K) {
           rows[int64_t(b) * K + count] = int32_t(int64_t(b) * Tn + t);
-          weights[int64_t(b) * K + count] = static_cast<T>(record_.at(w, r, t));
+          weights[int64_t(b) * K + count] = static_cast<T>(record.at(w, r, t));
         }
         ++count;
       }
@@ -109,9 +108,7 @@ void ModReplayedRouting<T>::select(int layer, const BatchPosition& batch, int K,
 
 template class ModLiveRouting<float>;
 template class ModLiveRouting<double>;
-template class ModRecordingRouting<float>;
-template class ModRecordingRouting<double>;
-template class ModReplayedRouting<float>;
-template class ModReplayedRouting<double>;
+template class ModRoutingSource<float>;
+template class ModRoutingSource<double>;
 
 }  // namespace fca

@@ -6,12 +6,15 @@
 //   every token [R, T, 1, 1], discrete = selected 0/1 [R, T, 1]) is written.
 // - ModReplayedRouting: selection and weights from a record; no router. A record whose window does
 //   not select exactly K tokens in a layer is refused.
+// Both are the shared templates of models/base/recorded_routing.h over ModRoutingSource's layout.
 #pragma once
 #include <cstdint>
+#include <tuple>
 
 #include "models/coefficient_tensor.h"
 #include "models/base/batch_position.h"
 #include "models/base/controller_source.h"
+#include "models/base/recorded_routing.h"
 #include "models/mod/model.h"
 
 namespace fca {
@@ -19,10 +22,20 @@ namespace fca {
 template <typename T>
 class ModRoutingSource : public ControllerSource {
  public:
+  using Value = T;
+  using Config = ModConfig;
+  using Inputs = std::tuple<int, const T*, T*, int32_t*, T*>;
   // Block `layer` (routed), K tokens per window: rows [B*K] = b*T' + position (window b's
   // selection in position order), weights [B*K]. h [B*T', D] is the block's input; scores [B*T']
   // receive s (live only).
-  virtual void select(int layer, const BatchPosition& batch, int K, const T* h, T* scores, int32_t* rows, T* weights) = 0;
+  virtual void route(int layer, const BatchPosition& batch, int K, const T* h, T* scores, int32_t* rows, T* weights) = 0;
+  // The record layout (models/base/recorded_routing.h): sigmoid(s) of every token and the 0/1
+  // selection written into the record, and the selection and weights read back from it (a window
+  // selecting other than exactly K tokens in a layer is refused).
+  static void record(const ModConfig& config, CoefficientTensor& sink, int layer, const BatchPosition& batch, int K, const T* h,
+                     T* scores, int32_t* rows, T* weights);
+  static void replay(const ModConfig& config, const CoefficientTensor& record, int layer, const BatchPosition& batch, int K,
+                     const T* h, T* scores, int32_t* rows, T* weights);
 };
 
 template <typename T>
@@ -30,33 +43,16 @@ class ModLiveRouting : public ModRoutingSource<T> {
  public:
   explicit ModLiveRouting(const ModModel<T>& model) : model_(model) {}
   bool evaluates_controller() const override { return true; }
-  void select(int layer, const BatchPosition& batch, int K, const T* h, T* scores, int32_t* rows, T* weights) override;
+  void route(int layer, const BatchPosition& batch, int K, const T* h, T* scores, int32_t* rows, T* weights) override;
 
  protected:
   const ModModel<T>& model_;
 };
 
 template <typename T>
-class ModRecordingRouting : public ModLiveRouting<T> {
- public:
-  ModRecordingRouting(const ModModel<T>& model, CoefficientTensor& sink) : ModLiveRouting<T>(model), sink_(sink) {}
-  void select(int layer, const BatchPosition& batch, int K, const T* h, T* scores, int32_t* rows, T* weights) override;
-
- private:
-  CoefficientTensor& sink_;
-};
-
+using ModRecordingRouting = RecordingRouting<ModLiveRouting<T>>;
 template <typename T>
-class ModReplayedRouting : public ModRoutingSource<T> {
- public:
-  ModReplayedRouting(const ModConfig& config, const CoefficientTensor& record) : config_(config), record_(record) {}
-  bool evaluates_controller() const override { return false; }
-  void select(int layer, const BatchPosition& batch, int K, const T* h, T* scores, int32_t* rows, T* weights) override;
-
- private:
-  ModConfig config_;
-  const CoefficientTensor& record_;
-};
+using ModReplayedRouting = ReplayedRouting<ModRoutingSource<T>>;
 
 CoefficientShape mod_record_shape(const ModConfig& config, int tokens);
 

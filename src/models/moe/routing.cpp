@@ -82,43 +82,34 @@ void check_record_fits(const CoefficientTensor& t, const MoeConfig& c, const Bat
 }  // namespace
 
 template <typename T>
-MoeRecordingRouting<T>::MoeRecordingRouting(const MoeModel<T>& model, CoefficientTensor& sink)
-    : MoeLiveRouting<T>(model), sink_(sink) {}
-
-template <typename T>
-void MoeRecordingRouting<T>::route(int layer, const BatchPosition& batch, const T* m, T* probs, int32_t* experts,
-                                   T* weights) {
-  MoeLiveRouting<T>::route(layer, batch, m, probs, experts, weights);
-  const MoeConfig& c = this->model_.config();
-  check_record_fits(sink_, c, batch, layer, "routing record");
+void MoeRoutingSource<T>::record(const MoeConfig& c, CoefficientTensor& sink, int layer, const BatchPosition& batch, const T*,
+                                 T*, int32_t* experts, T* weights) {
+  check_record_fits(sink, c, batch, layer, "routing record");
   const int k = c.top_k;
   for (int b = 0; b < batch.batch; ++b)
     for (int t = 0; t < batch.tokens; ++t) {
       const int64_t n = int64_t(b) * batch.tokens + t;
       for (int j = 0; j < k; ++j) {
-        sink_.at(batch.first_window + b, layer, t, 0, j) = static_cast<float>(weights[n * k + j]);
-        sink_.discrete_at(batch.first_window + b, layer, t, j) = experts[n * k + j];
+        sink.at(batch.first_window + b, layer, t, 0, j) = static_cast<float>(weights[n * k + j]);
+        sink.discrete_at(batch.first_window + b, layer, t, j) = experts[n * k + j];
       }
     }
 }
 
 template <typename T>
-MoeReplayedRouting<T>::MoeReplayedRouting(const MoeConfig& config, const CoefficientTensor& record)
-    : config_(config), record_(record) {}
-
-template <typename T>
-void MoeReplayedRouting<T>::route(int layer, const BatchPosition& batch, const T*, T*, int32_t* experts, T* weights) {
-  check_record_fits(record_, config_, batch, layer, "replayed routing record");
-  const int k = config_.top_k;
+void MoeRoutingSource<T>::replay(const MoeConfig& c, const CoefficientTensor& record, int layer, const BatchPosition& batch,
+                                 const T*, T*, int32_t* experts, T* weights) {
+  check_record_fits(record, c, batch, layer, "replayed routing record");
+  const int k = c.top_k;
   for (int b = 0; b < batch.batch; ++b)
     for (int t = 0; t < batch.tokens; ++t) {
       const int64_t n = int64_t(b) * batch.tokens + t;
       const int w = batch.first_window + b;
       for (int j = 0; j < k; ++j) {
-        experts[n * k + j] = record_.discrete_at(w, layer, t, j);
-        weights[n * k + j] = static_cast<T>(record_.at(w, layer, t, 0, j));
+        experts[n * k + j] = record.discrete_at(w, layer, t, j);
+        weights[n * k + j] = static_cast<T>(record.at(w, layer, t, 0, j));
       }
-      check_expert_record(experts + n * k, k, config_.n_expert,
+      check_expert_record(experts + n * k, k, c.n_expert,
                           "replayed routing, window " + std::to_string(w) + ", layer " + std::to_string(layer) + ", token " +
                               std::to_string(t));
     }
@@ -128,9 +119,7 @@ template void moe_top_k<float>(const float*, int, int, int32_t*, float*);
 template void moe_top_k<double>(const double*, int, int, int32_t*, double*);
 template class MoeLiveRouting<float>;
 template class MoeLiveRouting<double>;
-template class MoeRecordingRouting<float>;
-template class MoeRecordingRouting<double>;
-template class MoeReplayedRouting<float>;
-template class MoeReplayedRouting<double>;
+template class MoeRoutingSource<float>;
+template class MoeRoutingSource<double>;
 
 }  // namespace fca

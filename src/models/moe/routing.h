@@ -5,12 +5,15 @@
 //   kind expert_routing: values = w [L, T, 1, k], discrete = I [L, T, k]).
 // - MoeReplayedRouting: (I, w) read from a record; holds no router, so the router cannot run. Every
 //   record is checked before use: k distinct experts per token, each in [0, E).
+// Both are the shared templates of models/base/recorded_routing.h over MoeRoutingSource's layout.
 #pragma once
 #include <cstdint>
+#include <tuple>
 
 #include "models/coefficient_tensor.h"
 #include "models/base/batch_position.h"
 #include "models/base/controller_source.h"
+#include "models/base/recorded_routing.h"
 #include "models/moe/model.h"
 
 namespace fca {
@@ -18,9 +21,18 @@ namespace fca {
 template <typename T>
 class MoeRoutingSource : public ControllerSource {
  public:
+  using Value = T;
+  using Config = MoeConfig;
+  using Inputs = std::tuple<const T*, T*, int32_t*, T*>;
   // Layer `layer`, rows n < batch*tokens: writes experts [N, k], weights [N, k]; live sources also
   // write probs [N, E] (the softmax the auxiliary loss and backward read). m [N, D].
   virtual void route(int layer, const BatchPosition& batch, const T* m, T* probs, int32_t* experts, T* weights) = 0;
+  // The record layout (models/base/recorded_routing.h): (I, w) of the batch's windows written into
+  // the record, and read back from it, each token's experts checked.
+  static void record(const MoeConfig& config, CoefficientTensor& sink, int layer, const BatchPosition& batch, const T* m,
+                     T* probs, int32_t* experts, T* weights);
+  static void replay(const MoeConfig& config, const CoefficientTensor& record, int layer, const BatchPosition& batch,
+                     const T* m, T* probs, int32_t* experts, T* weights);
 };
 
 template <typename T>
@@ -35,26 +47,9 @@ class MoeLiveRouting : public MoeRoutingSource<T> {
 };
 
 template <typename T>
-class MoeRecordingRouting : public MoeLiveRouting<T> {
- public:
-  MoeRecordingRouting(const MoeModel<T>& model, CoefficientTensor& sink);
-  void route(int layer, const BatchPosition& batch, const T* m, T* probs, int32_t* experts, T* weights) override;
-
- private:
-  CoefficientTensor& sink_;
-};
-
+using MoeRecordingRouting = RecordingRouting<MoeLiveRouting<T>>;
 template <typename T>
-class MoeReplayedRouting : public MoeRoutingSource<T> {
- public:
-  MoeReplayedRouting(const MoeConfig& config, const CoefficientTensor& record);
-  bool evaluates_controller() const override { return false; }
-  void route(int layer, const BatchPosition& batch, const T* m, T* probs, int32_t* experts, T* weights) override;
-
- private:
-  MoeConfig config_;
-  const CoefficientTensor& record_;
-};
+using MoeReplayedRouting = ReplayedRouting<MoeRoutingSource<T>>;
 
 // The routing record's shape for windows of `tokens` tokens.
 CoefficientShape moe_record_shape(const MoeConfig& config, int tokens);

@@ -18,7 +18,7 @@ struct MuddAuditTraits {
   using Recording = MuddRecordingCoefficients<float>;
   using Replayed = MuddReplayedCoefficients<float>;
   static RunState run_state(const Model& m, int B, int T) { return RunState(m.config(), B, std::min(T, m.config().block_size)); }
-  static Replayed replayed(const Model& m, const CoefficientTensor& c) { return Replayed(m.config(), c); }
+  static Replayed replayed(const Model&, const CoefficientTensor& c) { return Replayed(c); }
   static void forward(const Model& m, RunState& rs, const int32_t* x, int B, int T, MuddCoefficientSource<float>& s, int first) {
     mudd_forward(m, rs, x, B, T, s, first);
   }

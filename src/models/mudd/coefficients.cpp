@@ -37,61 +37,10 @@ void MuddLiveCoefficients<T>::coefficients(int layer, const BatchPosition& batch
   mudd_da_generator(model_.config(), model_.weights().da[size_t(layer)], newest, batch, saved, alpha);
 }
 
-template <typename T>
-MuddRecordingCoefficients<T>::MuddRecordingCoefficients(const MuddModel<T>& model, CoefficientTensor& sink)
-    : MuddLiveCoefficients<T>(model), sink_(sink) {
-  const auto& s = sink.shape();
-  if (s.layers != model.config().n_layer || s.streams != 4 || s.sources != model.config().n_layer + 1)
-    throw Error("MUDD recording sink has shape " + s.to_string() + ", expected [layer L, token T, stream 4, source L+1]");
-}
-
-template <typename T>
-void MuddRecordingCoefficients<T>::coefficients(int layer, const BatchPosition& batch, const T* newest,
-                                                const MuddDaSaved<T>& saved, T* alpha) {
-  MuddLiveCoefficients<T>::coefficients(layer, batch, newest, saved, alpha);
-  const MuddConfig& c = this->model_.config();
-  const int C = c.streams(layer), S = c.sources(layer);
-  if (batch.first_window + batch.batch > sink_.windows() || batch.tokens != sink_.shape().tokens)
-    throw Error("MUDD recording sink holds " + std::to_string(sink_.windows()) + " windows of " +
-                std::to_string(sink_.shape().tokens) + " tokens; the batch does not fit");
-  for (int b = 0; b < batch.batch; ++b)
-    for (int t = 0; t < batch.tokens; ++t) {
-      const T* a = alpha + (int64_t(b) * batch.tokens + t) * C * S;
-      for (int s = 0; s < C; ++s)
-        for (int j = 0; j < S; ++j) sink_.at(batch.first_window + b, layer, t, s, j) = float(a[s * S + j]);
-    }
-}
-
-template <typename T>
-MuddReplayedCoefficients<T>::MuddReplayedCoefficients(const MuddConfig& config, const CoefficientTensor& coefficients)
-    : config_(config), coefficients_(coefficients) {
-  const auto& s = coefficients.shape();
-  if (s.layers != config.n_layer || s.streams != 4 || s.sources != config.n_layer + 1)
-    throw Error("replayed MUDD coefficients have shape " + s.to_string() + ", expected [layer " +
-                std::to_string(config.n_layer) + ", token T, stream 4, source " + std::to_string(config.n_layer + 1) + "]");
-}
-
-template <typename T>
-void MuddReplayedCoefficients<T>::coefficients(int layer, const BatchPosition& batch, const T*, const MuddDaSaved<T>&,
-                                               T* alpha) {
-  const int C = config_.streams(layer), S = config_.sources(layer);
-  if (batch.first_window + batch.batch > coefficients_.windows() || batch.tokens != coefficients_.shape().tokens)
-    throw Error("replayed MUDD coefficients hold " + std::to_string(coefficients_.windows()) + " windows of " +
-                std::to_string(coefficients_.shape().tokens) + " tokens; the batch does not fit");
-  for (int b = 0; b < batch.batch; ++b)
-    for (int t = 0; t < batch.tokens; ++t) {
-      T* a = alpha + (int64_t(b) * batch.tokens + t) * C * S;
-      for (int s = 0; s < C; ++s)
-        for (int j = 0; j < S; ++j) a[s * S + j] = T(coefficients_.at(batch.first_window + b, layer, t, s, j));
-    }
-}
-
 #define FCA_INSTANTIATE(T)                                                                                        \
   template void mudd_da_generator<T>(const MuddConfig&, const MuddDaWeights<T>&, const T*, const BatchPosition&, \
                                      const MuddDaSaved<T>&, T*);                                                 \
-  template class MuddLiveCoefficients<T>;                                                                         \
-  template class MuddRecordingCoefficients<T>;                                                                    \
-  template class MuddReplayedCoefficients<T>;
+  template class MuddLiveCoefficients<T>;
 FCA_INSTANTIATE(float)
 FCA_INSTANTIATE(double)
 #undef FCA_INSTANTIATE

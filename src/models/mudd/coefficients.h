@@ -4,10 +4,12 @@
 // never reached). The audit caches the post-bias alpha, exactly as it multiplies the sources.
 #pragma once
 #include <cstdint>
+#include <tuple>
 
 #include "models/coefficient_tensor.h"
 #include "models/base/batch_position.h"
 #include "models/base/controller_source.h"
+#include "models/base/recorded_source.h"
 #include "models/mudd/model.h"
 
 namespace fca {
@@ -33,6 +35,10 @@ void mudd_da_generator(const MuddConfig& config, const MuddDaWeights<T>& da, con
 template <typename T>
 class MuddCoefficientSource : public ControllerSource {
  public:
+  using Value = T;
+  using Inputs = std::tuple<const T*, const MuddDaSaved<T>&>;
+  // alpha's rows hold only module i's valid coordinates, C_i streams of S_i sources (recorded_source.h).
+  static constexpr bool kPackedValidRows = true;
   // Writes alpha [N, C_i * S_i] for DA module `layer`, given the newest source X_{layer+1} [N, D].
   virtual void coefficients(int layer, const BatchPosition& batch, const T* newest, const MuddDaSaved<T>& saved,
                             T* alpha) = 0;
@@ -50,28 +56,11 @@ class MuddLiveCoefficients : public MuddCoefficientSource<T> {
   const MuddModel<T>& model_;
 };
 
+// Live and recorded, and replayed (models/base/recorded_source.h): the sink and the replayed tensor
+// have make_mudd_coefficients' shape.
 template <typename T>
-class MuddRecordingCoefficients : public MuddLiveCoefficients<T> {
- public:
-  MuddRecordingCoefficients(const MuddModel<T>& model, CoefficientTensor& sink);
-  void coefficients(int layer, const BatchPosition& batch, const T* newest, const MuddDaSaved<T>& saved,
-                    T* alpha) override;
-
- private:
-  CoefficientTensor& sink_;
-};
-
+using MuddRecordingCoefficients = RecordingSource<MuddLiveCoefficients<T>>;
 template <typename T>
-class MuddReplayedCoefficients : public MuddCoefficientSource<T> {
- public:
-  MuddReplayedCoefficients(const MuddConfig& config, const CoefficientTensor& coefficients);
-  bool evaluates_controller() const override { return false; }
-  void coefficients(int layer, const BatchPosition& batch, const T* newest, const MuddDaSaved<T>& saved,
-                    T* alpha) override;
-
- private:
-  MuddConfig config_;
-  const CoefficientTensor& coefficients_;
-};
+using MuddReplayedCoefficients = ReplayedSource<MuddCoefficientSource<T>>;
 
 }  // namespace fca

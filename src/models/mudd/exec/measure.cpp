@@ -64,13 +64,13 @@ nlohmann::ordered_json measure_mudd(const std::string& path, const Corpus& corpu
   auto recorded = std::make_shared<CoefficientTensor>(make_mudd_coefficients(c, B, T));
   MuddRecordingCoefficients<float> recording(*model, *recorded);
   mudd_forward(*model, *rs, timing->inputs.data(), B, T, recording);
-  one("replay", make_shared_owning<MuddReplayedCoefficients<float>>(recorded, c, *recorded), false, false);
+  one("replay", make_shared_owning<MuddReplayedCoefficients<float>>(recorded, *recorded), false, false);
   auto identity = std::make_shared<CoefficientTensor>(make_mudd_coefficients(c, std::max(B, eval.count), T));
   for (int w = 0; w < identity->windows(); ++w)
     for (int l = 0; l < c.n_layer; ++l)
       for (int t = 0; t < T; ++t)
         for (int st = 0; st < c.streams(l); ++st) identity->at(w, l, t, st, l + 1) = 1.0f;
-  one("identity_mixing", make_shared_owning<MuddReplayedCoefficients<float>>(identity, c, *identity), false, true);
+  one("identity_mixing", make_shared_owning<MuddReplayedCoefficients<float>>(identity, *identity), false, true);
   m["modes"] = modes;
   return m;
 }
