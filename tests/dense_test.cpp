@@ -1,7 +1,7 @@
 // The Dense baseline of the shared block (models/base/dense.h): it reproduces the gated family's
 // Dense variant (g = 1) bit for bit from the same seed, since h + 1 F is h + F exactly and the two
-// lay out and initialise the same tensors; it counts its GEMMs by dense_forward_flops and no
-// controller; a bad shape is refused.
+// lay out and initialise the same tensors; it counts its GEMMs by dense_forward_flops (checked by
+// hand) and no controller; a bad shape is refused.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -12,7 +12,7 @@
 #include "core/rng.h"
 #include "core/threads.h"
 #include "models/base/dense.h"
-#include "models/gated/exec/flops.h"
+#include "ops/attention.h"
 #include "models/gated/forward.h"
 
 namespace fca {
@@ -31,7 +31,7 @@ TEST(DenseBaseline, ReproducesTheGatedDenseVariantBitForBit) {
   GatedRunState<float> gated_rs(c, B, T, false);
   LiveCoefficients<float> live(gated);
   const DenseModel dense(DenseShape{L, D, H, T}, 5);
-  DenseRunState rs(dense.shape(), B);
+  DenseRunState rs(dense, B);
   Rng rng(3);
   std::vector<int32_t> tokens(size_t(B) * T);
   for (auto& t : tokens) t = int32_t(rng.below(256));
@@ -48,7 +48,7 @@ TEST(DenseBaseline, ReproducesTheGatedDenseVariantBitForBit) {
 TEST(DenseBaseline, CountsItsGemmsAndNoController) {
   const int L = 2, D = 16, H = 2, T = 16, B = 2;
   const DenseModel dense(DenseShape{L, D, H, T}, 1);
-  DenseRunState rs(dense.shape(), B);
+  DenseRunState rs(dense, B);
   std::vector<int32_t> tokens(size_t(B) * T, 7);
   ExecCounters counters;
   {
@@ -60,20 +60,18 @@ TEST(DenseBaseline, CountsItsGemmsAndNoController) {
   EXPECT_EQ(counters.controller_flops, 0);
   EXPECT_EQ(counters.mixing_flops, 0);
   EXPECT_EQ(counters.controller_evaluations, 0);
-  // The gated family's dense blocks are counted by the same formula.
-  GatedConfig c;
-  c.n_layer = L;
-  c.d_model = D;
-  c.n_head = H;
-  c.seq_len = T;
-  EXPECT_EQ(gated_forward_flops(c, B, T, L), dense_forward_flops(D, B, T, L));
+  // The formula by hand: per block 2 N 12 D^2 (four linear maps) + 4 B P D, P = 256 (query, key)
+  // pairs the causal kernel runs for T 16 (one tile, computed whole), and the head 2 N D 256.
+  const double N = B * T;
+  EXPECT_EQ(attention_executed_pairs(T), 256);
+  EXPECT_EQ(dense_forward_flops(D, B, T, L), L * (2 * N * 12 * D * D + 4.0 * B * 256 * D) + 2 * N * D * 256);
 }
 
 TEST(DenseBaseline, ABadShapeIsRefused) {
   EXPECT_THROW(DenseModel(DenseShape{2, 16, 3, 16}, 1), Error);
   EXPECT_THROW(DenseModel(DenseShape{0, 16, 2, 16}, 1), Error);
   const DenseModel dense(DenseShape{1, 16, 2, 8}, 1);
-  DenseRunState rs(dense.shape(), 1);
+  DenseRunState rs(dense, 1);
   std::vector<int32_t> tokens(16, 1);
   EXPECT_THROW(dense_forward(dense, rs, tokens.data(), 2, 8), Error);   // more windows than the run state holds
   EXPECT_THROW(dense_forward(dense, rs, tokens.data(), 1, 16), Error);  // more tokens than positions

@@ -205,6 +205,11 @@ TEST(RecordedSource, PackedRowsLandOnTheValidRectangle) {
     replay.coefficients(l, BatchPosition{0, 1, T, nullptr}, replayed.data());
     EXPECT_EQ(replayed, live) << "layer " << l;
   }
+  // A mask that is not a rectangle from (0, 0) gives no row width: refused, not read past a row.
+  sink.set_valid(1, 1, 2, true);
+  std::vector<float> row(size_t(T) * 3);
+  EXPECT_THROW(replay.coefficients(1, BatchPosition{0, 1, T, nullptr}, row.data()), Error);
+  EXPECT_THROW(recording.coefficients(1, BatchPosition{0, 1, T, nullptr}, row.data()), Error);
 }
 
 // A routing source (models/base/recorded_routing.h): the layout writes the live call's flags into

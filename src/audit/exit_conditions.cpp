@@ -181,7 +181,7 @@ ExitProfiles exit_profiles(const CoefficientView& C) {
 
 std::unique_ptr<Condition> make_exit_condition(const std::string& name, const CoefficientView& A, const ExitProfiles& p,
                                                const AuditRandomness& rand) {
-  if (name == "correct") return make_condition(name, A, CalibrationProfiles{}, rand);
+  if (name == "correct") return make_condition(name, A, CalibrationProfiles{}, rand);  // keeps no reference to the profiles
   if (name == "cross_input") return std::make_unique<MovedDepths>(name, A, rand, true, false);
   if (name == "token_shuffle") return std::make_unique<MovedDepths>(name, A, rand, false, true);
   if (name == "cross_shuffle") return std::make_unique<MovedDepths>(name, A, rand, true, true);
@@ -196,6 +196,9 @@ std::unique_ptr<Condition> make_exit_condition(const std::string& name, const Co
 }
 
 namespace {
+
+// The condition that runs every block for every token (FullDepth): exit agreement compares with it.
+constexpr const char* kFullDepthCondition = "identity";
 
 class ExitConditions : public KindConditions {
  public:
@@ -219,7 +222,7 @@ class ExitConditions : public KindConditions {
 // argmax equals their argmax in the identity (full depth) replay.
 nlohmann::ordered_json exit_agreement_json(const std::vector<ConditionRun>& runs) {
   for (const auto& r : runs) {
-    if (r.name != "identity") continue;
+    if (r.name != kFullDepthCondition) continue;
     if (r.exited == 0) return {{"estimate", nullptr}, {"note", undefined_note("no evaluation token exits before the last block")}};
     return {{"estimate", double(r.exit_agreeing) / double(r.exited)}, {"agreeing", r.exit_agreeing}, {"exited", r.exited}};
   }
@@ -281,7 +284,7 @@ AuditKindRow exit_depth_audit_kind() {
           },
           .routing_json = exit_routing_json,
           .shortened_tokens = exited_tokens,
-          .full_computation_condition = "identity"};
+          .full_computation_condition = kFullDepthCondition};
 }
 
 }  // namespace fca

@@ -116,7 +116,7 @@ nlohmann::json condition_batch(AuditableModel& model, const AuditSetup& s, const
       const bool reused_prefix = model.prefix_reuses() > reuses;
       condition_evaluations += model.replay_controller_evaluations() - evaluations;
       reps.push_back(doubles_to_bits(nll.data(), size_t(B)));
-      if (exits && c->name() == kind.full_computation_condition) {
+      if (exits && kind.full_computation_condition != nullptr && c->name() == kind.full_computation_condition) {
         const std::vector<int32_t> full = argmax(model.last_logits());
         int64_t agreeing = 0, exited = 0;
         for (size_t n = 0; n < full.size(); ++n)
@@ -269,7 +269,8 @@ ConditionResults run_conditions(AuditableModel& model, const AuditSetup& s, cons
       if (!reps.is_array() || reps.size() != run.nll.size()) throw Error(where + ": repetitions of " + run.name + " do not match");
       for (size_t r = 0; r < run.nll.size(); ++r) bits_to_doubles(reps[r], run.nll[r].data() + w0, size_t(B), where);
       run.controller_evaluations += rec["controller_evaluations"][ci].get<int64_t>();
-      if (run.name == "identity" && rec.contains("exit_agreement")) {
+      const char* full = s.kind().full_computation_condition;
+      if (full != nullptr && run.name == full && rec.contains("exit_agreement")) {
         run.exit_agreeing += rec["exit_agreement"][0].get<int64_t>();
         run.exited += rec["exit_agreement"][1].get<int64_t>();
       }

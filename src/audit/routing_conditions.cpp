@@ -57,7 +57,8 @@ void RandomRoutingCondition::coefficients(int window, int r, CoefficientTensor& 
 std::unique_ptr<Condition> RoutingConditions::make(const std::string& name, const CoefficientView& A,
                                                    const AuditRandomness& rand) const {
   if (name == "correct" || name == "cross_input" || name == "token_shuffle" || name == "cross_shuffle")
-    return make_condition(name, A, CalibrationProfiles{}, rand);  // whole records move: the generic conditions apply
+    // Whole records move: the generic conditions apply (they keep no reference to the profiles).
+    return make_condition(name, A, CalibrationProfiles{}, rand);
   if (name == "assignment_cross_input") return assignment(name, A, rand, true);
   if (name == "assignment_shuffle") return assignment(name, A, rand, false);
   if (name == "layer_position_mean") return make_profile_condition(name, layer_position_mean_);

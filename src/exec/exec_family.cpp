@@ -49,7 +49,7 @@ void dense_same_shape(nlohmann::ordered_json& modes, TimedModes& timed, int L, i
                       std::shared_ptr<const TokenWindows> timing, int B) {
   const DenseShape shape{L, D, H, T};
   const auto dense = std::make_shared<const DenseModel>(shape, 1);
-  const auto rs = std::make_shared<DenseRunState>(shape, B);
+  const auto rs = std::make_shared<DenseRunState>(*dense, B);
   // A Dense transformer has no controller: its pass counts GEMMs and blocks only.
   count_mode(modes, timed, "dense_same_shape", [dense, rs, timing, B, T] { dense_forward(*dense, *rs, timing->inputs.data(), B, T); },
              {L, dense_forward_flops(D, B, T, L), 0, 0, 0, 0}, L, B * T,

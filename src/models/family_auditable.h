@@ -109,19 +109,26 @@ class FamilyAuditable : public AuditableModel {
       if (t.shape.size() == 2) packed_.add(model_.slot(i), int(t.shape[0]), int(t.shape[1]));
     }
   }
-  // A recording sink or a replayed tensor must have the family's record shape for T tokens (that of
-  // make_coefficients, cached per T): the sources copy whole rows of it.
+  // A recording sink or a replayed tensor must have the family's record shape and mask for T tokens
+  // (those of make_coefficients, cached per T): the sources copy whole rows of it, and a family with
+  // packed rows (recorded_source.h) takes each layer's row width from the mask.
   void check_record_shape(const CoefficientTensor& c, int T, const char* what) {
     if (record_shape_tokens_ != T) {
-      record_shape_ = this->make_coefficients(1, T).shape();
+      const CoefficientTensor one = this->make_coefficients(1, T);
+      record_shape_ = one.shape();
+      record_mask_ = one.mask();
       record_shape_tokens_ = T;
     }
     if (!(c.shape() == record_shape_))
       throw Error(std::string(what) + ": shape " + c.shape().to_string() + ", but a " + this->family() + " model's record for " +
                   std::to_string(T) + " tokens is " + record_shape_.to_string());
+    if (c.mask() != record_mask_)
+      throw Error(std::string(what) + ": its mask of valid (layer, stream, source) coordinates is not a " + this->family() +
+                  " model's (make_coefficients)");
   }
   int record_shape_tokens_ = -1;
   CoefficientShape record_shape_;
+  std::vector<uint8_t> record_mask_;
   int64_t replay_evaluations_ = 0;
 };
 

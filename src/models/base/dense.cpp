@@ -35,7 +35,8 @@ DenseModel::DenseModel(const DenseShape& shape, uint64_t seed) : shape_(checked(
   ln_f_bias_ = params_.at("ln_f.bias");
 }
 
-DenseRunState::DenseRunState(const DenseShape& shape, int max_batch_) : max_batch(max_batch_), max_tokens(shape.seq_len) {
+DenseRunState::DenseRunState(const DenseModel& model, int max_batch_) : max_batch(max_batch_), max_tokens(model.shape().seq_len) {
+  const DenseShape& shape = model.shape();
   const int64_t D = shape.d_model;
   arena_ = Arena::for_windows(max_batch, [&](auto& a, int windows) {
     const int64_t N = int64_t(windows) * max_tokens;

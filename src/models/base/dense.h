@@ -43,7 +43,7 @@ class DenseModel {
 // One forward pass's buffers for up to max_batch windows of the model's seq_len tokens, from one
 // arena; every block reuses one set of activations (inference only).
 struct DenseRunState : StreamState<float> {
-  DenseRunState(const DenseShape& shape, int max_batch);
+  DenseRunState(const DenseModel& model, int max_batch);  // the model's shape, checked when it was made
   int max_batch, max_tokens;
   int batch = 0, tokens = 0;  // of the last pass
   BlockActivations<float> block;

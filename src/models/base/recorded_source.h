@@ -62,6 +62,14 @@ LiveRowShape live_row_shape(const CoefficientTensor& record, int layer) {
     int streams = 0, sources = 0;
     while (streams < s.streams && v.valid(layer, streams, 0)) ++streams;
     while (sources < s.sources && v.valid(layer, 0, sources)) ++sources;
+    // The valid coordinates must be exactly that rectangle: any other mask would give a row width
+    // the live source does not write.
+    bool rectangle = streams > 0 && sources > 0;
+    for (int st = 0; st < s.streams && rectangle; ++st)
+      for (int k = 0; k < s.sources && rectangle; ++k) rectangle = v.valid(layer, st, k) == (st < streams && k < sources);
+    if (!rectangle)
+      throw Error("packed coefficient rows: layer " + std::to_string(layer) + "'s valid coordinates of " + s.to_string() +
+                  " are not a non-empty rectangle from stream 0, source 0");
     return {streams, sources, s.sources};
   } else {
     return {s.streams, s.sources, s.sources};
