@@ -264,5 +264,46 @@ TEST(RecordedRouting, RecordsTheLayoutAndReplaysItWithoutTheRouter) {
   EXPECT_EQ(recording.calls, 2);
 }
 
+// A routing source with a per-pass preamble (early exit's begin): recording runs the live begin and
+// then record_begin; replay runs replay_begin alone, which here refuses a window the preamble did
+// not mark.
+class PreambleSource : public FlagSource {
+ public:
+  virtual void begin(const BatchPosition& batch) = 0;
+  static void record_begin(const int&, CoefficientTensor& sink, const BatchPosition& batch) {
+    for (int b = 0; b < batch.batch; ++b) sink.at(batch.first_window + b, 0, 0) = 1.0f;
+  }
+  static void replay_begin(const int&, const CoefficientTensor& record, const BatchPosition& batch) {
+    for (int b = 0; b < batch.batch; ++b)
+      if (record.at(batch.first_window + b, 0, 0) != 1.0f) throw Error("window " + std::to_string(batch.first_window + b) + " unmarked");
+  }
+};
+class PreambleLive : public PreambleSource {
+ public:
+  explicit PreambleLive(const FlagModel&) {}
+  bool evaluates_controller() const override { return true; }
+  void begin(const BatchPosition&) override { ++begins; }
+  void route(int, const BatchPosition& batch, int32_t* flags) override {
+    for (int n = 0; n < batch.batch * batch.tokens; ++n) flags[n] = n;
+  }
+  int begins = 0;
+};
+
+TEST(RecordedRouting, APassPreambleRunsBeforeTheRoutes) {
+  CoefficientShape shape{1, 2, 1, 1};
+  shape.kind = RecordKind::token_selection;
+  shape.slots = 1;
+  shape.selected = 1;
+  CoefficientTensor sink(2, shape);
+  RecordingRouting<PreambleLive> recording(FlagModel{}, sink);
+  ReplayedRouting<PreambleSource> replay(7, sink);
+  EXPECT_THROW(replay.begin(BatchPosition{0, 1, 2, nullptr}), Error);  // nothing recorded yet
+  recording.begin(BatchPosition{0, 1, 2, nullptr});
+  EXPECT_EQ(recording.begins, 1);
+  EXPECT_EQ(sink.at(0, 0, 0), 1.0f);
+  EXPECT_NO_THROW(replay.begin(BatchPosition{0, 1, 2, nullptr}));
+  EXPECT_THROW(replay.begin(BatchPosition{1, 1, 2, nullptr}), Error);  // window 1 was not in the pass
+}
+
 }  // namespace
 }  // namespace fca

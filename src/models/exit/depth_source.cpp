@@ -41,8 +41,8 @@ void ExitLiveDepth<T>::score(int k, const BatchPosition& batch, int n, const T* 
 }
 
 template <typename T>
-void ExitLiveDepth<T>::decide(int k, const BatchPosition& batch, int n, const int32_t*, const T* x,
-                              const ExitClassifierScratch<T>& scratch, uint8_t* exits) {
+void ExitLiveDepth<T>::route(int k, const BatchPosition& batch, int n, const int32_t*, const T* x,
+                             const ExitClassifierScratch<T>& scratch, uint8_t* exits) {
   score(k, batch, n, x, scratch);
   for (int i = 0; i < n; ++i) exits[i] = scratch.scores[i] >= tau_ ? 1 : 0;
 }
@@ -58,59 +58,54 @@ void check_fits(const CoefficientTensor& t, const ExitConfig& c, const BatchPosi
 }  // namespace
 
 template <typename T>
-void ExitRecordingDepth<T>::begin(const BatchPosition& batch) {
-  const ExitConfig& c = this->model_.config();
-  check_fits(sink_, c, batch, "exit record");
+void ExitDepthSource<T>::record_begin(const ExitConfig& c, CoefficientTensor& sink, const BatchPosition& batch) {
+  check_fits(sink, c, batch, "exit record");
   // The absorbing fill: below m the token may not stop (c 1, q 0); from m on, until a decision
   // overwrites it, the token has already stopped (c 0, q 1).
   for (int b = 0; b < batch.batch; ++b)
     for (int k = 1; k <= c.exit_points(); ++k)
       for (int t = 0; t < batch.tokens; ++t) {
         const int w = batch.first_window + b;
-        sink_.at(w, k - 1, t) = k < c.min_exit ? 0.0f : 1.0f;
-        sink_.discrete_at(w, k - 1, t, 0) = k < c.min_exit ? 1 : 0;
+        sink.at(w, k - 1, t) = k < c.min_exit ? 0.0f : 1.0f;
+        sink.discrete_at(w, k - 1, t, 0) = k < c.min_exit ? 1 : 0;
       }
 }
 
 template <typename T>
-void ExitRecordingDepth<T>::decide(int k, const BatchPosition& batch, int n, const int32_t* rows, const T* x,
-                                   const ExitClassifierScratch<T>& scratch, uint8_t* exits) {
-  this->score(k, batch, n, x, scratch);
+void ExitDepthSource<T>::record(const ExitConfig&, CoefficientTensor& sink, int k, const BatchPosition& batch, int n,
+                                const int32_t* rows, const T*, const ExitClassifierScratch<T>& scratch, uint8_t* exits) {
   const T* s = scratch.scores;
   const int Tn = batch.tokens;
   for (int i = 0; i < n; ++i) {
-    exits[i] = s[i] >= this->tau_ ? 1 : 0;
     const int w = batch.first_window + rows[i] / Tn, t = rows[i] % Tn;
     // q = sigmoid(s) in double, rounded once: only the record reads it (the decision is s >= tau).
-    sink_.at(w, k - 1, t) = static_cast<float>(1.0 / (1.0 + std::exp(-double(s[i]))));
-    sink_.discrete_at(w, k - 1, t, 0) = exits[i] ? 0 : 1;
+    sink.at(w, k - 1, t) = static_cast<float>(1.0 / (1.0 + std::exp(-double(s[i]))));
+    sink.discrete_at(w, k - 1, t, 0) = exits[i] ? 0 : 1;
   }
 }
 
 template <typename T>
-void ExitReplayedDepth<T>::begin(const BatchPosition& batch) {
-  check_fits(record_, config_, batch, "replayed exit record");
+void ExitDepthSource<T>::replay_begin(const ExitConfig& c, const CoefficientTensor& record, const BatchPosition& batch) {
+  check_fits(record, c, batch, "replayed exit record");
   for (int b = 0; b < batch.batch; ++b) {
     const int w = batch.first_window + b;
-    check_exit_record(record_.window_discrete(w), record_.shape(), "replayed exit record, window " + std::to_string(w));
+    check_exit_record(record.window_discrete(w), record.shape(), "replayed exit record, window " + std::to_string(w));
   }
 }
 
 template <typename T>
-void ExitReplayedDepth<T>::decide(int k, const BatchPosition& batch, int n, const int32_t* rows, const T*,
-                                  const ExitClassifierScratch<T>&, uint8_t* exits) {
+void ExitDepthSource<T>::replay(const ExitConfig&, const CoefficientTensor& record, int k, const BatchPosition& batch, int n,
+                                const int32_t* rows, const T*, const ExitClassifierScratch<T>&, uint8_t* exits) {
   const int Tn = batch.tokens;
   for (int i = 0; i < n; ++i) {
     const int w = batch.first_window + rows[i] / Tn, t = rows[i] % Tn;
-    exits[i] = record_.discrete_at(w, k - 1, t, 0) == 0 ? 1 : 0;
+    exits[i] = record.discrete_at(w, k - 1, t, 0) == 0 ? 1 : 0;
   }
 }
 
 template class ExitLiveDepth<float>;
 template class ExitLiveDepth<double>;
-template class ExitRecordingDepth<float>;
-template class ExitRecordingDepth<double>;
-template class ExitReplayedDepth<float>;
-template class ExitReplayedDepth<double>;
+template class ExitDepthSource<float>;
+template class ExitDepthSource<double>;
 
 }  // namespace fca

@@ -6,11 +6,15 @@
 //   with the absorbing fill) is written.
 // - ExitReplayedDepth: the decisions from a record (continued only); no classifier. Each window's
 //   record is validated (check_exit_record) when the pass begins.
+// Recording and replay are the shared templates of models/base/recorded_routing.h over
+// ExitDepthSource's layout, with its per-pass preamble (begin).
 #pragma once
 #include <cstdint>
+#include <tuple>
 
 #include "models/base/batch_position.h"
 #include "models/base/controller_source.h"
+#include "models/base/recorded_routing.h"
 #include "models/coefficient_tensor.h"
 #include "models/exit/model.h"
 
@@ -26,12 +30,25 @@ struct ExitClassifierScratch {
 template <typename T>
 class ExitDepthSource : public ControllerSource {
  public:
+  using Value = T;
+  using Config = ExitConfig;
+  using Inputs = std::tuple<int, const int32_t*, const T*, const ExitClassifierScratch<T>&, uint8_t*>;
   // Before the pass's first exit point (checks and fills a record).
   virtual void begin(const BatchPosition& batch) = 0;
   // Exit point k: rows[i] = b*T' + t of the n rows still running and their states x [n, D]; sets
   // exits[i] = 1 for each row that stops at k.
-  virtual void decide(int k, const BatchPosition& batch, int n, const int32_t* rows, const T* x,
-                      const ExitClassifierScratch<T>& scratch, uint8_t* exits) = 0;
+  virtual void route(int k, const BatchPosition& batch, int n, const int32_t* rows, const T* x,
+                     const ExitClassifierScratch<T>& scratch, uint8_t* exits) = 0;
+  // The record layout (models/base/recorded_routing.h). record_begin writes the absorbing fill of
+  // the batch's windows; record writes each decided row's continued flag c = 1 - exit and score
+  // q = sigmoid(s) (the live scores in scratch.scores). replay_begin validates each window's record
+  // (check_exit_record); replay reads the rows' decisions.
+  static void record_begin(const ExitConfig& config, CoefficientTensor& sink, const BatchPosition& batch);
+  static void record(const ExitConfig& config, CoefficientTensor& sink, int k, const BatchPosition& batch, int n,
+                     const int32_t* rows, const T* x, const ExitClassifierScratch<T>& scratch, uint8_t* exits);
+  static void replay_begin(const ExitConfig& config, const CoefficientTensor& record, const BatchPosition& batch);
+  static void replay(const ExitConfig& config, const CoefficientTensor& record, int k, const BatchPosition& batch, int n,
+                     const int32_t* rows, const T* x, const ExitClassifierScratch<T>& scratch, uint8_t* exits);
 };
 
 template <typename T>
@@ -42,8 +59,8 @@ class ExitLiveDepth : public ExitDepthSource<T> {
   explicit ExitLiveDepth(const ExitModel<T>& model) : ExitLiveDepth(model, model.config().exit_threshold) {}
   bool evaluates_controller() const override { return true; }
   void begin(const BatchPosition&) override {}
-  void decide(int k, const BatchPosition& batch, int n, const int32_t* rows, const T* x,
-              const ExitClassifierScratch<T>& scratch, uint8_t* exits) override;
+  void route(int k, const BatchPosition& batch, int n, const int32_t* rows, const T* x,
+             const ExitClassifierScratch<T>& scratch, uint8_t* exits) override;
 
  protected:
   // The scores s of the n rows into scratch.scores (the classifier; counted).
@@ -52,34 +69,12 @@ class ExitLiveDepth : public ExitDepthSource<T> {
   T tau_;
 };
 
+// Live and recorded (ExitRecordingDepth(model[, lambda], sink)), and replayed
+// (ExitReplayedDepth(config, record)): the shared templates of models/base/recorded_routing.h.
 template <typename T>
-class ExitRecordingDepth : public ExitLiveDepth<T> {
- public:
-  ExitRecordingDepth(const ExitModel<T>& model, double lambda, CoefficientTensor& sink)
-      : ExitLiveDepth<T>(model, lambda), sink_(sink) {}
-  ExitRecordingDepth(const ExitModel<T>& model, CoefficientTensor& sink)
-      : ExitRecordingDepth(model, model.config().exit_threshold, sink) {}
-  void begin(const BatchPosition& batch) override;
-  void decide(int k, const BatchPosition& batch, int n, const int32_t* rows, const T* x,
-              const ExitClassifierScratch<T>& scratch, uint8_t* exits) override;
-
- private:
-  CoefficientTensor& sink_;
-};
-
+using ExitRecordingDepth = RecordingRouting<ExitLiveDepth<T>>;
 template <typename T>
-class ExitReplayedDepth : public ExitDepthSource<T> {
- public:
-  ExitReplayedDepth(const ExitConfig& config, const CoefficientTensor& record) : config_(config), record_(record) {}
-  bool evaluates_controller() const override { return false; }
-  void begin(const BatchPosition& batch) override;
-  void decide(int k, const BatchPosition& batch, int n, const int32_t* rows, const T* x,
-              const ExitClassifierScratch<T>& scratch, uint8_t* exits) override;
-
- private:
-  ExitConfig config_;
-  const CoefficientTensor& record_;
-};
+using ExitReplayedDepth = ReplayedRouting<ExitDepthSource<T>>;
 
 // [L-1, T', 1, 1], kind exit_depth, one slot, min_exit m.
 CoefficientShape exit_record_shape(const ExitConfig& config, int tokens);

@@ -164,7 +164,7 @@ void exit_forward(const ExitModel<T>& model, ExitRunState<T>& rs, const int32_t*
     if (!(reuse && k <= m)) run_block(k);  // blocks 1..m of a reused prefix: the kept state
     if (k < m || k == L) continue;
     // Exit point k: the source decides; exiting rows freeze, the others move up (stable).
-    depths.decide(k, position, int(n), rs.rows, rs.x, rs.classifier, rs.exits);
+    depths.route(k, position, int(n), rs.rows, rs.x, rs.classifier, rs.exits);
     int64_t kept = 0;
     for (int64_t i = 0; i < n; ++i) {
       const int32_t row = rs.rows[i];
