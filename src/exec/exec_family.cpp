@@ -2,7 +2,6 @@
 
 #include "core/error.h"
 #include "core/exec_counters.h"
-#include "models/base/dense.h"
 #include "ops/attention.h"
 
 namespace fca {
@@ -47,13 +46,15 @@ void count_mode(nlohmann::ordered_json& modes, TimedModes& timed, const std::str
 
 void dense_same_shape(nlohmann::ordered_json& modes, TimedModes& timed, int L, int D, int H, int T,
                       std::shared_ptr<const TokenWindows> timing, int B) {
-  const DenseShape shape{L, D, H, T};
-  const auto dense = std::make_shared<const DenseModel>(shape, 1);
-  const auto rs = std::make_shared<DenseRunState>(*dense, B);
-  // A Dense transformer has no controller: its pass counts GEMMs and blocks only.
-  count_mode(modes, timed, "dense_same_shape", [dense, rs, timing, B, T] { dense_forward(*dense, *rs, timing->inputs.data(), B, T); },
-             {L, dense_forward_flops(D, B, T, L), 0, 0, 0, 0}, L, B * T,
-             {{"note", "baseline with initialised weights: latency and FLOPs only"}});
+  const ExecFamily* provider = nullptr;
+  for (const auto& f : table()) {
+    if (!f.same_shape_dense) continue;
+    if (provider != nullptr)
+      throw Error("dense_same_shape: the " + provider->name + " and " + f.name + " families both provide the Dense reference");
+    provider = &f;
+  }
+  if (provider == nullptr) throw Error("dense_same_shape: no installed family provides the Dense reference (the gated family does)");
+  provider->same_shape_dense(modes, timed, L, D, H, T, std::move(timing), B);
 }
 
 double attention_half_flops(int B, int T, int D) {

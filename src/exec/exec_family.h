@@ -48,6 +48,7 @@ struct BenchWork {
 
 struct ExecFamily {
   std::string name;  // the registry's name
+  // (The optional entries below default to null, so a family's entry names only what it has.)
   // A checkpoint's exec.json entry: every configuration's counted pass (checked against the
   // family's FLOP formulas) and NLL; the passes to time and the savings to compare go to `timed`.
   // The entry carries "path", "model_sha256", "family", "config" (n_layer, d_model, n_head, seq_len
@@ -58,11 +59,18 @@ struct ExecFamily {
                                        TimedModes& timed)>
       measure;
   // Whether the checkpoint has gates a skip sweep can calibrate (--skip-threshold); null: never.
-  std::function<bool(const std::string& path)> has_calibratable_gates;
+  std::function<bool(const std::string& path)> has_calibratable_gates = nullptr;
   // `fca bench forward` / `bench train` by the family's own formula; null: bench times a forward
   // pass through the audit interface (a checkpoint only) or an optimizer step of the family's
   // Trainable, with the FLOPs counted at the GEMM calls.
-  std::function<BenchWork(const BenchRequest&)> bench_forward, bench_train;
+  std::function<BenchWork(const BenchRequest&)> bench_forward = nullptr, bench_train = nullptr;
+  // The reference every family's execution is compared with (dense_same_shape below): this
+  // family's Dense model of L, D, H, T with initialised weights, counted (its counters checked
+  // against its formulas) and appended to `modes`. Exactly one installed family provides it, the
+  // gated family (its Dense variant, g = 1); null for the others.
+  std::function<void(nlohmann::ordered_json& modes, TimedModes& timed, int L, int D, int H, int T,
+                     std::shared_ptr<const TokenWindows> timing, int B)>
+      same_shape_dense = nullptr;
 };
 
 // Installs a family's entry (families/families.cpp, once at start-up); refuses a name used twice.
@@ -75,9 +83,11 @@ const ExecFamily& exec_family_named(const std::string& name);
 void count_mode(nlohmann::ordered_json& modes, TimedModes& timed, const std::string& mode, std::function<void()> pass,
                 const ExpectedCounts& expected, int total_blocks, int tokens_per_pass, nlohmann::ordered_json extra = {});
 
-// dense_same_shape: the Dense transformer of the shared block (models/base/dense.h: no controller)
-// of the same L, D, H, T with initialised weights (latency and FLOPs do not depend on the weights'
-// values), counted and appended to `modes`, the same baseline for every family.
+// dense_same_shape: the Dense model of the same L, D, H, T with initialised weights (latency and
+// FLOPs do not depend on the weights' values), the same baseline for every family: the one installed
+// family's same_shape_dense (the gated family's Dense variant, g = 1, whose pass evaluates its unit
+// gate once per block and counts h + 1 F as mixing, docs/exec.md). Throws Error when no installed
+// family, or more than one, provides it.
 void dense_same_shape(nlohmann::ordered_json& modes, TimedModes& timed, int L, int D, int H, int T,
                       std::shared_ptr<const TokenWindows> timing, int B);
 

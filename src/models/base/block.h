@@ -53,8 +53,8 @@ template <typename T>
 void dense_mlp_forward(BlockActivations<T>& a, const BlockWeights<T>& p, int N, int D);
 
 // The whole Dense block: attention half and dense MLP from h [B*Tn, D], then next = h + F (the
-// residual add; no controller, so no mixing FLOPs counted). MoD's unrouted blocks and the Dense
-// baseline (dense.h).
+// residual add; no controller, so no mixing FLOPs counted): MoD's unrouted blocks. Its FLOPs and the
+// head's are dense_forward_flops (dense.h).
 template <typename T>
 void dense_block_forward(BlockActivations<T>& a, T* attn_scratch, const BlockWeights<T>& p, const T* h, T* next, int B,
                          int Tn, int D, int H);

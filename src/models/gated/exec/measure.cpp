@@ -145,6 +145,27 @@ nlohmann::ordered_json measure_gated(const std::string& path, const Corpus& corp
   return m;
 }
 
+// The Dense reference of every family's execution (exec's dense_same_shape): the Dense variant of
+// the same shape with initialised weights. Its pass is a gated pass with g = 1: the unit gate is
+// evaluated once per block and h + 1 F is counted as mixing, as in the family's own live passes.
+void same_shape_dense(nlohmann::ordered_json& modes, TimedModes& timed, int L, int D, int H, int T,
+                      std::shared_ptr<const TokenWindows> timing, int B) {
+  GatedConfig c;
+  c.n_layer = L;
+  c.d_model = D;
+  c.n_head = H;
+  c.seq_len = T;
+  c.gate = GateKind::dense;
+  const auto dense = std::make_shared<const GatedModel<float>>(GatedModel<float>::initialized(c, 1));
+  const auto rs = std::make_shared<GatedRunState<float>>(c, B, T, false);
+  const auto live = std::make_shared<LiveCoefficients<float>>(*dense);
+  count_mode(modes, timed, "dense_same_shape",
+             [dense, rs, live, timing, B, T] { gated_forward(*dense, *rs, timing->inputs.data(), B, T, *live); },
+             {L, gated_forward_flops(c, B, T, L), gated_controller_flops(c, B, T, L), gated_mixing_flops(c, B, T, L),
+              gated_controller_evaluations(c, L), 0},
+             L, B * T, {{"note", "baseline with initialised weights: latency and FLOPs only"}});
+}
+
 }  // namespace
 
 ExecFamily gated_exec_family() {
@@ -153,7 +174,7 @@ ExecFamily gated_exec_family() {
             const GateKind g = read_gated_config(path).gate;
             return g == GateKind::uniform || g == GateKind::layerstatic || g == GateKind::featuregate;
           },
-          gated_bench_forward, gated_bench_train};
+          gated_bench_forward, gated_bench_train, same_shape_dense};
 }
 
 }  // namespace fca
