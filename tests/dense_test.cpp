@@ -4,9 +4,12 @@
 // evaluation per block and the h + 1 F products as mixing (the figures exec.json has always held).
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "exec/exec_family.h"
 #include "models/base/dense.h"
 #include "ops/attention.h"
@@ -48,6 +51,33 @@ TEST(DenseBaseline, TheReferenceIsTheGatedDenseVariantCountedAsItRuns) {
   // The pass handed to the timer runs again without the counters.
   ASSERT_EQ(timed.modes().size(), 1u);
   EXPECT_NO_THROW(timed.modes()[0].pass());
+}
+
+// The reference is whichever one entry provides it: a table without one, or with two, is refused
+// with the names, so a second provider cannot silently change every family's baseline.
+TEST(DenseBaseline, ExactlyOneFamilyProvidesTheReference) {
+  const auto provides = [](const std::string& name) {
+    ExecFamily f;
+    f.name = name;
+    f.same_shape_dense = [](nlohmann::ordered_json&, TimedModes&, int, int, int, int, std::shared_ptr<const TokenWindows>, int) {};
+    return f;
+  };
+  ExecFamily without;
+  without.name = "plain";
+  EXPECT_EQ(dense_reference_family({without, provides("first")}).name, "first");
+  const auto error_of = [](const std::function<void()>& f) -> std::string {
+    try {
+      f();
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  EXPECT_NE(error_of([&] { dense_reference_family({without}); }).find("no installed family provides the Dense reference"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { dense_reference_family({provides("first"), without, provides("second")}); })
+                .find("the first and second families both provide"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -44,17 +44,21 @@ void count_mode(nlohmann::ordered_json& modes, TimedModes& timed, const std::str
   modes.push_back(j);
 }
 
-void dense_same_shape(nlohmann::ordered_json& modes, TimedModes& timed, int L, int D, int H, int T,
-                      std::shared_ptr<const TokenWindows> timing, int B) {
+const ExecFamily& dense_reference_family(const std::vector<ExecFamily>& families) {
   const ExecFamily* provider = nullptr;
-  for (const auto& f : table()) {
+  for (const auto& f : families) {
     if (!f.same_shape_dense) continue;
     if (provider != nullptr)
       throw Error("dense_same_shape: the " + provider->name + " and " + f.name + " families both provide the Dense reference");
     provider = &f;
   }
   if (provider == nullptr) throw Error("dense_same_shape: no installed family provides the Dense reference (the gated family does)");
-  provider->same_shape_dense(modes, timed, L, D, H, T, std::move(timing), B);
+  return *provider;
+}
+
+void dense_same_shape(nlohmann::ordered_json& modes, TimedModes& timed, int L, int D, int H, int T,
+                      std::shared_ptr<const TokenWindows> timing, int B) {
+  dense_reference_family(table()).same_shape_dense(modes, timed, L, D, H, T, std::move(timing), B);
 }
 
 double attention_half_flops(int B, int T, int D) {

@@ -83,6 +83,10 @@ const ExecFamily& exec_family_named(const std::string& name);
 void count_mode(nlohmann::ordered_json& modes, TimedModes& timed, const std::string& mode, std::function<void()> pass,
                 const ExpectedCounts& expected, int total_blocks, int tokens_per_pass, nlohmann::ordered_json extra = {});
 
+// The one entry of `families` that provides same_shape_dense; throws Error when none does or when
+// two do (naming both). dense_same_shape looks it up among the installed families.
+const ExecFamily& dense_reference_family(const std::vector<ExecFamily>& families);
+
 // dense_same_shape: the Dense model of the same L, D, H, T with initialised weights (latency and
 // FLOPs do not depend on the weights' values), the same baseline for every family: the one installed
 // family's same_shape_dense (the gated family's Dense variant, g = 1, whose pass evaluates its unit
