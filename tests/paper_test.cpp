@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <tuple>
 
 #include "core/error.h"
 #include "core/json.h"
@@ -36,19 +37,26 @@ nlohmann::json& variant(nlohmann::json& config, const std::string& name) {
 }
 
 TEST(PaperConfig, TheRepositorysConfigsAreAccepted) {
-  for (const char* name : {"paper-quick.json", "paper-cpu.json", "paper-76m.json"}) {
+  for (const char* name : {"paper-quick.json", "paper-cpu.json", "paper-76m.json", "paper-504m.json"}) {
     const PaperConfig c = parse_paper_config(config_file(name), name);
     EXPECT_EQ(c.corpora.size(), 2u) << name;
     EXPECT_EQ(c.values, "configs/paper-values.json") << name;
-    if (std::string(name) != "paper-quick.json") {
+    if (std::string(name) == "paper-cpu.json" || std::string(name) == "paper-76m.json") {
       EXPECT_EQ(c.study.seeds.size(), 7u) << name;  // the paper's seven seeds
     }
+    EXPECT_FALSE(c.study.exec_skip_thresholds.empty()) << name;  // the thresholding sweep
   }
-  const PaperConfig big = parse_paper_config(config_file("paper-76m.json"), "paper-76m.json");
-  for (const auto& v : big.study.variants) {
-    EXPECT_EQ(v.layers, 24) << v.name;
-    EXPECT_EQ(v.dim, 512) << v.name;
-    EXPECT_EQ(v.heads, 8) << v.name;
+  // The paper's shapes: 76M (24 layers, D 512, 8 heads, 7 seeds) and 504M (40 layers, D 1024, 16
+  // heads, 3 seeds); FixedDepth at the paper's 15 of 24 blocks (25 of 40 is the same 62.5%).
+  for (const auto& [name, L, D, H, fixed, seeds] : {std::tuple<const char*, int, int, int, int, size_t>{"paper-76m.json", 24, 512, 8, 15, 7},
+                                                    {"paper-504m.json", 40, 1024, 16, 25, 3}}) {
+    const PaperConfig big = parse_paper_config(config_file(name), name);
+    EXPECT_EQ(big.study.seeds.size(), seeds) << name;
+    for (const auto& v : big.study.variants) {
+      EXPECT_EQ(v.layers, v.name == "fixed-depth" ? fixed : L) << name << " " << v.name;
+      EXPECT_EQ(v.dim, D) << v.name;
+      EXPECT_EQ(v.heads, H) << v.name;
+    }
   }
 }
 
@@ -72,6 +80,20 @@ TEST(PaperConfig, ThePapersVariantsAreRequiredAsThePaperDefinesThem) {
   c = good;
   variant(c, "dense")["dim"] = 64;
   EXPECT_NE(parse_error(c).find("\"dense\" has another shape than \"featuregate\""), std::string::npos) << parse_error(c);
+  c = good;
+  variant(c, "fixed-depth")["layers"] = variant(c, "dense")["layers"];
+  EXPECT_NE(parse_error(c).find("\"fixed-depth\" has 2 layers; it must have fewer than \"dense\""), std::string::npos) << parse_error(c);
+  c = good;
+  variant(c, "fixed-depth")["gate"] = "uniform";
+  EXPECT_NE(parse_error(c).find("\"fixed-depth\" must be arch \"gated\", gate \"dense\""), std::string::npos) << parse_error(c);
+  c = good;  // the paper's own MUDD arm: a MUDDPythia checkpoint, not trained
+  variant(c, "mudd") = {{"name", "mudd"}, {"arch", "pretrained"}, {"path", "tests/data/muddpythia-tiny"}, {"audit_reps", 20}};
+  EXPECT_EQ(parse_error(c), "(accepted)");
+  variant(c, "mudd").erase("path");
+  EXPECT_NE(parse_error(c).find("arch \"pretrained\" needs a 'path'"), std::string::npos) << parse_error(c);
+  c = good;
+  variant(c, "featuregate")["audit_reps"] = 20;
+  EXPECT_NE(parse_error(c).find("'audit_reps' is for the untrained arms"), std::string::npos) << parse_error(c);
   c = good;
   c["study"]["seeds"] = {1};
   EXPECT_NE(parse_error(c).find("at least 2 seeds"), std::string::npos) << parse_error(c);
@@ -102,18 +124,23 @@ class TinyPaper : public ::testing::Test {
     c["paper_values"] = dir_.file("values.json");
     c["corpora"][0]["data"] = dir_.file("a");
     c["corpora"][1]["data"] = dir_.file("b");
-    for (auto& v : c["study"]["variants"]) v.update({{"layers", 2}, {"dim", 16}, {"heads", 2}, {"seq", 16}});
+    for (auto& v : c["study"]["variants"]) v.update({{"layers", v["name"] == "fixed-depth" ? 1 : 2}, {"dim", 16}, {"heads", 2}, {"seq", 16}});
     c["study"]["seeds"] = {1, 2};
     c["study"]["train"] = {{"batch", 4}, {"steps", 6}, {"warmup", 2}, {"eval_every", 6}, {"eval_windows", 4}, {"checkpoint_every", 6}};
     c["study"]["eval_windows"] = 8;
     c["study"]["audit"] = {{"eval_windows", 8}, {"calib_windows", 8}, {"reps", 2}, {"bootstrap", 100}};
-    c["study"]["exec"] = {{"runs", 2}, {"max_runs", 2}, {"warmup", 0}, {"eval_windows", 4}, {"calib_windows", 4}};
+    c["study"]["exec"] = {{"runs", 2}, {"max_runs", 2}, {"warmup", 0}, {"eval_windows", 4}, {"calib_windows", 4}, {"skip_thresholds", {0.5, 1.0}}};
     testing::write_text(dir_.file("paper.json"), c.dump(2));
     values_ = config_file("paper-values.json");
     write_values();
   }
   void write_values() { testing::write_text(dir_.file("values.json"), values_.dump(2)); }
   testing::CommandResult run() { return testing::run_fca({"paper", "--config", dir_.file("paper.json")}); }
+  // scripts/check_paper.py on the run's page; `extra`: its --paper-json / --values overrides.
+  std::pair<int, std::string> check(const std::string& extra = "") {
+    return testing::run_shell(testing::python() + " " + testing::source("scripts/check_paper.py") + " " + dir_.file("paper.json") + " " +
+                              extra + " 2>&1");
+  }
   nlohmann::json paper() const { return nlohmann::json::parse(testing::read_bytes(dir_.file("out/paper.json"))); }
 
   testing::TempDir dir_;
@@ -133,7 +160,7 @@ TEST_F(TinyPaper, EveryFigureIsPrintedBesideThePapersValue) {
   auto r = run();
   ASSERT_EQ(r.exit_code, 0) << r.output;
   for (const char* f : {"paper.md", "paper.html", "paper.json", "nlp-corpus/report.html", "sotu/report.html", "sotu/exec/exec.json",
-                        "nlp-corpus/uniform-matched-s2.gate-mass.json", "sotu/mudd-aggregate.json"})
+                        "nlp-corpus/uniform-matched-s2.gate-mass.json", "sotu/mudd-aggregate.json", "sotu/fixed-depth-s1.eval-test.json"})
     EXPECT_TRUE(std::filesystem::exists(dir_.file("out/") + f)) << f;
   const nlohmann::json p = paper();
   const std::string md = testing::read_bytes(dir_.file("out/paper.md"));
@@ -144,40 +171,80 @@ TEST_F(TinyPaper, EveryFigureIsPrintedBesideThePapersValue) {
     sections.push_back(s["id"]);
     for (const auto& row : s["rows"]) {
       ASSERT_EQ(row["cells"].size(), 2u) << row["id"];  // one per corpus
+      std::string line = "| " + row["label"].get<std::string>() + " |";
       for (const auto& cell : row["cells"]) {
         ++cells;
-        // Every figure has the paper's value beside it: here the file's null, printed "not available".
-        ASSERT_TRUE(cell.contains("paper")) << cell["id"];
-        EXPECT_TRUE(cell["paper"].is_null()) << cell["id"];
-        EXPECT_TRUE(values_["values"].contains(cell["id"].get<std::string>())) << cell["id"];
-        EXPECT_FALSE(cell["measured"].get<std::string>().empty()) << cell["id"];
+        // Every figure has the paper's readings beside it, exactly the values file's entry.
+        const std::string id = cell["id"];
+        ASSERT_TRUE(values_["values"].contains(id)) << id;
+        EXPECT_EQ(cell["paper"]["readings"], values_["values"][id]) << id;
+        EXPECT_FALSE(cell["measured"].get<std::string>().empty()) << id;
+        line.append(" ").append(cell["measured"].get<std::string>()).append(" | *");
+        line.append(cell["paper"]["text"].get<std::string>()).append("* |");
       }
-      // The row in the Markdown table: its label, then per corpus fca's figure and the paper's.
-      const std::string line = "| " + row["label"].get<std::string>() + " | " + row["cells"][0]["measured"].get<std::string>() +
-                               " | *not available* | " + row["cells"][1]["measured"].get<std::string>() + " | *not available* |";
-      EXPECT_NE(md.find(line), std::string::npos) << line;
+      EXPECT_NE(md.find(line + "\n"), std::string::npos) << line;
     }
   }
-  EXPECT_EQ(sections, (std::vector<std::string>{"table1", "figure2", "figure4", "factors", "execution", "mudd"}));
-  EXPECT_EQ(p["claims"].size(), 10u);  // 5 claims x 2 corpora
+  EXPECT_EQ(sections, (std::vector<std::string>{"table1", "figure2", "figure3", "figure4", "factors", "execution", "thresholding", "mudd",
+                                                "figure5"}));
+  EXPECT_EQ(p["claims"].size(), 22u);  // 11 claims x 2 corpora
   for (const auto& c : p["claims"]) {
     const std::string v = c["verdict"];
-    EXPECT_TRUE(v == "reproduces" || v == "does not reproduce" || v == "not comparable") << v;
+    // A verdict on the paper only where the paper makes the claim (its entry is reported).
+    const bool made = c["made_by_paper"];
+    if (v != "not comparable") {
+      EXPECT_EQ(made, v != "extension") << c["id"];
+    }
+    EXPECT_TRUE(v == "reproduces" || v == "does not reproduce" || v == "not comparable" || v == "extension") << v;
   }
   EXPECT_EQ(cells + p["claims"].size(), values_["values"].size());  // the page prints every entry of the file
   EXPECT_NE(html.find("WikiText-103 (WT103) (paper)"), std::string::npos);
+  for (const char* figure : {"Figure 2: FeatureGate", "Figure 4: retention", "Figure 5: both families", "Post-training thresholding of FeatureGate: executed"})
+    EXPECT_NE(html.find(figure), std::string::npos) << figure;  // drawn, not only tabled
   // Each corpus's report carries the paper section.
   for (const char* k : {"nlp-corpus", "sotu"})
     EXPECT_NE(testing::read_bytes(dir_.file("out/") + k + "/report.html").find("<h2 id=\"paper\">Paper reproduction"), std::string::npos) << k;
 
+  // The independent check passes on the page as written...
+  auto [code, out] = check();
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("every verdict recomputed"), std::string::npos) << out;
+  // ...and fails on a flipped verdict, on "not comparable" where the figures exist, on a values file
+  // with an entry removed and on one whose value the page does not print.
+  const std::string flipped = dir_.file("flipped.json");
+  for (const char* wrong : {"flip", "not comparable"}) {
+    nlohmann::json q = p;
+    for (auto& c : q["claims"])
+      if (c["verdict"] == "reproduces" || c["verdict"] == "does not reproduce") {
+        c["verdict"] = std::string(wrong) == "flip" ? (c["verdict"] == "reproduces" ? "does not reproduce" : "reproduces") : wrong;
+        break;
+      }
+    testing::write_text(flipped, q.dump(2));
+    std::tie(code, out) = check("--paper-json " + flipped);
+    EXPECT_NE(code, 0) << wrong;
+    EXPECT_NE(out.find("its figures and docs/paper.md's criterion give"), std::string::npos) << out;
+  }
+  nlohmann::json fewer = values_;
+  fewer["values"].erase("figure2.cross_input.wt103");
+  testing::write_text(dir_.file("fewer.json"), fewer.dump(2));
+  std::tie(code, out) = check("--values " + dir_.file("fewer.json"));
+  EXPECT_NE(code, 0);
+  EXPECT_NE(out.find("figure figure2.cross_input.wt103 has no entry"), std::string::npos) << out;
+  nlohmann::json other = values_;
+  other["values"]["figure2.cross_input.wt103"][0]["number"] = 0.5;
+  testing::write_text(dir_.file("other.json"), other.dump(2));
+  std::tie(code, out) = check("--values " + dir_.file("other.json"));
+  EXPECT_NE(code, 0);
+  EXPECT_NE(out.find("paper.md lacks the row of figure2.cross_input"), std::string::npos) << out;
+
   // A value supplied from the paper is printed beside fca's figure.
-  values_["values"]["table1.byte_ppl.featuregate.wt103"] = 21.75;
+  values_["values"]["table1.byte_ppl.dense.wt103"] = {{{"setting", "76M, WT103"}, {"number", 21.75}}};
   write_values();
   r = run();
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("train featuregate seed 1: done before, skipped"), std::string::npos) << r.output;
-  EXPECT_NE(testing::read_bytes(dir_.file("out/paper.md")).find(" | *21.75* |"), std::string::npos);
-  EXPECT_EQ(paper()["sections"][0]["rows"][3]["cells"][1]["paper"].get<double>(), 21.75);
+  EXPECT_NE(testing::read_bytes(dir_.file("out/paper.md")).find(" | *21.75 [76M, WT103]* |"), std::string::npos);
+  EXPECT_EQ(paper()["sections"][0]["rows"][0]["cells"][1]["paper"]["readings"][0]["number"].get<double>(), 21.75);
 
   // A figure without an entry in the values file is refused, naming it: no figure without its paper column.
   values_["values"].erase("figure2.cross_input.owt");
@@ -185,13 +252,60 @@ TEST_F(TinyPaper, EveryFigureIsPrintedBesideThePapersValue) {
   r = run();
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("no entry for figure \"figure2.cross_input.owt\""), std::string::npos) << r.output;
-  // And an entry the page does not print (misspelt) is refused too.
-  values_["values"]["figure2.cross_input.owt"] = nullptr;
-  values_["values"]["figure2.cros_input.owt"] = nullptr;
+  // An entry the page does not print (misspelt) is refused too, and so is a reading without its setting.
+  values_["values"]["figure2.cross_input.owt"] = {{{"not_reported", "the paper audits on WT103 only"}}};
+  values_["values"]["figure2.cros_input.owt"] = {{{"not_reported", "x"}}};
   write_values();
   r = run();
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("entry \"figure2.cros_input.owt\" is no figure of the page"), std::string::npos) << r.output;
+  values_["values"].erase("figure2.cros_input.owt");
+  values_["values"]["figure2.cross_input.owt"] = {{{"number", 0.5}}};
+  write_values();
+  r = run();
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("entry \"figure2.cross_input.owt\": a reported value needs its \"setting\""), std::string::npos) << r.output;
+}
+
+// The paper's own MUDD arm: a named MUDDPythia checkpoint folder (the project's tiny fixture), not
+// trained, audited once as the paper did (one checkpoint, paired-window bootstrap intervals, 20
+// paired randomisations), its execution measured; the page and its check as for a trained arm.
+TEST_F(TinyPaper, TheMuddArmCanBeANamedMuddPythiaCheckpoint) {
+  nlohmann::json c = nlohmann::json::parse(testing::read_bytes(dir_.file("paper.json")));
+  variant(c, "mudd") = {{"name", "mudd"}, {"arch", "pretrained"}, {"path", testing::source("tests/data/muddpythia-tiny")}, {"seq", 16},
+                        {"audit_reps", 20}};
+  testing::write_text(dir_.file("paper.json"), c.dump(2));
+  const auto r = run();
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(dir_.file("out/sotu/mudd-s1.eval-test.json")));  // nothing trained
+  const nlohmann::json audit = testing::read_json(dir_.file("out/sotu/mudd-audit/audit.json"));
+  EXPECT_EQ(audit["settings"]["reps"], 20);
+  EXPECT_EQ(audit["model"]["family"], "mudd");
+  const nlohmann::json p = paper();
+  EXPECT_EQ(p["mudd_arm"]["kind"], "checkpoint");
+  EXPECT_EQ(p["mudd_arm"]["checkpoints"], 1);
+  for (const auto& s : p["sections"])
+    for (const auto& row : s["rows"])
+      if (row["id"] == "mudd.cross_input") {
+        const auto& cell = row["cells"][1];
+        EXPECT_EQ(cell["data"]["basis"], "one checkpoint: paired-window bootstrap interval") << cell;
+        EXPECT_EQ(cell["data"]["per_checkpoint"].size(), 1u);
+        ASSERT_TRUE(cell["data"].contains("ci95")) << cell;
+        // The interval is the audit's own paired-window bootstrap interval of that condition.
+        for (const auto& cond : audit["conditions"])
+          if (cond["name"] == "cross_input") {
+            EXPECT_EQ(cell["data"]["ci95"], cond["ci95"]);
+          }
+        EXPECT_NE(cell["measured"].get<std::string>().find("of 1 checkpoint"), std::string::npos) << cell["measured"];
+      }
+  // exec times byte-level models on text windows: a token-level checkpoint is not timed, and the
+  // page says so instead of a count (its claim is not comparable).
+  const auto blocks = std::find_if(p["sections"][5]["rows"].begin(), p["sections"][5]["rows"].end(),
+                                   [](const nlohmann::json& row) { return row["id"] == "execution.mudd_blocks"; });
+  ASSERT_NE(blocks, p["sections"][5]["rows"].end());
+  EXPECT_NE((*blocks)["cells"][1]["measured"].get<std::string>().find("not measured"), std::string::npos) << *blocks;
+  auto [code, out] = check();
+  EXPECT_EQ(code, 0) << out;
 }
 
 // The plan's memory is what the trainer allocates: the bound of the trainer's run state, learnt
@@ -202,7 +316,7 @@ TEST(PaperPlan, MemoryAndParametersAreTheTrainersOwn) {
   c["plan"] = {{"machines", {{{"name", "a 1 TFLOP/s class"}, {"sgemm_gflops", 1000}, {"memory_gib", 64}}}}, {"ranks", {1, 4}}, {"efficiency", 0.25}};
   const PaperConfig config = parse_paper_config(c, "paper-quick.json");
   const nlohmann::ordered_json plan = paper_plan(config, "paper-quick.json");
-  ASSERT_EQ(plan["variants"].size(), 7u);
+  ASSERT_EQ(plan["variants"].size(), 8u);
   double total = 0;
   for (const auto& v : plan["variants"]) {
     const auto& sv = *std::find_if(config.study.variants.begin(), config.study.variants.end(), [&](const StudyVariant& x) { return x.name == v["name"]; });
@@ -219,7 +333,7 @@ TEST(PaperPlan, MemoryAndParametersAreTheTrainersOwn) {
     EXPECT_LE(v["train_memory_bytes"].get<size_t>(), real + 64 * 1000) << sv.name;
     total += v["flops_per_checkpoint"].get<double>() * 3 * 2;  // 3 seeds, 2 corpora
   }
-  EXPECT_EQ(plan["checkpoints"], 42);
+  EXPECT_EQ(plan["checkpoints"], 48);
   EXPECT_NEAR(plan["total_flops"].get<double>(), total, 1e-9 * total);
   ASSERT_EQ(plan["machines"].size(), 2u);  // this machine, then the config's class
   const auto& cls = plan["machines"][1];
@@ -238,7 +352,7 @@ TEST(PaperPlan, The76MConfigIsPlanned) {
 #endif
   const auto r = testing::run_fca({"paper", "--config", kConfigs + "paper-76m.json", "--plan"});
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("98 checkpoints (7 variants x 7 seeds x 2 corpora)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("112 checkpoints (8 variants x 7 seeds x 2 corpora)"), std::string::npos) << r.output;
   // 24 blocks of 12 D^2 at D 512 (75.5M) plus embeddings, LayerNorms and the gates: about 76M.
   EXPECT_NE(r.output.find("  dense                   76.31M"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("  featuregate             76.31M"), std::string::npos) << r.output;

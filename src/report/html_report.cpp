@@ -46,7 +46,7 @@ table { border-collapse: collapse; margin: 8px 0 16px 0; font-size: 13px; }
 th, td { border: 1px solid #ddd; padding: 4px 8px; text-align: right; } th { background: #f0f0f0; } td.l, th.l { text-align: left; }
 figure { margin: 16px 0; } figcaption { font-size: 13px; color: #555; margin-top: 4px; max-width: 900px; }
 code { font-size: 12px; }
-.reproduces { color: #1b6e1b; font-weight: bold; } .does-not { color: #8a1c1c; font-weight: bold; } .not-comparable { color: #666; font-weight: bold; }
+.reproduces { color: #1b6e1b; font-weight: bold; } .does-not { color: #8a1c1c; font-weight: bold; } .not-comparable { color: #666; font-weight: bold; } .extension { color: #5a4a8a; font-style: italic; }
 td.paper { color: #666; font-style: italic; }
 )";
 

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "report/report.h"
+#include "report/paper_figures_svg.h"
 #include "report/report_util.h"
 #include "report/svg.h"
 
@@ -13,25 +14,23 @@ namespace {
 
 using svg::escape;
 
-std::string paper_cell(const nlohmann::json& v) {
-  if (v.is_null()) return "not available";
-  if (v.is_number()) return report_util::fmt("%.4g", v.get<double>());
-  return v.get<std::string>();
-}
+const char* const kSettingsNote =
+    "Each paper value is printed with its setting in brackets: 76M (24 layers, 7 seeds), 504M (40 layers, 3 seeds) or "
+    "MUDDPythia-1.4B (the public checkpoint), on OWT (held-out validation data) or WT103 (its test split). fca's models and "
+    "corpora are far smaller stand-ins, so absolute values (Byte-PPL, ms) are not comparable; directions and orders of "
+    "magnitude are.";
+const char* const kClaimsNote =
+    "A verdict (reproduces / does not reproduce) is given only on the corpus standing in for the one the paper makes the "
+    "claim on; on the other corpus the row is an extension that says what fca finds. Not comparable: a figure the "
+    "criterion needs is undefined.";
 
-bool any_not_available(const nlohmann::json& p) {
-  for (const auto& s : p["sections"])
-    for (const auto& r : s["rows"])
-      for (const auto& c : r["cells"])
-        if (c["paper"].is_null()) return true;
-  for (const auto& c : p["claims"])
-    if (c["paper"].is_null()) return true;
-  return false;
-}
+// The paper's readings of a cell or claim, as fca paper rendered them (study/paper_values.h).
+std::string paper_cell(const nlohmann::json& v) { return v["text"].get<std::string>(); }
 
 std::string verdict_class(const std::string& verdict) {
   if (verdict == "reproduces") return "reproduces";
   if (verdict == "does not reproduce") return "does-not";
+  if (verdict == "extension") return "extension";
   return "not-comparable";
 }
 
@@ -49,9 +48,7 @@ std::string paper_body_html(const nlohmann::json& p, const std::string& heading_
     h << (i ? "; " : "") << "<b>" << escape(p["corpora"][i]["name"].get<std::string>()) << "</b> (<code>"
       << escape(p["corpora"][i]["data"].get<std::string>()) << "</code>) stands in for " << escape(p["corpora"][i]["stands_in_for"].get<std::string>());
   h << ". The paper's values come from <code>" << escape(p["paper_values"]["file"].get<std::string>()) << "</code>.</p>\n";
-  if (any_not_available(p))
-    h << "<p class=\"warn\">Paper values marked \"not available\": "
-      << escape(p["paper_values"]["not_available_because"].get<std::string>()) << "</p>\n";
+  h << "<p class=\"sub\">" << escape(kSettingsNote) << "</p>\n" << paper_figures_html(p);
   for (const auto& s : p["sections"]) {
     h << "<" << heading_tag << " id=\"paper-" << escape(s["id"].get<std::string>()) << "\">" << escape(s["title"].get<std::string>())
       << "</" << heading_tag << "><p class=\"sub\">" << escape(s["note"].get<std::string>()) << "</p><table><tr><th class=\"l\">figure</th>";
@@ -68,15 +65,16 @@ std::string paper_body_html(const nlohmann::json& p, const std::string& heading_
     }
     h << "</table>\n";
   }
-  h << "<" << heading_tag << " id=\"paper-claims\">The paper's claims at this scale</" << heading_tag
-    << "><table><tr><th class=\"l\">claim</th><th class=\"l\">source</th><th class=\"l\">corpus</th><th class=\"l\">verdict</th>"
-       "<th class=\"l\">measured</th><th class=\"l\">paper</th></tr>";
+  h << "<" << heading_tag << " id=\"paper-claims\">The paper's claims at this scale</" << heading_tag << "><p class=\"sub\">"
+    << escape(kClaimsNote) << "</p><table><tr><th class=\"l\">the paper's claim</th><th class=\"l\">source</th>"
+       "<th class=\"l\">the paper's setting and number</th><th class=\"l\">corpus</th><th class=\"l\">verdict</th>"
+       "<th class=\"l\">fca's figure</th></tr>";
   for (const auto& c : p["claims"]) {
     const std::string verdict = c["verdict"];
     h << "<tr><td class=\"l\">" << escape(c["claim"].get<std::string>()) << "</td><td class=\"l\">" << escape(c["source"].get<std::string>())
-      << "</td><td class=\"l\">" << escape(c["corpus"].get<std::string>()) << "</td><td class=\"l " << verdict_class(verdict) << "\">"
-      << escape(verdict) << "</td><td class=\"l\">" << escape(c["reason"].get<std::string>()) << "</td><td class=\"l paper\">"
-      << escape(paper_cell(c["paper"])) << "</td></tr>";
+      << "</td><td class=\"l paper\">" << escape(paper_cell(c["paper"])) << "</td><td class=\"l\">" << escape(c["corpus"].get<std::string>())
+      << "</td><td class=\"l " << verdict_class(verdict) << "\">" << escape(verdict) << "</td><td class=\"l\">"
+      << escape(c["reason"].get<std::string>()) << "</td></tr>";
   }
   h << "</table>\n";
   return h.str();
@@ -113,9 +111,7 @@ std::string paper_markdown(const nlohmann::ordered_json& p) {
   for (const auto& k : p["corpora"])
     md << "- **" << k["name"].get<std::string>() << "** (`" << k["data"].get<std::string>() << "`) stands in for "
        << k["stands_in_for"].get<std::string>() << ".\n";
-  md << "\nThe paper's values come from `" << p["paper_values"]["file"].get<std::string>() << "`.";
-  if (any_not_available(p)) md << " Values marked *not available*: " << p["paper_values"]["not_available_because"].get<std::string>();
-  md << "\n\n";
+  md << "\nThe paper's values come from `" << p["paper_values"]["file"].get<std::string>() << "`. " << kSettingsNote << "\n\n";
   for (const auto& s : p["sections"]) {
     md << "## " << s["title"].get<std::string>() << "\n\n" << s["note"].get<std::string>() << "\n\n| figure |";
     for (const auto& k : p["corpora"]) md << " " << corpus_heading(k) << ": fca | paper |";
@@ -129,10 +125,11 @@ std::string paper_markdown(const nlohmann::ordered_json& p) {
     }
     md << "\n";
   }
-  md << "## The paper's claims at this scale\n\n| claim | source | corpus | verdict | measured | paper |\n|---|---|---|---|---|---|\n";
+  md << "## The paper's claims at this scale\n\n" << kClaimsNote
+     << "\n\n| the paper's claim | source | the paper's setting and number | corpus | verdict | fca's figure |\n|---|---|---|---|---|---|\n";
   for (const auto& c : p["claims"])
-    md << "| " << c["claim"].get<std::string>() << " | " << c["source"].get<std::string>() << " | " << c["corpus"].get<std::string>()
-       << " | **" << c["verdict"].get<std::string>() << "** | " << c["reason"].get<std::string>() << " | *" << paper_cell(c["paper"]) << "* |\n";
+    md << "| " << c["claim"].get<std::string>() << " | " << c["source"].get<std::string>() << " | *" << paper_cell(c["paper"]) << "* | "
+       << c["corpus"].get<std::string>() << " | **" << c["verdict"].get<std::string>() << "** | " << c["reason"].get<std::string>() << " |\n";
   return md.str();
 }
 

@@ -168,8 +168,8 @@ ReportData load_report_data(const ReportInputs& in) {
   if (in.audits.empty() && in.execs.empty()) throw Error("report: give at least one --audit or --exec file");
   if (!in.paper.empty()) {
     d.paper = read_json(in.paper);
-    expect_schema(d.paper, in.paper, "fca-paper-v1");
-    expect_fields(d.paper, in.paper, {"/paper", "/sections", "/claims", "/corpora", "/paper_values/not_available_because"});
+    expect_schema(d.paper, in.paper, "fca-paper-v2");
+    expect_fields(d.paper, in.paper, {"/paper", "/sections", "/claims", "/corpora", "/paper_values/file"});
   }
   for (const auto& p : in.audits) {
     nlohmann::json j = read_json(p);

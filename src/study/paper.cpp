@@ -32,7 +32,8 @@ const PaperVariant kPaperVariants[] = {
     {"featuregate", "gated", "featuregate", "arch \"gated\", gate \"featuregate\""},
     {"uniform-matched", "gated", "fixed", "arch \"gated\", gate \"fixed\", gate_value_from \"featuregate\""},
     {"uniform-0.60", "gated", "fixed", "arch \"gated\", gate \"fixed\", gate_value 0.6"},
-    {"mudd", "mudd", "", "arch \"mudd\""},
+    {"mudd", "mudd", "", "arch \"mudd\" (trained), or arch \"pretrained\" with the 'path' of a MUDDPythia checkpoint folder"},
+    {"fixed-depth", "gated", "dense", "arch \"gated\", gate \"dense\", fewer layers than \"dense\""},
 };
 
 void check_paper_variants(const StudyConfig& s, const std::string& where) {
@@ -41,9 +42,10 @@ void check_paper_variants(const StudyConfig& s, const std::string& where) {
     const auto v = std::find_if(s.variants.begin(), s.variants.end(), [&](const StudyVariant& x) { return x.name == p.name; });
     if (v == s.variants.end())
       throw Error(where + ": study.variants has no variant \"" + p.name + "\" (" + p.requirement +
-                  "); the paper's figures need dense, uniform, layerstatic, featuregate, uniform-matched, uniform-0.60 and mudd");
+                  "); the paper's figures need dense, uniform, layerstatic, featuregate, uniform-matched, uniform-0.60, mudd and fixed-depth");
     const std::string gate = v->arch == "gated" ? v->settings.value("gate", "") : "";
     bool ok = v->arch == p.arch && gate == p.gate;
+    if (std::string(p.name) == "mudd") ok = ok || v->arch == "pretrained";
     if (std::string(p.name) == "uniform-matched") ok = ok && v->gate_value_from == "featuregate";
     if (std::string(p.name) == "uniform-0.60") ok = ok && v->gate_value_from.empty() && v->settings.value("gate_value", -1.0) == 0.6;
     if (!ok) throw Error(where + ": study variant \"" + std::string(p.name) + "\" must be " + p.requirement);
@@ -53,7 +55,11 @@ void check_paper_variants(const StudyConfig& s, const std::string& where) {
   for (const PaperVariant& p : kPaperVariants) {
     const auto& v = *std::find_if(s.variants.begin(), s.variants.end(), [&](const StudyVariant& x) { return x.name == p.name; });
     if (v.arch != "gated") continue;
-    if (v.layers != featuregate->layers || v.dim != featuregate->dim || v.heads != featuregate->heads || v.seq != featuregate->seq)
+    // FixedDepth is Dense at the paper's share of the depth (15 of 24 blocks): only its layers differ.
+    if (v.name == "fixed-depth" && v.layers >= featuregate->layers)
+      throw Error(where + ": study variant \"fixed-depth\" has " + std::to_string(v.layers) + " layers; it must have fewer than \"dense\" (" +
+                  std::to_string(featuregate->layers) + "; the paper's FixedDepth15 runs 15 of 24 blocks)");
+    if ((v.layers != featuregate->layers && v.name != "fixed-depth") || v.dim != featuregate->dim || v.heads != featuregate->heads || v.seq != featuregate->seq)
       throw Error(where + ": study variant \"" + v.name + "\" has another shape than \"featuregate\" (layers, dim, heads, seq); " +
                   "the paper compares its gated variants at one shape");
   }
@@ -196,7 +202,7 @@ nlohmann::ordered_json paper_plan(const PaperConfig& c, const std::string& confi
   size_t peak_bytes = 0;
   plan["variants"] = nlohmann::ordered_json::array();
   for (const StudyVariant& v : s.variants) {
-    if (v.arch == "external") continue;  // nothing to train
+    if (!v.trained()) continue;  // nothing to train
     const TrainFamily& family = train_family_named(v.arch);
     nlohmann::json settings = v.settings;
     if (!v.gate_value_from.empty()) settings["gate_value"] = 0.5;  // measured at run time; no effect on size or FLOPs

@@ -17,6 +17,7 @@
 #include "core/progress.h"
 #include "core/safetensors.h"
 #include "exec/exec.h"
+#include "models/external/auditable.h"
 #include "models/registry.h"
 #include "report/audit_markdown.h"
 #include "report/report.h"
@@ -82,7 +83,7 @@ bool exec_measured(const std::string& exec_dir, const std::vector<std::string>& 
 // The family's gate-mass matching of a variant's arch (train_family.h), or null (none, or arch
 // external).
 const GateMassMatching* gate_mass_matching(const StudyVariant& v) {
-  if (v.arch == "external") return nullptr;
+  if (!v.trained()) return nullptr;
   const TrainFamily& family = train_family_named(v.arch);
   return family.gate_mass_matching ? &*family.gate_mass_matching : nullptr;
 }
@@ -129,7 +130,7 @@ StudyConfig parse_study_config(const nlohmann::json& cfg, const std::string& con
   c.eval_windows = root.integer("eval_windows", 256, 1, kMany);
   // A variant's keys: its name, arch and shape, the adapter command, and the settings of the
   // trainable families (train/train_family.h), each accepted for the families that have it only.
-  std::vector<std::string> variant_keys{"name", "arch", "layers", "dim", "heads", "seq", "command", "gate_value_from"};
+  std::vector<std::string> variant_keys{"name", "arch", "layers", "dim", "heads", "seq", "command", "path", "audit_reps", "gate_value_from"};
   const auto first_setting = ptrdiff_t(variant_keys.size());
   std::string trainable;
   for (const auto& family : train_families()) {
@@ -144,8 +145,13 @@ StudyConfig parse_study_config(const nlohmann::json& cfg, const std::string& con
     x.layers = int(v.integer("layers", 4, 1, 4096));
     x.dim = int(v.integer("dim", 128, 1, 1 << 16));
     x.heads = int(v.integer("heads", 4, 1, 4096));
-    x.seq = int(v.integer("seq", x.arch == "external" ? 0 : 128, x.arch == "external" ? 0 : 1, 1 << 20));  // external: 0 = the model's
+    const bool untrained = x.arch == "external" || x.arch == "pretrained";
+    x.seq = int(v.integer("seq", untrained ? 0 : 128, untrained ? 0 : 1, 1 << 20));  // untrained: 0 = the model's
     x.command = v.text("command", "");  // arch external
+    x.path = v.text("path", "");        // arch pretrained
+    x.audit_reps = int(v.integer("audit_reps", 0, 2, 100000));
+    if (v.has("audit_reps") && !untrained)
+      throw Error(v.where() + ": 'audit_reps' is for the untrained arms (arch \"external\", \"pretrained\"); a trained variant's audits use audit.reps");
     x.gate_value_from = v.text("gate_value_from", "");
     if (x.name.empty()) throw Error(v.where() + ": 'name' is missing or empty");
     // The name becomes file names in the output folder: nothing that leaves it or hides in it.
@@ -155,14 +161,14 @@ StudyConfig parse_study_config(const nlohmann::json& cfg, const std::string& con
       if (other.name == x.name) throw Error(v.where() + ": variant name \"" + x.name + "\" is used twice");
     bool trainable_arch = false;
     for (const auto& family : train_families()) trainable_arch = trainable_arch || family.name == x.arch;
-    if (!trainable_arch && x.arch != "external")
-      throw Error(v.where() + ": 'arch' \"" + x.arch + "\" is not one of " + trainable + "external");
+    if (!trainable_arch && !untrained)
+      throw Error(v.where() + ": 'arch' \"" + x.arch + "\" is not one of " + trainable + "external, pretrained");
     nlohmann::json given = nlohmann::json::object();
     for (auto it = v.json().begin(); it != v.json().end(); ++it)
       if (std::find(variant_keys.begin() + first_setting, variant_keys.end(), it.key()) != variant_keys.end()) given[it.key()] = it.value();
-    if (x.arch == "external" && !given.empty())
-      throw Error(v.where() + ": \"" + given.begin().key() + "\" is a setting of a trainable family, not of arch \"external\"");
-    if (x.arch != "external") {
+    if (untrained && !given.empty())
+      throw Error(v.where() + ": \"" + given.begin().key() + "\" is a setting of a trainable family, not of arch \"" + x.arch + "\"");
+    if (!untrained) {
       const TrainFamily& family = train_family_named(x.arch);
       x.settings = resolve_settings(family, given, v.where());
       family.check({x.layers, x.dim, x.heads, x.seq}, x.settings, v.where());
@@ -171,6 +177,9 @@ StudyConfig parse_study_config(const nlohmann::json& cfg, const std::string& con
       throw Error(config_path + ": variant '" + x.name + "': " +
                   (x.command.empty() ? "arch \"external\" needs a 'command' (the adapter to start)"
                                      : "'command' belongs to arch \"external\" only"));
+    if ((x.arch == "pretrained") != !x.path.empty())
+      throw Error(config_path + ": variant '" + x.name + "': " +
+                  (x.path.empty() ? "arch \"pretrained\" needs a 'path' (the checkpoint to audit)" : "'path' belongs to arch \"pretrained\" only"));
     if (const GateMassMatching* m = gate_mass_matching(x); m != nullptr && !x.gate_value_from.empty() && given.contains(m->setting))
       throw Error(v.where() + ": give '" + m->setting + "' or 'gate_value_from', not both");
     c.variants.push_back(x);
@@ -239,7 +248,7 @@ ReportInputs run_study(const StudyConfig& c, const std::string& config_path, con
 
   int64_t total = 2;  // execution and report
   for (const auto& v : c.variants)
-    total += v.arch == "external" ? 2 : (v.gate_value_from.empty() ? 3 : 4) * int64_t(c.seeds.size()) + 1;
+    total += !v.trained() ? 2 + (v.arch == "pretrained") : (v.gate_value_from.empty() ? 3 : 4) * int64_t(c.seeds.size()) + 1;
   int64_t done = 0;
   auto stage = [&](const std::string& what) {
     ++done;
@@ -305,40 +314,55 @@ ReportInputs run_study(const StudyConfig& c, const std::string& config_path, con
   };
 
   for (const auto& v : order) {
-    if (v.arch == "external") {
-      // A model fca does not implement: nothing to train and no c.seeds; it is evaluated, audited and
-      // its execution measured (in its own process, by fca exec --external) through its adapter.
-      const std::string stem = out + "/" + v.name;
+    if (!v.trained()) {
+      // One checkpoint as given, not trained and without c.seeds: a model fca does not implement
+      // (external: its adapter, in its own process) or one it opens (pretrained: a MUDDPythia
+      // folder). It is evaluated, audited once (paired-window intervals) and its execution measured.
+      const bool external = v.arch == "external";
+      auto open = [&]() -> std::unique_ptr<AuditableModel> {
+        if (external) return open_external_model(v.command, c.adapter_timeout_s);
+        return open_model(v.path, 8, v.seq);
+      };
+      // The name result files carry: the adapter's model name, or the checkpoint's path.
+      auto model_path = [&](const AuditableModel& m) {
+        return external ? static_cast<const ExternalAuditable&>(m).model_path() : v.path;
+      };
+      const std::string stem = out + "/" + v.name, what = v.name + " (" + v.arch + ")";
       const std::string eval_path = stem + ".eval-test.json";
       if (!file_exists(eval_path)) {
-        stage("evaluate " + v.name + " (external)");
-        const auto m = open_external_model(v.command, c.adapter_timeout_s);
+        stage("evaluate " + what);
+        const auto m = open();
         const int T = v.seq > 0 ? v.seq : m->max_tokens();
         const EvalResult r = evaluate_auditable(*m, corpus.split("test"), T, c.eval_windows, 8, false);
         auto provenance = provenance_base();
         provenance["model_sha256"] = m->content_hash();
-        provenance["adapter_command"] = v.command;
-        write_json(eval_path, eval_document({m->model_path(), "external", m->description(),
-                                             nlohmann::json::parse(m->config_json()), m->vocab() != 256 ? "token" : "byte"},
-                                            "test", T, r, provenance));
+        if (external) provenance["adapter_command"] = v.command;
+        auto doc = eval_document({model_path(*m), external ? "external" : m->family(), m->description(),
+                                  nlohmann::json::parse(m->config_json()), m->vocab() != 256 ? "token" : "byte"},
+                                 "test", T, r, provenance);
+        doc["variant"] = v.name;
+        write_json(eval_path, doc);
       } else {
-        stage("evaluate " + v.name + " (external): done before, skipped");
+        stage("evaluate " + what + ": done before, skipped");
       }
       report.evals.push_back(eval_path);
       const std::string audit_dir = stem + "-audit";
       if (!file_exists(audit_dir + "/audit.json")) {
-        stage("audit " + v.name + " (external)");
-        const auto m = open_external_model(v.command, c.adapter_timeout_s);
-        AuditOptions a = audit_options(m->model_path(), audit_dir);
+        stage("audit " + what);
+        const auto m = open();
+        AuditOptions a = audit_options(model_path(*m), audit_dir);
         a.tokens = v.seq;
-        a.adapter_command = v.command;
+        if (v.audit_reps > 0) a.reps = v.audit_reps;
+        if (external) a.adapter_command = v.command;
         run_audit(*m, corpus, a);
       } else {
-        stage("audit " + v.name + " (external): done before, skipped");
+        stage("audit " + what + ": done before, skipped");
       }
       ensure_audit_markdown(audit_dir);
       report.audits.push_back(audit_dir + "/audit.json");
-      exec_externals.push_back(v.command);
+      if (external) exec_externals.push_back(v.command);
+      else if (open_model(v.path, 1, v.seq)->vocab() == 256) exec_models.push_back(v.path);
+      else stage("measure execution of " + v.name + ": not measured (fca exec times byte-level models on text windows; this checkpoint is token-level)");
       continue;
     }
     std::vector<std::string> variant_audits;

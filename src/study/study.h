@@ -12,14 +12,20 @@
 namespace fca {
 
 struct StudyVariant {
-  std::string name, arch;  // arch: a trainable family (train/train_family.h) or "external"
+  std::string name, arch;  // arch: a trainable family (train/train_family.h), "external" or "pretrained"
   std::string command;     // arch "external": the adapter command (a model fca does not implement)
+  std::string path;        // arch "pretrained": a checkpoint fca opens (a MUDDPythia folder, a .safetensors file)
+  // The untrained arms (external, pretrained) are one checkpoint, audited once: their audit's
+  // randomisations (0: the study's audit.reps).
+  int audit_reps = 0;
   // A gated "fixed" variant matched to another's gate mass (the paper's Uniform-Matched): the name of
   // a gated variant with learned gates; each seed's gate_value is the gate mass that variant's
   // checkpoint of the same seed measures on the calibration (valid) split. Trained after it.
   std::string gate_value_from;
   nlohmann::json settings = nlohmann::json::object();  // the family's own settings, resolved (defaults filled in)
   int layers = 4, dim = 128, heads = 4, seq = 128;
+  // Whether fca trains this variant (one checkpoint per seed), or takes one checkpoint as given.
+  bool trained() const { return arch != "external" && arch != "pretrained"; }
 };
 
 // A study config, every field checked (unknown keys, types, ranges, names) before any work.
