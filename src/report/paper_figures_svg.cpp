@@ -62,10 +62,12 @@ void add_marks(const nlohmann::json& p, const std::string& id, const std::string
 std::string interval_plot(const std::string& title, const std::vector<PlotRow>& rows, bool log, const std::string& axis) {
   double lo = INFINITY, hi = -INFINITY;
   size_t marks = 0;
+  // On a log axis a mark needs a positive value; an interval reaching 0 or below is drawn to the
+  // axis's left end.
   for (const auto& r : rows)
     for (const auto& m : r.marks) {
-      if (log && m.lo <= 0) continue;
-      lo = std::min(lo, m.lo), hi = std::max(hi, m.hi), ++marks;
+      if (log && m.value <= 0) continue;
+      lo = std::min(lo, log && m.lo <= 0 ? m.value : m.lo), hi = std::max(hi, m.hi), ++marks;
     }
   if (marks == 0) return "<p class=\"sub\">" + svg::escape(title) + ": nothing to draw (no defined figure).</p>";
   if (log) lo = std::pow(10, std::floor(std::log10(lo))), hi = std::pow(10, std::ceil(std::log10(hi)));
@@ -73,7 +75,7 @@ std::string interval_plot(const std::string& title, const std::vector<PlotRow>& 
     const double pad = std::max(1e-9, (hi - lo) * 0.08);
     lo -= pad, hi += pad;
   }
-  const int left = 170, width = 760, row_h = 18;
+  const int left = 220, width = 820, row_h = 18;
   int height = 60;
   for (const auto& r : rows) height += row_h * int(std::max<size_t>(1, r.marks.size())) + 8;
   svg::Canvas cv(width, height, title);
@@ -84,7 +86,7 @@ std::string interval_plot(const std::string& title, const std::vector<PlotRow>& 
     cv.text(left - 8, y + 12, r.label, "end", 11);
     for (const auto& m : r.marks) {
       y += row_h;
-      if (log && m.lo <= 0) {
+      if (log && m.value <= 0) {
         cv.text(left + 4, y, m.series + ": " + svg::num(m.value) + " (not positive: off the log axis)", "start", 9, "#777");
         continue;
       }
@@ -116,7 +118,7 @@ std::string thresholding_plot(const nlohmann::json& p) {
       ylo = std::min(ylo, s["byte_ppl"].get<double>()), yhi = std::max(yhi, s["byte_ppl"].get<double>());
     }
   if (x1 == 0) return "<p class=\"sub\">Thresholding: no skip sweep was measured.</p>";
-  const int width = 520, height = 300, left = 70;
+  const int width = 720, height = 300, left = 70;
   svg::Canvas cv(width, height, "thresholding");
   cv.text(8, 16, "Post-training thresholding of FeatureGate: executed blocks against Byte-PPL", "start", 12, "#333", true);
   const svg::Scale sx{0, x1, double(left), double(width - 20)}, sy{ylo * 0.98, yhi * 1.02, double(height - 50), 30.0};
