@@ -30,7 +30,9 @@ NORM_EPS = 1e-6  # phi_3 = ||F|| / (||h|| + 1e-6)
 
 class GateController(torch.nn.Module):
     """The controller as a module of its own, as third-party code would write it: layer l's gate
-    g [B, T] from the block's features phi [B, T, 4] (featuregate; None for the other gates)."""
+    g [B, T], for featuregate from the block's features phi [B, T, 4], which it computes itself
+    from the block's statistics (so that a replay, which never calls the controller, computes none
+    of them); the other gates ignore the statistics."""
 
     def __init__(self, P, config):
         super().__init__()
@@ -39,7 +41,7 @@ class GateController(torch.nn.Module):
             if name in P:
                 setattr(self, name.split(".")[1], torch.nn.Parameter(P[name], requires_grad=False))
 
-    def forward(self, l: int, B: int, T: int, phi: Optional[torch.Tensor]) -> torch.Tensor:
+    def forward(self, l: int, B: int, T: int, statistics: tuple) -> torch.Tensor:
         if self.gate == "dense":
             return torch.ones(B, T)
         if self.gate == "fixed":
@@ -48,6 +50,7 @@ class GateController(torch.nn.Module):
             return torch.sigmoid(self.logit[0]).expand(B, T)
         if self.gate == "layerstatic":
             return torch.sigmoid(self.logit[l]).expand(B, T)
+        phi = features(*statistics)                                                    # [B, T, 4]
         return torch.sigmoid(self.bias[l] + phi @ self.weight[l])
 
 
@@ -104,8 +107,7 @@ class GatedTransformer(torch.nn.Module):
         for l in range(L):
             upd, s, logp = self.blocks[l](h, causal)                                            # F_l [B, T, D]
             if gates is None:        # live: run the controller
-                phi = features(s, logp, prev_logp, causal, upd, h) if self.gate == "featuregate" else None
-                g = self.controller(l, B, T, phi)
+                g = self.controller(l, B, T, (s, logp, prev_logp, causal, upd, h))
                 on_controller()
             else:                    # replay: the handed coefficients, never the controller
                 g = gates[:, l, :]
@@ -154,6 +156,11 @@ class GatedAdapter(fca_adapter.Adapter):
 
     def exec_controllers(self):
         return ["controller"]                   # fca exec: the products inside it are the controller's
+
+    def run(self, ids, coefficients=None):
+        """The pass fca exec counts and times: logits only (no record reshaped for fca)."""
+        gates = None if coefficients is None else coefficients[:, :, :, 0, 0]
+        return self.model.forward(ids, gates, self.count_controller)[0]
 
     def forward(self, ids, coefficients=None):
         B, T = ids.shape

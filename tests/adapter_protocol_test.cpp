@@ -20,7 +20,7 @@
 namespace fca {
 namespace {
 
-const std::string kAdapter = "python3 adapter.py";
+const std::string kAdapter = "`python3 adapter.py`";  // how errors name the adapter
 
 // An answer of `type` as the adapter sends it (without its length prefix).
 std::string answer(const std::string& type, const std::vector<TensorToWrite>& tensors,

@@ -168,7 +168,7 @@ TEST_F(AuditEndToEnd, AReplayThatUsesItsCoefficientsInOneLayerOnlyIsRefused) {
     ADD_FAILURE() << "an audit whose replay uses its coefficients in layer 0 only was accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("replay sensitivity probe failed"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("for 1 of 2 probe groups (layer 1)"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("for 2 of 4 probe groups (layer 1 tokens A, layer 1 tokens B)"), std::string::npos) << e.what();
   }
   EXPECT_FALSE(file_exists(dir.file("one_layer/audit.json")));
 }
@@ -209,7 +209,7 @@ TEST_F(AuditEndToEnd, AReplayThatIgnoresItsCoefficientsIsRefused) {
   const auto good = audit(m, "good");
   EXPECT_TRUE(good["replay_sensitivity"]["passed"].get<bool>());
   EXPECT_GT(good["replay_sensitivity"]["differing_logits"].get<int64_t>(), 0);
-  ASSERT_EQ(good["replay_sensitivity"]["groups"].size(), 2u) << "one probe group per layer";
+  ASSERT_EQ(good["replay_sensitivity"]["groups"].size(), 4u) << "two probe groups (token subsets) per layer";
   for (const auto& g : good["replay_sensitivity"]["groups"]) EXPECT_GT(g["differing_logits"].get<int64_t>(), 0) << g["group"];
   EXPECT_EQ(good["replay_sensitivity"]["controller_evaluations"], 0);
   // Audited anyway, it does not pool: its zero penalties would count as evidence in an aggregate.
@@ -238,7 +238,7 @@ TEST_F(AuditEndToEnd, AStoppedAuditResumesToTheSameResults) {
     const AuditOptions whole = options(m, family + "-whole");
     const auto expected = run_audit(*open(whole.batch), Corpus(dir.path()), whole);
     const int per_window = family == "gated" ? 16 : 13;  // replays per window after exact replay (3 batches of 8)
-    const int layers = expected["model"]["coefficient_shape"]["layer"].get<int>();
+    const int groups = int(expected["replay_sensitivity"]["groups"].size());  // per (layer, stream): two token subsets
     int64_t replayed = 0, live = 0;
     for (int stop : {1, 1, 0}) {
       AuditOptions o = options(m, family + "-resumed");
@@ -260,8 +260,8 @@ TEST_F(AuditEndToEnd, AStoppedAuditResumesToTheSameResults) {
     }
     // 24 windows: exact replay once, then each batch of 8 windows' condition replays once, plus the
     // plan's one-batch probe in each of the three runs (8 windows replayed each) and the replay
-    // sensitivity probe's replays of 2 calibration windows in each run (as cached, once per layer).
-    EXPECT_EQ(replayed, 24 + 24 * per_window + 3 * 8 + 3 * (1 + layers) * 2);
+    // sensitivity probe's replays of 2 calibration windows in each run (as cached, once per group).
+    EXPECT_EQ(replayed, 24 + 24 * per_window + 3 * 8 + 3 * (1 + groups) * 2);
     // Live: the cache pass over 24 + 16 windows, which is also exact replay's live half (the resumed
     // runs read the cache and the journal), the plain live pass of one batch of 8 that checks the
     // recording pass (first run), plus the probe's warm-up window and live batch in each run.

@@ -232,6 +232,18 @@ TEST_F(AuditEndToEnd, AggregateAppliesCriteriaAndRefusesWhatDoesNotCombine) {
            with(a2, "a2-exit.json", "/routing/controller_setting", "exit_threshold 0.9")},
           "differ in /routing/controller_setting (expected \"exit_threshold 0.5\"");
   refused({a1, with(a2, "a2-tolerance.json", "/exact_replay/tolerance", 1e-6)}, "differ in /exact_replay/tolerance (expected 0.0");
+  // The interventions' definitions (an adapter names its own) and the fca that measured them.
+  refused({a1, with(a2, "a2-static.json", "/model/static_profile", "TokenMean")}, "differ in /model/static_profile");
+  refused({a1, with(a2, "a2-removed.json", "/model/structure_removed", "LayerMean")}, "differ in /model/structure_removed");
+  refused({a1, with(a2, "a2-version.json", "/provenance/fca_version", "0.0.1")}, "differ in /provenance/fca_version");
+  // Every audit says what it audited: a missing hash is refused in the first audit too (two audits
+  // both lacking one would otherwise compare equal).
+  nlohmann::json unhashed = nlohmann::json::parse(testing::read_bytes(a1));
+  unhashed["provenance"].erase("model_sha256");
+  testing::write_text(dir.file("a1-unhashed.json"), unhashed.dump());
+  refused({dir.file("a1-unhashed.json"), a2}, dir.file("a1-unhashed.json") + ": field '/provenance/model_sha256' is missing");
+  refused({a1, with(a2, "a2-nodata.json", "/provenance/data/eval_split_sha256", nullptr)},
+          "field '/provenance/data/eval_split_sha256' is null");
 }
 
 TEST_F(AuditEndToEnd, ThePlanCountsEveryPassAndIsRecordedBesideTheMeasuredTime) {
@@ -239,12 +251,13 @@ TEST_F(AuditEndToEnd, ThePlanCountsEveryPassAndIsRecordedBesideTheMeasuredTime) 
   const auto j = audit(m, "plan");
   // 24 + 16 windows: the cache pass (40 live, also exact replay's live half), the plain live pass
   // of one batch of 8 that checks the recording pass, exact replay (24 replayed), the replay
-  // sensitivity probe (a calibration batch of 8, replayed twice), four randomized conditions x 3
-  // reps and four profile conditions x 1, over 24 windows each.
+  // sensitivity probe (2 calibration windows replayed as cached and once per probe group: 2 layers
+  // x 2 token subsets), four randomized conditions x 3 reps and four profile conditions x 1, over
+  // 24 windows each.
   const auto& plan = j["provenance"]["run"]["plan"];
   EXPECT_EQ(plan["live_windows"], 40 + 8);
-  EXPECT_EQ(plan["replay_windows"], 24 + 3 * 2 + 24 * (4 * 3 + 4));
-  EXPECT_EQ(plan["tokens"], (40 + 8 + 24 + 3 * 2 + 24 * 16) * 16);
+  EXPECT_EQ(plan["replay_windows"], 24 + 5 * 2 + 24 * (4 * 3 + 4));
+  EXPECT_EQ(plan["tokens"], (40 + 8 + 24 + 5 * 2 + 24 * 16) * 16);
   EXPECT_GT(plan["gflop"].get<double>(), 0);
   EXPECT_GT(plan["estimated_s"].get<double>(), 0);
   const auto& measured = j["provenance"]["run"]["measured"];
@@ -381,10 +394,10 @@ TEST_F(AuditEndToEnd, PlanOnlyWritesNothing) {
   EXPECT_FALSE(std::filesystem::exists(dir.file("planned")));
   // 24 evaluation windows: the cache pass over 24 + 16 (also exact replay's live half) and the plain
   // live pass of one batch of 8 that checks the recording pass; replayed: exact replay, the
-  // sensitivity probe's replays of 2 calibration windows (as cached, and once per layer of 2), 3
-  // randomised conditions x 3 reps, 4 fixed profiles, layer_permutation x 3.
+  // sensitivity probe's replays of 2 calibration windows (as cached, and once per probe group: 2
+  // layers x 2 token subsets), 3 randomised conditions x 3 reps, 4 fixed profiles, layer_permutation x 3.
   EXPECT_EQ(plan["plan"]["live_windows"], 24 + 16 + 8);
-  EXPECT_EQ(plan["plan"]["replay_windows"], 24 * (1 + 3 * 3 + 4 + 3) + 3 * 2);
+  EXPECT_EQ(plan["plan"]["replay_windows"], 24 * (1 + 3 * 3 + 4 + 3) + 5 * 2);
   EXPECT_GT(plan["plan"]["estimated_s"].get<double>(), 0.0);
   const auto& memory = plan["plan"]["memory_bytes"];
   // The weights and their packed copy for the GEMM (the rank-2 tensors: most of a small model).

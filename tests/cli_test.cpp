@@ -338,6 +338,10 @@ TEST_F(Cli, NumericFlagsNameTheirRangeInWords) {
        "--batch: 3000000000 is not a whole number >= 1: the largest allowed is 2147483647"},
       {{"exec", "--model", model, "--out", dir.file("e"), "--margin", "1"}, "--margin: 1 is not a number in [1e-06, 0.999999]"},
       {{"exec", "--model", model, "--out", dir.file("e"), "--time-budget", "-1"}, "--time-budget: -1 is not a number >= 0"},
+      {{"exec", "--external", "true", "--out", dir.file("e"), "--external-timeout", "1e10"},
+       "--external-timeout: 1e10 is not a number in [0.001, 1e+06]"},
+      {{"audit", "--external", "true", "--out", dir.file("a"), "--external-timeout", "0"},
+       "--external-timeout: 0 is not a number in [0.001, 1e+06]"},
       {{"aggregate", model, model, "--out", dir.file("g"), "--bootstrap", "-1"}, "--bootstrap: -1 is not a whole number >= 1"}};
   for (const auto& [args, message] : cases) {
     const auto r = run_fca(args);

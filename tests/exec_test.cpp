@@ -269,7 +269,8 @@ const char* kCounts = R"({"gemm_flops": 3000000000, "controller_flops": 10000000
   "units": {"blocks": {"modules": 4, "calls": 4, "rows": 56}, "experts": {"modules": 8, "calls": 16, "rows": 32}},
   "modules": [{"name": "blocks.0", "class": "Block", "calls": 1, "rows": 16, "flops": 500000000, "controller": false}],
   "gemm_ops": {"aten.mm.default": {"calls": 12, "flops": 4000000000}},
-  "zero_ops": {"aten.add.Tensor": 30}, "uncounted_ops": {"fca_test.opaque.default": 4}})";
+  "zero_ops": {"aten.add.Tensor": 30}, "uncounted_ops": {"fca_test.opaque.default": 4}, "unseen_work": [],
+  "unit_warnings": []})";
 
 nlohmann::ordered_json external_units() { return {{"blocks", 4}, {"experts", 8}}; }
 
@@ -295,6 +296,24 @@ TEST(ExecExternal, CountsBecomeTheModeEntry) {
   EXPECT_EQ(j["uncounted_ops"]["fca_test.opaque.default"], 4);
   EXPECT_EQ(j["modules"][0]["gflop"], 0.5);
   EXPECT_EQ(j["modules"][0]["controller"], false);
+  // fully_counted is computed from what the adapter listed: an uncounted operator or unseen work makes it false.
+  EXPECT_FALSE(j["fully_counted"].get<bool>());
+  nlohmann::json full = nlohmann::json::parse(kCounts);
+  full["uncounted_ops"] = nlohmann::json::object();
+  EXPECT_TRUE(external_counted_fields(full.dump(), "live", external_units(), 16, "answer")["fully_counted"].get<bool>());
+  full["unseen_work"] = {{{"kind", "parameter"}, {"module", "moe.0.experts.1"}, {"what", "weight [16, 16] took part in no counted product"},
+                          {"calls", 2}}};
+  full["unit_warnings"] = {"experts unit 'moe.0.experts.1': 34 rows and no counted product"};
+  const auto unseen = external_counted_fields(full.dump(), "live", external_units(), 16, "answer");
+  EXPECT_FALSE(unseen["fully_counted"].get<bool>());
+  EXPECT_EQ(unseen["unseen_work"][0]["module"], "moe.0.experts.1");
+  EXPECT_EQ(unseen["unit_warnings"].size(), 1u);
+  // A reference without the experts of the model: 0 modules, with the reason.
+  nlohmann::json dense = nlohmann::json::parse(kCounts);
+  dense["units"]["experts"] = {{"modules", 0}, {"calls", 0}, {"rows", 0}, {"absent", "the reference 'Dense' has no experts"}};
+  const auto ref = external_counted_fields(dense.dump(), "reference", external_units(), 16, "answer");
+  EXPECT_EQ(ref["absent_units"]["experts"], "the reference 'Dense' has no experts");
+  EXPECT_EQ(ref["executed_units_per_token"]["experts"], 0.0);
   // No blocks unit named: total and executed blocks are null.
   nlohmann::json c = nlohmann::json::parse(kCounts);
   c["units"].erase("blocks");
@@ -333,14 +352,44 @@ TEST(ExecExternal, MalformedCountsAreRefused) {
   refused(counts_with("modules", {{{"name", "b"}, {"class", "B"}, {"calls", 1}, {"rows", 1}, {"flops", -1.0}, {"controller", false}}}),
           "live", "'flops' must be in [0");
   refused(counts_with("modules", "blocks"), "live", "'modules' must be an array");
+  refused(counts_with("unseen_work", {{{"kind", "guess"}, {"module", "m"}, {"what", "w"}, {"calls", 1}}}), "live",
+          "kind \"guess\", expected \"parameter\" or \"multiply_then_sum\"");
+  refused(counts_with("unseen_work", "none"), "live", "'unseen_work' must be an array");
+  refused(counts_with("unit_warnings", {1}), "live", "unit_warnings[0] must be a string");
+  nlohmann::json absent = nlohmann::json::parse(kCounts);
+  absent["units"]["experts"] = {{"modules", 0}, {"calls", 0}, {"rows", 0}, {"absent", "no experts"}};
+  refused(absent.dump(), "live", "'absent' is for a unit kind the reference lacks");
+  absent["units"]["experts"]["rows"] = 3;
+  refused(absent.dump(), "reference", "'absent' is for a unit kind the reference lacks");
   // A reference may evaluate a controller or not.
   EXPECT_NO_THROW((void)external_counted_fields(counts_with("controller_evaluations", 0), "reference", external_units(), 16, "a"));
+}
+
+// No saving is claimed from a partial count: fewer FLOPs and measurably faster, but a pass with
+// work the counter could not see (or an operator without a formula) compares partial counts.
+TEST(ExecExternal, NoSavingIsClaimedFromAPartialCount) {
+  const nlohmann::ordered_json faster{{"estimate", 0.7}, {"ci95", {0.65, 0.75}}, {"runs", 5}, {"margin", 0.05}, {"difference", "faster"}};
+  nlohmann::ordered_json live{{"mode", "live"}, {"gflop_per_token", 0.5}, {"fully_counted", true}};
+  nlohmann::ordered_json reference{{"mode", "reference"}, {"gflop_per_token", 1.0}, {"fully_counted", true}};
+  const auto full = saving(live, reference, faster);
+  EXPECT_TRUE(full["saves"].get<bool>());
+  EXPECT_TRUE(full["fully_counted"].get<bool>());
+  live["fully_counted"] = false;
+  const auto partial = saving(live, reference, faster);
+  EXPECT_FALSE(partial["saves"].get<bool>());
+  EXPECT_NE(partial["note"].get<std::string>().find("the live pass was not fully counted"), std::string::npos) << partial["note"];
+  live["fully_counted"] = true;
+  reference["fully_counted"] = false;
+  EXPECT_FALSE(saving(live, reference, faster)["saves"].get<bool>());
+  // Native passes carry no fully_counted: they are counted from the graph, in full.
+  EXPECT_TRUE(saving({{"mode", "live"}, {"gflop_per_token", 0.5}}, {{"mode", "dense"}, {"gflop_per_token", 1.0}}, faster)["saves"].get<bool>());
 }
 
 SafetensorsReader prepare_answer(std::map<std::string, std::string> meta) {
   std::map<std::string, std::string> m{{"modes", R"([{"mode": "live"}, {"mode": "replay"}, {"mode": "static_profile", "profile": "LayerMean"},
                                                      {"mode": "reference", "label": "Dense"}])"},
-                                       {"device", "cpu"}, {"timer", "perf_counter"}, {"threads", "2"}, {"units", R"({"blocks": 4})"}};
+                                       {"device", "cpu"}, {"timer", "perf_counter"}, {"threads", "2"}, {"units", R"({"blocks": 4})"},
+                                       {"timed_pass", "run(ids, coefficients)"}};
   for (const auto& [k, v] : meta) m[k] = v;
   return SafetensorsReader(encode_safetensors({}, m), "answer");
 }
@@ -366,6 +415,7 @@ TEST(ExecExternal, PrepareAnswerIsChecked) {
   refused({{"modes", R"([{"mode": "live"}, {"mode": "reference"}])"}}, "'label' is missing");
   refused({{"modes", "[]"}}, "non-empty JSON array");
   refused({{"timer", "wall"}}, "timer \"wall\"");
+  refused({{"timed_pass", ""}}, "timed_pass is empty");
   refused({{"threads", "0"}}, "\"threads\"");
   refused({{"units", R"({"blocks": -1})"}}, "'blocks' must be in 0 ..");
   refused({{"units", "{blocks}"}}, "units is not valid JSON");
@@ -411,6 +461,15 @@ TEST(ExecExternal, MarkdownRendersExternalEntries) {
   EXPECT_NE(md.find("- `static_profile`: 1.0% slower than Dense [-3.0%, +4.0%]: no measurable difference at this size\n"), std::string::npos) << md;
   EXPECT_EQ(md.find("- `reference`:"), std::string::npos) << md;
   EXPECT_NE(md.find("not counted: fca_test.opaque.default x4\n"), std::string::npos) << md;
+  // Work the counter could not see and units that ran rows with no product are listed under the table.
+  e["models"][0]["modes"][1]["unseen_work"] = {{{"kind", "parameter"}, {"module", "moe.0.experts.1"},
+                                                {"what", "weight [16, 16] took part in no counted product"}, {"calls", 2}}};
+  e["models"][0]["modes"][1]["unit_warnings"] = {"experts unit 'moe.0.experts.1': 34 rows and no counted product"};
+  const std::string unseen = exec_markdown(e);
+  EXPECT_NE(unseen.find("- `replay` ran work the counter could not see (not counted): moe.0.experts.1: parameter weight [16, 16] "
+                        "took part in no counted product x2\n"),
+            std::string::npos) << unseen;
+  EXPECT_NE(unseen.find("- `replay`: experts unit 'moe.0.experts.1': 34 rows and no counted product\n"), std::string::npos) << unseen;
 }
 
 class ExecCli : public ::testing::Test {

@@ -222,6 +222,13 @@ TEST(ExitAudit, EveryConditionReportsItsDepthAndCountedFlopsMatchingItsRecords) 
     EXPECT_NE(std::string(e.what()).find("controller_setting"), std::string::npos) << e.what();
   }
   EXPECT_THROW(model->set_controller_setting("gate_value", 0.5), Error);
+  // A value just below the range is named as it is, not as std::to_string's "-0.000000".
+  try {
+    model->set_controller_setting("exit_threshold", -1e-9);
+    ADD_FAILURE() << "exit_threshold -1e-9 accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("found -1e-09"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -117,6 +117,11 @@ TEST_F(ExternalExec, FeatureGateCountsAgreeWithNativeAndTheReportShowsClaim3) {
     expect_flops(mode(external, name)["gflop_per_pass_by_kind"]["gemm"], native_gemm - blocked_attention + full_attention, name);
   }
   EXPECT_TRUE(mode(external, "replay")["exact"].get<bool>());
+  // FeatureGate's statistics (phi_2 is the only logsumexp) are computed inside its controller: live
+  // runs them, a replay, which never calls the controller, none.
+  EXPECT_TRUE(live["zero_ops"].contains("aten.logsumexp.default")) << live["zero_ops"];
+  for (const char* name : {"replay", "static_profile"})
+    EXPECT_FALSE(mode(external, name)["zero_ops"].contains("aten.logsumexp.default")) << name << mode(external, name)["zero_ops"];
   EXPECT_EQ(mode(external, "replay")["nll"], live["nll"]);  // exact replay: the same NLL bit for bit
   // The Dense reference has the same products and no controller.
   const auto& reference = mode(external, "reference");
@@ -200,6 +205,55 @@ TEST_F(ExternalExec, AnOperatorWithoutAFormulaIsListedAsUncounted) {
   EXPECT_NE(md.find("fca_test.opaque_matmul.default"), std::string::npos) << md;
 }
 
+// An MoE measured against a Dense model, which has no experts: the reference counts them as 0 with
+// the reason, and the rest is compared as for any reference.
+TEST_F(ExternalExec, AnMoeIsMeasuredAgainstADenseReferenceWithoutExperts) {
+  const auto e = exec_external(exec_model("routed", " --reference dense"), dir.file("moe-dense"));
+  ASSERT_FALSE(e.is_null());
+  const auto& reference = mode(e, "reference");
+  EXPECT_EQ(e["reference"]["label"], "Dense");
+  EXPECT_EQ(reference["executed_units_per_token"]["experts"], 0.0);
+  EXPECT_NE(reference["absent_units"]["experts"].get<std::string>().find("has no module matching executed['experts']"), std::string::npos)
+      << reference["absent_units"];
+  EXPECT_EQ(reference["executed_blocks"].get<double>(), 3.0);
+  EXPECT_TRUE(mode(e, "live")["fully_counted"].get<bool>());
+  ASSERT_EQ(e["savings"].size(), 1u);
+  EXPECT_GT(e["savings"][0]["flop_ratio"].get<double>(), 1.0);  // the MoE adds expert work to the same blocks
+  const std::string md = testing::read_bytes(dir.file("moe-dense/exec.md"));
+  EXPECT_NE(md.find("- `reference`: experts counted as 0: the reference 'Dense' has no module"), std::string::npos) << md;
+}
+
+// Experts whose products run in numpy: no operator is uncounted, but their weights took part in no
+// counted product, so the pass is not fully counted and no saving is claimed, with the reason.
+TEST_F(ExternalExec, WorkOutsideTheDispatcherIsListedAndNoSavingIsClaimed) {
+  const auto e = exec_external(exec_model("numpy", " --reference dense"), dir.file("numpy"));
+  ASSERT_FALSE(e.is_null());
+  const auto& live = mode(e, "live");
+  EXPECT_TRUE(live["uncounted_ops"].empty()) << live["uncounted_ops"];
+  EXPECT_FALSE(live["fully_counted"].get<bool>());
+  ASSERT_FALSE(live["unseen_work"].empty());
+  EXPECT_EQ(live["unseen_work"][0]["kind"], "parameter");
+  EXPECT_NE(live["unseen_work"][0]["module"].get<std::string>().find(".experts."), std::string::npos) << live["unseen_work"];
+  EXPECT_FALSE(live["unit_warnings"].empty());
+  ASSERT_EQ(e["savings"].size(), 1u);
+  EXPECT_FALSE(e["savings"][0]["saves"].get<bool>());
+  EXPECT_NE(e["savings"][0]["note"].get<std::string>().find("not fully counted"), std::string::npos) << e["savings"][0];
+  const std::string md = testing::read_bytes(dir.file("numpy/exec.md"));
+  EXPECT_NE(md.find("ran work the counter could not see"), std::string::npos) << md;
+}
+
+// A replay whose logits differ from the live pass's is refused: exact is computed from the digests,
+// and the error names the adapter by its name, not by its command.
+TEST_F(ExternalExec, AnInexactReplayIsRefused) {
+  auto args = exec_args(dir.file("inexact"));
+  args.insert(args.end(), {"--external", exec_model("inexact")});
+  const auto r = run_fca(args);
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("adapter 'MoeStyle': the replay of the counted timing batch"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("replay is not exact"), std::string::npos) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("inexact/exec.json")));
+}
+
 // A bad flag, and an adapter that dies in the middle of the measurement: a clear error, no exec.json.
 TEST_F(ExternalExec, BadFlagsAndADyingAdapterLeaveNoExecJson) {
   auto refused = [&](std::vector<std::string> extra, const std::string& part) {
@@ -222,6 +276,16 @@ TEST_F(ExternalExec, BadFlagsAndADyingAdapterLeaveNoExecJson) {
 // for torch.cuda: tests/external/check_exec_counting.py.
 TEST_F(ExternalExec, CountingRulesAndTheCudaTimer) {
   const auto [status, output] = run_shell(python() + " " + source("tests/external/check_exec_counting.py") + " 2>&1");
+  EXPECT_EQ(status, 0) << output;
+  EXPECT_NE(output.find("all checks passed"), std::string::npos) << output;
+}
+
+// What the counter must never count as 0 without a trace (numpy, multiply-then-sum, fused paths,
+// operators that had no formula, rows from the wrong argument, the root against "outside every
+// module", units with products on 0 rows) and the agreement with torch.profiler's count:
+// tests/external/check_exec_unseen.py.
+TEST_F(ExternalExec, NothingIsCountedAsZeroWithoutATrace) {
+  const auto [status, output] = run_shell(python() + " " + source("tests/external/check_exec_unseen.py") + " 2>&1");
   EXPECT_EQ(status, 0) << output;
   EXPECT_NE(output.find("all checks passed"), std::string::npos) << output;
 }

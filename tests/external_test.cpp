@@ -296,6 +296,12 @@ TEST_F(External, HookedModelsOfThirdPartyStylesAreAuditedAsTheyAre) {
   };
   refused("bf16", "unused", "replay sensitivity probe failed");
   refused("tuple", "direct", "module 'gates.0.proj', inside the controller 'gates.0', was called");
+  // The gate's class-level forward, called directly, bypasses its hooks and its replacement: it
+  // still counts as an evaluation, and fca's check of 0 evaluations in replay fails.
+  refused("fp16", "classcall", "the controller was evaluated");
+  // The converter edits the gate's output in place: recording and replay agree with each other, but
+  // not with the model run without hooks, which is the plain live pass exact replay compares with.
+  refused("tuple", "inplace", "recording the coefficients changed the run");
   // The model receives other values than fca sent (its converter clamps them to [0, 1]): the digest
   // of what the hooked modules returned differs from what fca sent.
   refused("tuple", "clamp", "the adapter's replay used coefficients with SHA-256");
@@ -351,8 +357,8 @@ class BrokenAdapter : public External {
 };
 
 TEST_F(BrokenAdapter, WrongShape) {
-  // Found in the plan probe's first live pass, of one window.
-  expect_failure("wrong_shape", {"answer to run_live", "tensor 'coefficients' is F32 [1, 2, 15, 1, 1]", "expected F32 [1, 2, 16, 1, 1]"});
+  // Found in the plan's first recording pass (the plain live passes before it record nothing).
+  expect_failure("wrong_shape", {"answer to run_live", "tensor 'coefficients' is F32 [8, 2, 15, 1, 1]", "expected F32 [8, 2, 16, 1, 1]"});
 }
 
 TEST_F(BrokenAdapter, InexactReplay) {
@@ -369,6 +375,13 @@ TEST_F(BrokenAdapter, ProcessHangs) {
 
 TEST_F(BrokenAdapter, PrintsToStdout) {
   expect_failure("stdout", {"answered describe with a message of", "print to stdout"});
+}
+
+// A replay that honours the handed coefficients at token 0 only: exact (its own controller computes
+// the same values), and a probe that perturbs every token of a layer at once would pass it; the
+// probe's two random token subsets per layer and stream catch it.
+TEST_F(BrokenAdapter, ReplayHonouringOneTokenIsRefused) {
+  expect_failure("one_token", {"replay sensitivity probe failed", "tokens"});
 }
 
 TEST_F(BrokenAdapter, RaisesAnError) {

@@ -149,7 +149,7 @@ TEST_P(FamilyConformance, TheProbeIsSensitive) {
   ASSERT_FALSE(groups.empty());
   for (const ProbeGroup& group : groups) {
     CoefficientTensor perturbed = recorded;
-    perturb_for_probe(perturbed, group.layer);
+    perturb_for_probe(perturbed, group);
     model->run_replay(x.data(), y.data(), B, T, perturbed, nll.data());
     const Pass probe = take(*model, B, T, nll);
     EXPECT_NE(std::memcmp(probe.logits.data(), replayed.logits.data(), probe.logits.size() * sizeof(float)), 0)

@@ -74,13 +74,16 @@ def _timer_name(device: torch.device) -> str:
 
 def time_call(run: Callable[[], object], device: torch.device) -> float:
     """Seconds of one call of run() on `device`: CUDA events around it, synchronised before and
-    after (the kernels it queued are finished), or perf_counter on the CPU."""
+    after (the kernels it queued are finished), or perf_counter on the CPU. The events go on the
+    current stream of the model's device, where its kernels run: recorded on another device's
+    stream (cuda:0's for a model on cuda:1) they would time the launches, not the kernels."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+        stream = torch.cuda.current_stream(device)
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
+        start.record(stream)
         run()
-        end.record()
+        end.record(stream)
         torch.cuda.synchronize(device)
         return start.elapsed_time(end) / 1e3
     begin = time.perf_counter()
@@ -105,16 +108,22 @@ class ExecSession:
         self.timing_ids: Optional[torch.Tensor] = None
         self.handed: Dict[str, object] = {}     # mode -> what the timing batch's pass is handed
         self.profile: Optional[torch.Tensor] = None   # float32 [L, S, K]
+        self.reference_absent: Dict[str, str] = {}    # unit kind -> why the reference counts 0 of it
         if self.reference is not None:
             ref_model = self.reference.model if self.reference.model is not None else self.model
-            ref_units = adapter.exec_units(ref_model)
-            mismatch = {k: (len(ref_units.get(k, [])), len(v)) for k, v in self.units.items()
-                        if len(ref_units.get(k, [])) != len(v)}
+            # A reference may lack unit kinds the model has (a Dense model has no experts): those
+            # count 0 for it, with the reason. A kind both have is compared unit for unit.
+            ref_units = units_of(ref_model, adapter.executed, allow_missing=True)
+            mismatch = {k: (len(ref_units[k]), len(v)) for k, v in self.units.items() if ref_units.get(k) and len(ref_units[k]) != len(v)}
             if mismatch:
                 raise AdapterError(f"reference {self.reference.label!r}: its executed units differ from the model's "
-                                 f"(kind: (reference, model) modules): {mismatch}; a reference is compared per unit, "
-                                 f"so it needs the same units")
-            self.reference_units = ref_units
+                                   f"(kind: (reference, model) modules): {mismatch}; a reference is compared per unit, "
+                                   f"so a kind it has needs as many modules as the model's")
+            self.reference_units = {k: v for k, v in ref_units.items() if v}
+            for kind in self.units:
+                if not ref_units.get(kind):
+                    self.reference_absent[kind] = (f"the reference {self.reference.label!r} has no module matching "
+                                                   f"executed[{kind!r}]: it runs none of this kind, counted as 0")
 
     # -- modes --------------------------------------------------------------------------------
     def modes(self) -> List[Dict[str, str]]:
@@ -173,7 +182,8 @@ class ExecSession:
                            if mode in [m["mode"] for m in self.modes()]}
         return {"modes": json.dumps(self.modes()), "device": str(self.device), "timer": _timer_name(self.device),
                 "malloc": "glibc thresholds fixed (mmap 32 MiB, no trim)" if self.malloc_fixed else "unchanged",
-                "threads": str(torch.get_num_threads()), "units": json.dumps({k: len(v) for k, v in self.units.items()})}
+                "threads": str(torch.get_num_threads()), "units": json.dumps({k: len(v) for k, v in self.units.items()}),
+                "timed_pass": self.adapter.exec_timed_pass()}
 
     def run_pass(self, mode: str, inputs: np.ndarray, targets: np.ndarray, count: bool):
         """(logits float32 on the CPU, counts or None) of one pass of `mode` over a batch."""
@@ -195,9 +205,16 @@ class ExecSession:
             with self.adapter.exec_hooks_detached():
                 logits, counts = count_pass(lambda: self._run(mode, ids, handed), {k: m for k, m in models.items() if m is not None},
                                             controllers, self.adapter.exec_replayed, units)
+            if mode == "reference":
+                for kind, why in self.reference_absent.items():
+                    counts["units"][kind] = {"modules": 0, "calls": 0, "rows": 0, "absent": why}
             if mode != "reference" and not self.adapter.exec_counts_controllers():
                 # A hand-written adapter's controller is no module fca_adapter knows: its count_controller() calls.
                 counts["controller_evaluations"] = self.adapter._controller_evaluations - before
+            elif mode != "reference":
+                # A HookedAdapter's controllers run by a route the module hooks never see (their
+                # class-level forward called directly during a replay) count too.
+                counts["controller_evaluations"] += self.adapter._controller_evaluations - before
             counts["controller_evaluations_counted_by"] = (
                 "module hooks" if mode == "reference" or self.adapter.exec_counts_controllers() else "count_controller()")
         return logits.to(torch.float32).cpu(), counts
@@ -250,8 +267,10 @@ def glob_match(pattern: Sequence[str], name: Sequence[str]) -> bool:
     return bool(name) and fnmatch.fnmatchcase(name[0], pattern[0]) and glob_match(pattern[1:], name[1:])
 
 
-def units_of(model: Optional[torch.nn.Module], executed: Dict[str, Union[str, Sequence[str]]]) -> Dict[str, List[str]]:
-    """kind -> the names of the modules its globs match, in named_modules() order."""
+def units_of(model: Optional[torch.nn.Module], executed: Dict[str, Union[str, Sequence[str]]],
+             allow_missing: bool = False) -> Dict[str, List[str]]:
+    """kind -> the names of the modules its globs match, in named_modules() order. A kind whose globs
+    match nothing is an error, or (allow_missing: a reference's units) an empty list."""
     if not executed:
         return {}
     if model is None:
@@ -261,8 +280,16 @@ def units_of(model: Optional[torch.nn.Module], executed: Dict[str, Union[str, Se
     for kind, globs in executed.items():
         globs = [globs] if isinstance(globs, str) else list(globs)
         hits = [n for n in names if any(glob_match(g.split("."), n.split(".")) for g in globs)]
+        if not hits and allow_missing:
+            out[kind] = []
+            continue
         if not hits:
             raise AdapterError(f"executed[{kind!r}]: {globs} match no module of {type(model).__name__} "
                              f"(module names look like: {', '.join(names[:8])})")
+        # A unit inside another of its kind would count the same rows twice (as for controllers).
+        nested = [(inner, outer) for inner in hits for outer in hits if inner.startswith(outer + ".")]
+        if nested:
+            raise AdapterError(f"executed[{kind!r}]: {globs} match {nested[0][0]!r} inside {nested[0][1]!r}: a unit's rows "
+                               f"would be counted twice; name the units, not their submodules (e.g. 'blocks.*', not 'blocks.**')")
         out[kind] = hits
     return out

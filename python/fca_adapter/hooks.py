@@ -291,8 +291,6 @@ class HookedAdapter(Adapter):
     # -- hooks -------------------------------------------------------------------------------
     def _make_record_hook(self, name: str):
         def hook(module, inputs, output):
-            if self._mode == "replay" and not self.exec_replayed(module):
-                self.count_controller()      # the module's own forward ran in replay: a real evaluation
             if self._mode not in ("live", "replay"):
                 return None
             if self._mode == "live":
@@ -320,18 +318,46 @@ class HookedAdapter(Adapter):
     @contextlib.contextmanager
     def _forwards_replaced(self, replacement: Callable[[str], Callable]):
         """Every matched module's forward is replacement(name) inside the block; after it, the
-        module's own forward again (an instance-level forward it had is restored, not deleted)."""
+        module's own forward again (an instance-level forward it had is restored, not deleted).
+        Inside the block the controllers' classes count: their class-level forward, which a hooked
+        call no longer reaches, counts an evaluation when it runs for a matched module by any other
+        route (type(m).forward(m, x), a parent class's method calling it), so that fca's check of 0
+        evaluations in replay can fail."""
         own = [module.__dict__.get("forward") for _, module, _ in self._matched]
         try:
             for name, module, _ in self._matched:
                 module.forward = replacement(name)
-            yield
+            with self._class_forwards_counted():
+                yield
         finally:
             for (_, module, _), forward in zip(self._matched, own):
                 if forward is None:
                     module.__dict__.pop("forward", None)
                 else:
                     module.forward = forward
+
+    @contextlib.contextmanager
+    def _class_forwards_counted(self):
+        watched = {id(module) for _, module, _ in self._matched}
+        classes = list(dict.fromkeys(type(module) for _, module, _ in self._matched))
+        own = [cls.__dict__.get("forward") for cls in classes]
+
+        def counting(original):
+            def forward(module, *args, **kwargs):
+                if id(module) in watched:
+                    self.count_controller()      # the controller's own code runs during a replay
+                return original(module, *args, **kwargs)
+            return forward
+        try:
+            for cls in classes:
+                cls.forward = counting(cls.forward)
+            yield
+        finally:
+            for cls, forward in zip(classes, own):
+                if forward is None:
+                    del cls.forward             # it was inherited: inherit it again
+                else:
+                    cls.forward = forward
 
     def _replacement(self, name: str):
         def forward(*args, **kwargs):
@@ -480,6 +506,10 @@ class HookedAdapter(Adapter):
         used[:, len(calls):] = float("nan")
         return logits.to(torch.float32).cpu(), used
 
+    def run_unrecorded(self, ids: torch.Tensor) -> torch.Tensor:
+        with self.exec_hooks_detached():
+            return self._run(ids).to(torch.float32).cpu()
+
     # -- claim 3, fca exec (execution.py) -----------------------------------------------------
     def exec_device(self) -> torch.device:
         return self.device
@@ -529,6 +559,9 @@ class HookedAdapter(Adapter):
             raise AdapterError(f"exec replay: {position[0]} of the {len(self._layout)} controller calls of the live "
                                f"passes happened")
         return logits
+
+    def exec_timed_pass(self) -> str:
+        return "the model's forward with no hook of fca_adapter (controllers replaced by their handed outputs in replay)"
 
     @contextlib.contextmanager
     def exec_hooks_detached(self):

@@ -215,6 +215,13 @@ class Adapter:
         """Token ids of a split's raw bytes (only called when describe() says tokenizer="ids")."""
         raise NotImplementedError("describe() says tokenizer='ids' but tokenize() is not implemented")
 
+    def run_unrecorded(self, ids: torch.Tensor) -> torch.Tensor:
+        """The plain live run (run_live with record 0): logits float32 [B, T, V] of the model as it
+        runs without fca. A hand-written adapter's forward(ids) is its plain run; HookedAdapter
+        detaches its hooks, so that a hook that changes the run (a converter that edits the
+        controller's output in place) shows as a recording pass that differs from the plain one."""
+        return self.forward(ids, None)[0]
+
     def count_controller(self, n: int = 1) -> None:
         """Call once per controller evaluation: fca checks that a replay makes none."""
         self._controller_evaluations += n
@@ -258,8 +265,21 @@ class Adapter:
     def exec_handed(self, record):
         return record
 
+    def run(self, ids: torch.Tensor, coefficients=None) -> torch.Tensor:
+        """The pass fca exec counts and times: logits [B, T, V] on the model's device, live
+        (coefficients None) or with the record handed back. Default: forward(ids, coefficients)[0],
+        which also builds the record and may copy the logits to the host; an adapter that overrides
+        run() keeps that work out of its timed passes, as a reference's forward is (exec.json says
+        which: `timed_pass`)."""
+        return self.forward(ids, coefficients)[0]
+
+    def exec_timed_pass(self) -> str:
+        """What exec times for this adapter, in words, for exec.json."""
+        overridden = type(self).run is not Adapter.run
+        return "run(ids, coefficients)" if overridden else "forward(ids, coefficients)[0] (record building and any copy to the host included)"
+
     def exec_forward(self, ids: torch.Tensor, handed) -> torch.Tensor:
-        return self.forward(ids, handed)[0]
+        return self.run(ids, handed)
 
     def exec_hooks_detached(self):
         return contextlib.nullcontext()
@@ -339,13 +359,21 @@ def _as_record(record: Union[torch.Tensor, Coefficients]) -> Coefficients:
     return record if isinstance(record, Coefficients) else Coefficients(values=record)
 
 
-def _run(adapter: Adapter, d: Description, tensors: Dict[str, np.ndarray], replay: bool):
+def _run(adapter: Adapter, d: Description, tensors: Dict[str, np.ndarray], replay: bool, record: bool = True):
     for name in ("inputs", "targets"):
         if name not in tensors:
             raise AdapterError(f"request lacks tensor {name!r}")
     inputs = torch.from_numpy(tensors["inputs"].astype(np.int64))
     targets = torch.from_numpy(tensors["targets"].astype(np.int64))
     B, T = inputs.shape
+    if not replay and not record:
+        # run_live with record 0: the plain live run, the model as it runs without fca.
+        with torch.inference_mode():
+            logits = adapter.run_unrecorded(inputs)
+        if logits.dtype != torch.float32 or tuple(logits.shape) != (B, T, d.vocab):
+            raise AdapterError(f"run_unrecorded returned logits {logits.dtype} {list(logits.shape)}, "
+                               f"expected float32 {[B, T, d.vocab]}")
+        return {"nll": window_nll(logits, targets)}, {"type": "run_live", "logits_sha256": logits_digest(logits)}
     given = None
     if replay:
         values = torch.from_numpy(tensors["coefficients"].copy())
@@ -410,7 +438,7 @@ def serve(adapter: Adapter, stdin: Optional[BinaryIO] = None, stdout: Optional[B
                 ids = np.asarray(adapter.tokenize(tensors["text"].tobytes()), dtype=np.int32)
                 write_message(stdout, {"ids": ids}, {"type": "tokenize"})
             elif kind in ("run_live", "run_replay"):
-                write_message(stdout, *_run(adapter, description, tensors, kind == "run_replay"))
+                write_message(stdout, *_run(adapter, description, tensors, kind == "run_replay", meta.get("record", "1") != "0"))
             elif kind in ("exec_prepare", "exec_pass", "exec_time"):
                 write_message(stdout, *exec_answer(exec_state, adapter, description, kind, tensors, meta,
                                                    window_nll, logits_digest))

@@ -75,22 +75,34 @@ void check_replay_sensitive(const nlohmann::json& audit, const std::string& path
 }
 
 // Audits combine only when they are audits of different checkpoints of one configuration, made
-// with one protocol: the same windows of the same data, the same randomisation seed, repetitions
-// and token shuffle, the same exit threshold (an exit model's records depend on it), the same
-// replay tolerance, the same thresholds. Throws naming both files, the field that differs and both
-// values. The batch is not part of the protocol: it only groups windows into passes (and by
+// with one protocol by one fca: the same windows of the same data, the same randomisation seed,
+// repetitions and token shuffle, the same exit threshold (an exit model's records depend on it),
+// the same static profile and structure removal (an adapter names its own), the same replay
+// tolerance, the same thresholds, the same fca version. Every audit must carry the hashes that say
+// what it audited (model, evaluation and calibration data): two audits both lacking one would
+// otherwise compare equal. Throws naming both files, the field that differs and both values. The batch is not part of the protocol: it only groups windows into passes (and by
 // default a probe chooses it per run; fca's own models give the same results at any batch,
 // docs/audit.md).
 void check_combinable(const std::vector<nlohmann::json>& audits, const std::vector<std::string>& paths) {
   static const std::vector<std::string> same{
       "/model/family",           "/model/description",           "/model/coefficient_shape",     "/model/record_kind",
+      "/model/static_profile",   "/model/structure_removed",     "/provenance/fca_version",
       "/settings/eval_windows",  "/settings/calib_windows",      "/settings/seq_len",
       "/settings/reps",          "/settings/seed",               "/settings/token_shuffle",
       "/settings/bootstrap_resamples", "/settings/conditions",
       "/routing/controller_setting",   "/exact_replay/tolerance",
       "/provenance/data/eval_split_sha256", "/provenance/data/calib_split_sha256",
       "/criteria/static_penalty_small/threshold", "/criteria/retention_high/threshold"};
-  for (size_t i = 0; i < audits.size(); ++i) check_replay_sensitive(audits[i], paths[i]);
+  for (size_t i = 0; i < audits.size(); ++i) {
+    check_replay_sensitive(audits[i], paths[i]);
+    for (const char* hash : {"/provenance/model_sha256", "/provenance/data/eval_split_sha256", "/provenance/data/calib_split_sha256"}) {
+      const nlohmann::json h = field_or_null(audits[i], hash);
+      if (!h.is_string() || h.get<std::string>().empty())
+        throw Error("aggregate: " + paths[i] + ": field '" + hash + "' is " +
+                    (audits[i].contains(nlohmann::json::json_pointer(hash)) ? h.dump() : std::string("missing")) +
+                    ", expected a SHA-256: an audit that does not say what it audited does not combine");
+    }
+  }
   for (size_t i = 1; i < audits.size(); ++i) {
     for (const auto& f : same) {
       const nlohmann::json a = field_or_null(audits[0], f), b = field_or_null(audits[i], f);
@@ -100,7 +112,6 @@ void check_combinable(const std::vector<nlohmann::json>& audits, const std::vect
     }
     for (size_t k = 0; k < i; ++k) {
       const nlohmann::json hi = field_or_null(audits[i], "/provenance/model_sha256"), hk = field_or_null(audits[k], "/provenance/model_sha256");
-      if (hi.is_null()) throw Error("aggregate: " + paths[i] + ": field '/provenance/model_sha256' is missing");
       if (hi == hk)
         throw Error("aggregate: " + paths[i] + " and " + paths[k] + " audit the same checkpoint (model_sha256 " + hi.dump() +
                     "): a checkpoint counts once");

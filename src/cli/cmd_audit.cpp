@@ -38,7 +38,7 @@ void add_audit_command(CLI::App& app) {
                                    "(docs/external-protocol.md), e.g. \"python3 examples/gated_adapter.py --model m.safetensors\"");
   model->excludes(external);
   cmd->add_option("--external-timeout", f->external_timeout, "Seconds to wait for each answer of the adapter")
-      ->check(positive_number)->capture_default_str();
+      ->check(number_in(kMinExternalTimeout, kMaxExternalTimeout))->capture_default_str();
   cmd->add_option("--data", f->data, "Data folder (test = evaluation set, valid = calibration set); default: the nlp-corpus");
   cmd->add_option("--eval-windows", a.eval_windows, "Evaluation windows from the test split")->check(whole_number(2, "", 1 << 24))->capture_default_str();
   cmd->add_option("--calib-windows", a.calib_windows, "Calibration windows from the valid split")->check(whole_number(1))->capture_default_str();

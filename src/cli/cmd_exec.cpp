@@ -28,7 +28,7 @@ void add_exec_command(CLI::App& app) {
                   "Measure a model fca does not implement: the command that starts its adapter (docs/external-protocol.md; "
                   "repeat for several), e.g. \"python3 examples/gated_adapter.py --model m.safetensors\"");
   cmd->add_option("--external-timeout", e.external_timeout_s, "Seconds to wait for each answer of an adapter")
-      ->check(positive_number)->capture_default_str();
+      ->check(number_in(kMinExternalTimeout, kMaxExternalTimeout))->capture_default_str();
   cmd->add_option("--data", f->data, "Data folder (timing and NLL windows from test, calibration from valid)");
   cmd->add_option("--batch", e.batch, "Windows per forward pass")->check(whole_number(1))->capture_default_str();
   cmd->add_option("--runs", e.runs, "Timed rounds at least (every configuration of every model once per round, interleaved)")

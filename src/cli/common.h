@@ -37,6 +37,9 @@ struct FamilyFlags {
 extern const CLI::Validator positive_number;      // a number > 0
 extern const CLI::Validator non_negative_number;  // a number >= 0
 CLI::Validator number_in(double low, double high);  // a number in [low, high]
+// --external-timeout's range: a thousandth of a second to 1e6 s (11.6 days); larger values would
+// overflow the deadline's clock arithmetic.
+inline constexpr double kMinExternalTimeout = 1e-3, kMaxExternalTimeout = 1e6;
 // A whole number >= low and <= high (by default the most an int flag holds); `meaning`, if any,
 // follows the range in the message: whole_number(0, "0 = all cores").
 CLI::Validator whole_number(int64_t low, const std::string& meaning = "", int64_t high = std::numeric_limits<int>::max());

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "core/parse.h"
 
 extern char** environ;
 
@@ -34,13 +35,17 @@ std::string seconds_text(double s) {
   return buf;
 }
 
+// A timeout beyond 1e6 s (as a library caller might pass) would overflow the clock arithmetic:
+// refused, naming the value.
 Clock::time_point deadline_after(double seconds) {
+  if (!(seconds > 0 && seconds <= 1e6))
+    throw Error("a child process's timeout of " + number_text(seconds) + " s is outside (0, 1e6] s");
   return Clock::now() + std::chrono::microseconds(int64_t(seconds * 1e6));
 }
 
 }  // namespace
 
-ChildProcess::ChildProcess(const std::string& command) : command_(command) {
+ChildProcess::ChildProcess(const std::string& command) : command_(command), label_("`" + command + "`") {
   // A write to a child that has exited must come back as EPIPE, not end fca with SIGPIPE.
   std::signal(SIGPIPE, SIG_IGN);
   int in[2], out[2];
@@ -118,13 +123,13 @@ void ChildProcess::write_all(const void* data, size_t n, double timeout_s, const
     }
     if (w < 0 && errno == EINTR) continue;
     if (w < 0 && errno == EPIPE)
-      throw Error("`" + command_ + "` " + exit_description() + " while fca was sending " + what);
-    if (w < 0 && errno != EAGAIN) throw Error("writing " + what + " to `" + command_ + "`: " + std::strerror(errno));
+      throw Error(label_ + " " + exit_description() + " while fca was sending " + what);
+    if (w < 0 && errno != EAGAIN) throw Error("writing " + what + " to " + label_ + ": " + std::strerror(errno));
     pollfd fd{to_child_, POLLOUT, 0};
     const int ms = remaining_ms(deadline);
     if (ms == 0 || ::poll(&fd, 1, ms) == 0) {
       hung_ = true;
-      throw Error("`" + command_ + "` did not take " + what + " within " + seconds_text(timeout_s) +
+      throw Error(label_ + " did not take " + what + " within " + seconds_text(timeout_s) +
                   " (hung? see --external-timeout)");
     }
   }
@@ -140,14 +145,14 @@ void ChildProcess::read_exact(void* data, size_t n, double timeout_s, const std:
       n -= size_t(r);
       continue;
     }
-    if (r == 0) throw Error("`" + command_ + "` " + exit_description() + " before sending " + what + " (its stderr is above)");
+    if (r == 0) throw Error(label_ + " " + exit_description() + " before sending " + what + " (its stderr is above)");
     if (errno == EINTR) continue;
-    if (errno != EAGAIN) throw Error("reading " + what + " from `" + command_ + "`: " + std::strerror(errno));
+    if (errno != EAGAIN) throw Error("reading " + what + " from " + label_ + ": " + std::strerror(errno));
     pollfd fd{from_child_, POLLIN, 0};
     const int ms = remaining_ms(deadline);
     if (ms == 0 || ::poll(&fd, 1, ms) == 0) {
       hung_ = true;
-      throw Error("`" + command_ + "` did not send " + what + " within " + seconds_text(timeout_s) +
+      throw Error(label_ + " did not send " + what + " within " + seconds_text(timeout_s) +
                   " (hung? see --external-timeout)");
     }
   }

@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <string>
+#include <utility>
 
 namespace fca {
 
@@ -24,11 +25,15 @@ class ChildProcess {
   // Reads exactly `n` bytes within timeout_s seconds (from the call).
   void read_exact(void* data, size_t n, double timeout_s, const std::string& what);
   const std::string& command() const { return command_; }
+  // How errors name the child: "`<command>`" until set_label gives a better name (an adapter's own
+  // name once it has described itself: its command may be a relay of no meaning to the user).
+  const std::string& label() const { return label_; }
+  void set_label(std::string label) { label_ = std::move(label); }
 
  private:
   // "exited with status 1", "was killed by signal 9", or "closed its output" when still running.
   std::string exit_description();
-  std::string command_;
+  std::string command_, label_;
   pid_t pid_ = -1;
   int to_child_ = -1, from_child_ = -1;
   bool reaped_ = false;

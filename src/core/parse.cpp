@@ -30,4 +30,11 @@ double parse_number(const std::string& text, const std::string& what, double low
   return v;
 }
 
+std::string number_text(double v) {
+  if (!std::isfinite(v)) return std::isnan(v) ? "nan" : (v > 0 ? "inf" : "-inf");
+  char buf[32];
+  const auto end = std::to_chars(buf, buf + sizeof buf, v).ptr;
+  return std::string(buf, end);
+}
+
 }  // namespace fca

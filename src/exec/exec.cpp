@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/parse.h"
 #include "core/exec_counters.h"
 #include "core/file_io.h"
 #include "core/progress.h"
@@ -36,12 +37,16 @@ nlohmann::ordered_json with_label(const nlohmann::ordered_json& entry, const Mod
   return out;
 }
 
-// Savings of `mode` against `reference`: claimed only where the counted FLOPs are lower and the
-// latency is measurably lower ("faster": the whole paired interval below 1 - margin). A FLOP ratio with a zero denominator is undefined: null, with the reason.
+
+}  // namespace
+
 nlohmann::ordered_json saving(const nlohmann::ordered_json& mode, const nlohmann::ordered_json& reference,
                               const nlohmann::ordered_json& latency_ratio) {
   const nlohmann::ordered_json flops = ratio_or_null(mode["gflop_per_token"].get<double>(), reference["gflop_per_token"].get<double>());
   const bool latency_defined = !latency_ratio["estimate"].is_null();
+  std::string partial;  // the passes counted only in part (native passes are counted from the graph: always in full)
+  for (const auto* m : {&mode, &reference})
+    if (!m->value("fully_counted", true)) partial += std::string(partial.empty() ? "" : " and ") + (*m)["mode"].get<std::string>();
   nlohmann::ordered_json s{{"mode", mode["mode"]},
                            {"against", reference["mode"]},
                            {"flop_ratio", flops},
@@ -49,17 +54,20 @@ nlohmann::ordered_json saving(const nlohmann::ordered_json& mode, const nlohmann
                            {"flop_saving", flops.is_null() ? flops : nlohmann::ordered_json(1.0 - flops.get<double>())},
                            {"latency_saving", latency_defined ? nlohmann::ordered_json(1.0 - latency_ratio["estimate"].get<double>())
                                                               : nlohmann::ordered_json(nullptr)},
-                           {"saves", !flops.is_null() && latency_defined && flops.get<double>() < 1.0 &&
+                           {"fully_counted", partial.empty()},
+                           {"saves", partial.empty() && !flops.is_null() && latency_defined && flops.get<double>() < 1.0 &&
                                          latency_ratio["difference"] == "faster"}};
-  if (flops.is_null())
+  if (!partial.empty())
+    s["note"] = "the " + partial + " pass" + (partial.find(" and ") == std::string::npos ? " was" : "es were") +
+                " not fully counted (operators without a FLOP formula, or work the counter could not see), so the FLOPs "
+                "compare partial counts";
+  else if (flops.is_null())
     s["note"] = undefined_note(std::string("the reference ") + reference["mode"].get<std::string>() +
                                " has no counted FLOPs, so the ratio divides by 0");
   else if (!latency_defined)
     s["note"] = latency_ratio["note"];
   return s;
 }
-
-}  // namespace
 
 TokenWindows load_token_windows(const TextSplit& split, int T, int wanted) {
   TokenWindows w;
@@ -75,7 +83,7 @@ void check_exec_options(const ExecOptions& o) {
   if (o.models.empty() && o.externals.empty()) throw Error("exec needs at least one --model or --external");
   if (o.runs < 1 || o.warmup < 0 || o.batch < 1) throw Error("exec: --runs and --batch must be positive");
   for (double t : o.skip_thresholds)
-    if (!(t >= 0.0 && t <= 1.0)) throw Error("--skip-threshold " + std::to_string(t) + " is outside [0, 1]");
+    if (!(t >= 0.0 && t <= 1.0)) throw Error("--skip-threshold " + number_text(t) + " is outside [0, 1]");
   if (!o.skip_thresholds.empty() && o.models.empty())
     throw Error("--skip-threshold applies to fca's own models (--model), and only --external models are given: an "
                 "adapter's model has no skip sweep");
@@ -90,10 +98,10 @@ void check_exec_options(const ExecOptions& o) {
                   "or featuregate); " + std::string(o.models.size() == 1 ? o.models[0] + " has none" : "none of the models has one"));
   }
   if (o.max_runs < o.runs) throw Error("exec: --max-runs " + std::to_string(o.max_runs) + " is below --runs " + std::to_string(o.runs));
-  if (!(o.margin > 0 && o.margin < 1)) throw Error("exec: --margin must be in (0, 1), found " + std::to_string(o.margin));
+  if (!(o.margin > 0 && o.margin < 1)) throw Error("exec: --margin must be in (0, 1), found " + number_text(o.margin));
   if (!(o.time_budget_s >= 0)) throw Error("exec: --time-budget must be >= 0 seconds");
   if (!o.externals.empty() && !(o.external_timeout_s > 0 && std::isfinite(o.external_timeout_s)))
-    throw Error("exec: --external-timeout must be a positive number of seconds, found " + std::to_string(o.external_timeout_s));
+    throw Error("exec: --external-timeout must be a positive number of seconds, found " + number_text(o.external_timeout_s));
   for (const auto& path : o.models) (void)exec_family_named(family_of(path).name);  // a wrong --model fails before the peak probe
 }
 
@@ -255,6 +263,14 @@ std::string uncounted_ops_text(const nlohmann::json& mode) {
   return ops;
 }
 
+std::string unseen_work_text(const nlohmann::json& mode) {
+  std::string text;
+  for (const auto& u : mode.value("unseen_work", nlohmann::json::array()))
+    text += (text.empty() ? "" : "; ") + std::string(u["module"].get<std::string>().empty() ? "(root)" : u["module"].get<std::string>()) +
+            ": " + (u["kind"] == "parameter" ? "parameter " : "multiply-then-sum ") + u["what"].get<std::string>() + " x" + u["calls"].dump();
+  return text;
+}
+
 std::string exec_markdown(const nlohmann::ordered_json& e) {
   std::ostringstream md;
   char buf[512];
@@ -323,8 +339,12 @@ std::string exec_markdown(const nlohmann::ordered_json& e) {
       if (!m["reference"].is_null() && mode != m["reference"]["mode"])
         md << "- `" << mode << "`: " << latency_change_words(r["latency_ratio_to_reference"], m["reference"]["label"]) << "\n";
       const std::string ops = uncounted_ops_text(r);
-      if (ops.empty()) continue;
-      md << "- `" << mode << "` ran operators with no FLOP formula; not counted: " << ops << "\n";
+      if (!ops.empty()) md << "- `" << mode << "` ran operators with no FLOP formula; not counted: " << ops << "\n";
+      const std::string unseen = unseen_work_text(r);
+      if (!unseen.empty()) md << "- `" << mode << "` ran work the counter could not see (not counted): " << unseen << "\n";
+      for (const auto& w : r.value("unit_warnings", nlohmann::json::array())) md << "- `" << mode << "`: " << w.get<std::string>() << "\n";
+      const nlohmann::json absent = r.value("absent_units", nlohmann::json::object());
+      for (const auto& [kind, why] : absent.items()) md << "- `" << mode << "`: " << kind << " counted as 0: " << why.get<std::string>() << "\n";
     }
   }
   for (const auto& m : e["models"]) {
@@ -343,7 +363,7 @@ std::string exec_markdown(const nlohmann::ordered_json& e) {
     md << "\n" << m["label"].get<std::string>() << " (" << m["path"].get<std::string>() << "), savings:\n";
     for (const auto& s : m["savings"]) {
       const std::string pair = s["mode"].get<std::string>() + " against " + s["against"].get<std::string>();
-      if (s["flop_ratio"].is_null() || s["latency_ratio"]["estimate"].is_null()) {
+      if (!s.value("fully_counted", true) || s["flop_ratio"].is_null() || s["latency_ratio"]["estimate"].is_null()) {
         md << "- " << pair << ": " << s["note"].get<std::string>() << "; no saving claimed\n";
         continue;
       }

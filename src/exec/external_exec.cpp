@@ -42,6 +42,44 @@ nlohmann::ordered_json op_calls(const JsonFields& counts, const std::string& key
   return out;
 }
 
+// unseen_work: [{kind, module, what, calls}], work that ran and that no formula counted
+// (counting.py): a parameter of a module that ran which took part in no counted product, or a
+// multiply-then-sum product.
+nlohmann::ordered_json unseen_work(const JsonFields& counts) {
+  const nlohmann::json& list = counts.json().at("unseen_work");
+  if (!list.is_array()) throw Error(counts.where() + ": 'unseen_work' must be an array, found " + list.dump().substr(0, 60));
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  for (size_t i = 0; i < list.size(); ++i) {
+    const JsonFields u(list[i], counts.where() + ": unseen_work[" + std::to_string(i) + "]", {"kind", "module", "what", "calls"});
+    require(u, {"kind", "module", "what", "calls"});
+    const std::string kind = u.text("kind", "");
+    if (kind != "parameter" && kind != "multiply_then_sum")
+      throw Error(u.where() + ": kind \"" + kind + "\", expected \"parameter\" or \"multiply_then_sum\"");
+    out.push_back({{"kind", kind}, {"module", u.text("module", "")}, {"what", u.text("what", "")}, {"calls", u.integer("calls", 0, 0, kMaxCount)}});
+  }
+  return out;
+}
+
+// The first index where two digest lists differ (their size when they agree everywhere).
+size_t first_difference(const std::vector<std::string>& a, const std::vector<std::string>& b) {
+  size_t i = 0;
+  while (i < a.size() && i < b.size() && a[i] == b[i]) ++i;
+  return i == b.size() && a.size() == b.size() ? a.size() : i;
+}
+
+// unit_warnings: ["<kind> unit '<module>': ..."], units that ran products on 0 rows or rows with no product.
+nlohmann::ordered_json unit_warnings(const JsonFields& counts) {
+  const nlohmann::json& list = counts.json().at("unit_warnings");
+  if (!list.is_array()) throw Error(counts.where() + ": 'unit_warnings' must be an array, found " + list.dump().substr(0, 60));
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  for (size_t i = 0; i < list.size(); ++i) {
+    if (!list[i].is_string())
+      throw Error(counts.where() + ": unit_warnings[" + std::to_string(i) + "] must be a string, found " + list[i].dump().substr(0, 60));
+    out.push_back(list[i].get<std::string>());
+  }
+  return out;
+}
+
 }  // namespace
 
 ExternalExecSetup parse_exec_prepare(const SafetensorsReader& a) {
@@ -70,6 +108,8 @@ ExternalExecSetup parse_exec_prepare(const SafetensorsReader& a) {
   if (s.timer != "perf_counter" && s.timer != "cuda_events")
     throw Error(a.path() + ": timer \"" + s.timer + "\", expected \"perf_counter\" or \"cuda_events\"");
   s.threads = answer_integer(a, "threads", 1, 1 << 20);
+  s.timed_pass = answer_text(a, "timed_pass");
+  if (s.timed_pass.empty()) throw Error(a.path() + ": timed_pass is empty (what the adapter times, in words)");
   const nlohmann::ordered_json units = parse_json_text(answer_text(a, "units"), a.path() + ": units");
   const JsonFields u(units, a.path() + ": units", {}, UnknownKeys::ignored);
   s.units = nlohmann::ordered_json::object();
@@ -81,7 +121,8 @@ nlohmann::ordered_json external_counted_fields(const std::string& text, const st
                                                const nlohmann::ordered_json& units, int64_t tokens_per_pass,
                                                const std::string& where) {
   const JsonFields c(parse_json_text(text, where + ": counts"), where + ": counts", {}, UnknownKeys::ignored);
-  require(c, {"gemm_flops", "controller_flops", "controller_evaluations", "units", "modules", "gemm_ops", "zero_ops", "uncounted_ops"});
+  require(c, {"gemm_flops", "controller_flops", "controller_evaluations", "units", "modules", "gemm_ops", "zero_ops", "uncounted_ops",
+              "unseen_work", "unit_warnings"});
   const double gemm = c.number("gemm_flops", 0, 0, kMaxFlops), controller = c.number("controller_flops", 0, 0, kMaxFlops);
   const int64_t evaluations = c.integer("controller_evaluations", 0, 0, kMaxCount);
   if (mode == "live" && evaluations < 1)
@@ -100,14 +141,21 @@ nlohmann::ordered_json external_counted_fields(const std::string& text, const st
                 " (the units must be the same in every answer)");
   const double tokens = double(tokens_per_pass);
   nlohmann::ordered_json j, per_token = nlohmann::ordered_json::object(), rows = nlohmann::ordered_json::object(),
-                            calls = nlohmann::ordered_json::object();
+                            calls = nlohmann::ordered_json::object(), absent = nlohmann::ordered_json::object();
   j["total_blocks"] = units.contains("blocks") ? units["blocks"] : nlohmann::ordered_json(nullptr);
   j["executed_blocks"] = nullptr;
   for (const auto& [kind, modules] : units.items()) {
-    const JsonFields k = u.object(kind, {"modules", "calls", "rows"});
+    const JsonFields k = u.object(kind, {"modules", "calls", "rows", "absent"});
     require(k, {"modules", "calls", "rows"});
     const int64_t matched = k.integer("modules", 0, 0, kMaxCount);
-    if (matched != modules.get<int64_t>())
+    // A reference may lack a unit kind of the model (a Dense reference of an MoE has no experts):
+    // it then matches no module, runs none and says why.
+    if (k.has("absent")) {
+      if (mode != "reference" || matched != 0 || k.integer("rows", 0, 0, kMaxCount) != 0 || k.integer("calls", 0, 0, kMaxCount) != 0)
+        throw Error(k.where() + ": 'absent' is for a unit kind the reference lacks (mode reference, 0 modules, calls and rows), "
+                    "found mode " + mode + " with " + std::to_string(matched) + " modules");
+      absent[kind] = k.text("absent", "");
+    } else if (matched != modules.get<int64_t>())
       throw Error(k.where() + ": " + std::to_string(matched) + " modules, expected exec_prepare's " + modules.dump() +
                   " (the units must be the same in every answer)");
     rows[kind] = k.integer("rows", 0, 0, kMaxCount);
@@ -132,6 +180,12 @@ nlohmann::ordered_json external_counted_fields(const std::string& text, const st
   }
   j["zero_ops"] = op_calls(c, "zero_ops");
   j["uncounted_ops"] = op_calls(c, "uncounted_ops");
+  j["unseen_work"] = unseen_work(c);
+  j["unit_warnings"] = unit_warnings(c);
+  // Computed here from what the adapter listed, not taken from it: a pass with an operator without a
+  // formula, or with work the counter could not see, is not fully counted, and no saving is claimed from it.
+  j["fully_counted"] = j["uncounted_ops"].empty() && j["unseen_work"].empty();
+  if (!absent.empty()) j["absent_units"] = absent;
   const nlohmann::json& modules = c.json().at("modules");
   if (!modules.is_array()) throw Error(c.where() + ": 'modules' must be an array, found " + modules.dump().substr(0, 60));
   j["modules"] = nlohmann::ordered_json::array();
@@ -181,6 +235,7 @@ nlohmann::ordered_json measure_external(const std::string& command, const Corpus
   const WindowSet eval = make_windows(test_ids, test, T, o.eval_windows);
   const WindowSet calib = make_windows(model->tokenize(valid.name(), {valid.bytes(), valid.size()}), valid, T, o.calib_windows);
   AdapterConnection& adapter = model->connection();
+  const std::string& adapter_name = adapter.label();
   const ExternalExecSetup setup = parse_exec_prepare(adapter.request(
       "exec_prepare", {{"inputs", {timing.count(), T}, timing.inputs.data(), DType::I32},
                        {"calibration", {calib.count(), T}, calib.inputs.data(), DType::I32}}));
@@ -208,6 +263,7 @@ nlohmann::ordered_json measure_external(const std::string& command, const Corpus
   m["device"] = setup.device;
   m["timer"] = setup.timer;
   m["adapter_threads"] = setup.threads;
+  m["timed_pass"] = setup.timed_pass;
   m["tokens_per_pass"] = tokens_per_pass;
   m["units"] = setup.units;
   m["reference"] = setup.reference_label.empty()
@@ -225,16 +281,17 @@ nlohmann::ordered_json measure_external(const std::string& command, const Corpus
     if (mode == "live") live_digests = digests;
     if (mode == "replay") {
       // Exact replay: the same logits as live, batch by batch (timing a replay that computes
-      // something else would say nothing about the live model).
-      for (size_t i = 0; i < digests.size(); ++i)
-        if (digests[i] != live_digests[i]) {
-          const int w0 = i == 0 ? 0 : int(i - 1) * B, n = i == 0 ? timing.count() : std::min(B, eval.count() - w0);
-          throw Error("`" + command + "`: the replay of " + (i == 0 ? "the counted timing batch" : "evaluation batch " + std::to_string(i - 1)) +
-                      " (windows " + std::to_string(w0) + " .. " + std::to_string(w0 + n - 1) + ") has logits SHA-256 " +
-                      digests[i].substr(0, 16) + "..., the live pass " + live_digests[i].substr(0, 16) +
-                      "...: replay is not exact, so its timing would not measure the live model's computation");
-        }
-      entry["exact"] = true;
+      // something else would say nothing about the live model). Computed from the digests.
+      const size_t first_differing = first_difference(digests, live_digests);
+      entry["exact"] = first_differing == digests.size();
+      if (!entry["exact"].get<bool>()) {
+        const size_t i = first_differing;
+        const int w0 = i == 0 ? 0 : int(i - 1) * B, n = i == 0 ? timing.count() : std::min(B, eval.count() - w0);
+        throw Error(adapter_name + ": the replay of " + (i == 0 ? "the counted timing batch" : "evaluation batch " + std::to_string(i - 1)) +
+                    " (windows " + std::to_string(w0) + " .. " + std::to_string(w0 + n - 1) + ") has logits SHA-256 " +
+                    digests[i].substr(0, 16) + "..., the live pass " + live_digests[i].substr(0, 16) +
+                    "...: replay is not exact, so its timing would not measure the live model's computation");
+      }
     }
     timed.add_self_timed("modes", m["modes"].size(), [model, mode] {
       return external_seconds(model->connection().request("exec_time", {}, {{"mode", mode}}));

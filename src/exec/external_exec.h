@@ -31,6 +31,7 @@ struct ExternalExecSetup {
   std::string reference_label;  // the reference mode's label ("Dense"); "" when none is offered
   std::string device, timer;    // timer: "perf_counter" or "cuda_events"
   int64_t threads = 0;
+  std::string timed_pass;        // what the adapter times, in words (a hand-written adapter's run() or forward())
   nlohmann::ordered_json units;  // unit kind -> matched modules, e.g. {"blocks": 4}
 };
 ExternalExecSetup parse_exec_prepare(const SafetensorsReader& answer);

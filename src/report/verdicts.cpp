@@ -213,6 +213,10 @@ std::string external_execution_text(const nlohmann::json& e, bool& saves_compute
   }
   const std::string uncounted = uncounted_ops_text(live);
   if (!uncounted.empty()) t += "; operators without a FLOP formula, not counted: " + uncounted;
+  const std::string unseen = unseen_work_text(live);
+  if (!unseen.empty()) t += "; work the counter could not see, not counted: " + unseen;
+  for (const auto& s : e.value("savings", nlohmann::json::array()))
+    if (s["mode"] == "live" && !s.value("fully_counted", true)) t += "; no saving claimed: " + s["note"].get<std::string>();
   return t + ".";
 }
 

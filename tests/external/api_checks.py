@@ -56,5 +56,13 @@ else:
     check("the experts ran on 2 of 4 rows per token and layer", model["modes"][0]["executed_units_per_token"]["experts"] == 6)
     check("0 controller evaluations in replay", model["modes"][1]["controller_evaluations_per_pass"] == 0)
     refused(lambda: fca_adapter.exec(adapter, data=data, out=out + "-bad", runs=0), "--runs")
+    # An MoE against a Dense reference, which has no experts: counted as 0 for it, with the reason.
+    moe = exec_models.adapter("routed", reference="dense")
+    result = fca_adapter.exec(moe, data=data, out=out + "-dense", runs=2, max_runs=2, warmup=0, eval_windows=8, calib_windows=8,
+                              no_progress=True)
+    reference = result["models"][0]["modes"][-1]
+    check("an MoE against a Dense reference: the reference's experts count 0, with the reason",
+          reference["mode"] == "reference" and reference["executed_units_per_token"]["experts"] == 0 and
+          "has no module matching" in reference["absent_units"]["experts"])
 print("FAILED: " + ", ".join(failures) if failures else "all checks passed")
 sys.exit(1 if failures else 0)

@@ -17,7 +17,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
 sys.path.insert(0, HERE)
 from fca_adapter import execution  # noqa: E402
-from fca_adapter.counting import count_pass  # noqa: E402
+from fca_adapter.counting import OUTSIDE, count_pass  # noqa: E402
 from exec_models import opaque_matmul  # noqa: E402
 
 failures = []
@@ -94,39 +94,82 @@ c = counted(lambda: net(x), net, controllers=["gate"], units={"blocks": ["block"
 modules = {m["name"]: m for m in c["modules"]}
 check("rows: the block saw 3 x 4 of the 3 x 8 token rows", c["units"]["blocks"] == {"modules": 1, "calls": 1, "rows": 12}, c["units"])
 check("controller: its subtree's products and calls", c["controller_flops"] == 2 * 24 * 4 and c["controller_evaluations"] == 2, c)
-check("a product outside every module is counted, attributed to none",
-      modules[""]["flops"] == 2 * 24 * 4 * 4 and c["gemm_flops"] == 2 * 12 * 16 + 2 * 24 * 16, c["modules"])
+check("a product in the root model's own forward is the root's (\"\"), not outside every module",
+      modules[""]["flops"] == 2 * 24 * 4 * 4 and modules[""]["class"] == "Net" and OUTSIDE not in modules and
+      c["gemm_flops"] == 2 * 12 * 16 + 2 * 24 * 16, c["modules"])
 check("the innermost module gets its products", modules["gate.proj"]["flops"] == 2 * 24 * 4 and modules["gate"]["flops"] == 0, modules)
 
-# -- the CUDA timer on a stand-in: synchronise, record, run, record, synchronise -----------------
+# -- the CUDA timer on a stand-in: synchronise, record on the model's device's stream, run, record,
+# synchronise (a model on cuda:1 while cuda:0 is the current device) ----------------------------
 events = []
+
+
+class FakeStream:
+    def __init__(self, device):
+        self.device = device
 
 
 class FakeEvent:
     def __init__(self, enable_timing):
         assert enable_timing
 
-    def record(self):
-        events.append("record")
+    def record(self, stream=None):
+        events.append(("record", None if stream is None else str(stream.device)))
 
     def elapsed_time(self, end):
         events.append("elapsed")
         return 250.0                                        # milliseconds
 
 
-fake = types.SimpleNamespace(synchronize=lambda device=None: events.append("synchronize"), Event=FakeEvent)
+fake = types.SimpleNamespace(synchronize=lambda device=None: events.append(("synchronize", str(device))), Event=FakeEvent,
+                             current_stream=lambda device=None: FakeStream(device), current_device=lambda: 0)
 real = torch.cuda
 try:
     torch.cuda = fake
-    seconds = execution.time_call(lambda: events.append("run"), torch.device("cuda", 0))
+    seconds = execution.time_call(lambda: events.append("run"), torch.device("cuda", 1))
 finally:
     torch.cuda = real
-check("CUDA timing: synchronised, events around the pass, milliseconds to seconds",
-      events == ["synchronize", "record", "run", "record", "synchronize", "elapsed"] and seconds == 0.25, (events, seconds))
+check("CUDA timing: synchronised, events on the model's device's stream around the pass, milliseconds to seconds",
+      events == [("synchronize", "cuda:1"), ("record", "cuda:1"), "run", ("record", "cuda:1"), ("synchronize", "cuda:1"),
+                 "elapsed"] and seconds == 0.25, (events, seconds))
 check("the CPU timer is perf_counter", execution._timer_name(torch.device("cpu")) == "perf_counter" and
       execution._timer_name(torch.device("cuda", 0)) == "cuda_events")
 
 check("glibc's malloc thresholds are fixed before an exec's passes", execution.fix_malloc_thresholds())
+
+# -- a hand-written adapter's timed pass is its run(), without forward()'s record and host copy ----
+import fca_adapter  # noqa: E402
+import numpy as np  # noqa: E402
+
+
+class HandWritten(fca_adapter.Adapter):
+    def __init__(self):
+        super().__init__()
+        self.model = nn.Linear(4, 256)
+        self.calls = {"forward": 0, "run": 0}
+
+    def describe(self):
+        return fca_adapter.Description(family="t", description="t", model_sha256="0" * 64, vocab=256, max_tokens=8, layers=1)
+
+    def forward(self, ids, coefficients=None):
+        self.calls["forward"] += 1
+        self.count_controller()
+        B, T = ids.shape
+        return self.run(ids, coefficients), torch.ones(B, 1, T, 1, 1)
+
+    def run(self, ids, coefficients=None):
+        self.calls["run"] += 1
+        return self.model(F.one_hot(ids % 4, 4).float())
+
+
+hand = HandWritten()
+session = execution.ExecSession(hand, hand.describe())
+ids = np.zeros((2, 8), dtype=np.int32)
+prepared = session.prepare(ids, ids)
+hand.calls = {"forward": 0, "run": 0}
+session.time_pass("live")
+check("a hand-written adapter's timed pass calls run(), not forward() (no record, no host copy)",
+      hand.calls == {"forward": 0, "run": 1} and prepared["timed_pass"] == "run(ids, coefficients)", (hand.calls, prepared["timed_pass"]))
 
 print("FAILED: " + ", ".join(failures) if failures else "all checks passed")
 sys.exit(1 if failures else 0)

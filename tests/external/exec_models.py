@@ -13,6 +13,11 @@ Styles:
   zero          the same block run on every token, its update multiplied by 0 where "skipped"
   opaque        a block whose product runs in a custom operator with no FLOP formula, called from a
                 custom autograd Function (and a second Function doing torch.mm, which is counted)
+  numpy         the routed experts' products run in numpy: no operator of PyTorch sees them
+  inexact       the routed model whose replay adds 1e-4 to the logits: a replay that is not exact
+
+--reference dense: the Dense model of the same blocks without the MoE layers as the reference (it
+has no experts: they count 0 for it, with the reason).
 
 Every style names its units: blocks `blocks.*` (and the MoD block `mod`), experts `moe.*.experts.*`.
 """
@@ -49,7 +54,24 @@ class MaskedMoeLayer(MoeLayer):
         return out.reshape(B, T, D)
 
 
-def moe_model(masked: bool) -> MoeStyle:
+class NumpyLinear(nn.Linear):
+    """nn.Linear whose product runs in numpy, outside PyTorch's dispatcher."""
+
+    def forward(self, x):
+        return torch.from_numpy(x.detach().numpy() @ self.weight.detach().numpy().T) + self.bias
+
+
+class DenseStyle(Base):
+    """The Dense reference of the MoE styles: the same kind of blocks, no MoE layers, no experts."""
+
+    def forward(self, ids):
+        x = self.embed_ids(ids)
+        for block in self.blocks:
+            x = x + block(x)
+        return self.head(x)
+
+
+def moe_model(masked: bool, in_numpy: bool = False) -> MoeStyle:
     """hooked_models' MoE style (top-2 of 4 experts, each run on the rows routed to it), or the same
     weights' layers written with dense masking."""
     model = MoeStyle()
@@ -58,6 +80,11 @@ def moe_model(masked: bool) -> MoeStyle:
             masked_layer = MaskedMoeLayer()
             masked_layer.load_state_dict(layer.state_dict())
             model.moe[l] = masked_layer
+    if in_numpy:
+        for layer in model.moe:
+            for e, expert in enumerate(layer.experts):
+                layer.experts[e] = NumpyLinear(D, D)
+                layer.experts[e].load_state_dict(expert.state_dict())
     return model
 
 
@@ -131,10 +158,10 @@ class OpaqueModel(Base):
 
 def build(style: str):
     """(model, controllers, executed) of a style."""
-    torch.manual_seed({"routed": 11, "masked": 11, "skip": 12, "zero": 12, "opaque": 13}[style])
+    torch.manual_seed({"routed": 11, "masked": 11, "numpy": 11, "inexact": 11, "skip": 12, "zero": 12, "opaque": 13}[style])
     experts = {"blocks": "blocks.*", "experts": "moe.*.experts.*"}
-    if style in ("routed", "masked"):
-        return moe_model(masked=style == "masked"), {"moe.*.router": "(B T) K"}, experts
+    if style in ("routed", "masked", "numpy", "inexact"):
+        return moe_model(masked=style == "masked", in_numpy=style == "numpy"), {"moe.*.router": "(B T) K"}, experts
     if style in ("skip", "zero"):
         return ModModel(zero=style == "zero"), {"router": "B T K"}, {"blocks": ["blocks.*", "mod"]}
     if style == "opaque":
@@ -156,18 +183,37 @@ class DyingAdapter(fca_adapter.HookedAdapter):
         return super().exec_forward(ids, handed)
 
 
-def adapter(style: str, die_after: int = 0) -> fca_adapter.HookedAdapter:
+class InexactAdapter(fca_adapter.HookedAdapter):
+    """Its replay's logits are 1e-4 off the live pass's: exec must refuse to time it."""
+
+    def exec_forward(self, ids, handed):
+        logits = super().exec_forward(ids, handed)
+        return logits if handed is None else logits + 1e-4
+
+
+def dense_reference() -> fca_adapter.Reference:
+    torch.manual_seed(11)
+    dense = DenseStyle().eval()
+    return fca_adapter.Reference("Dense", lambda ids: dense(ids), dense)
+
+
+def adapter(style: str, die_after: int = 0, reference: str = "") -> fca_adapter.HookedAdapter:
     model, controllers, executed = build(style)
     model.eval()
     kind, extra = (DyingAdapter, {"die_after": die_after}) if die_after else (fca_adapter.HookedAdapter, {})
+    if style == "inexact":
+        kind = InexactAdapter
+    if reference == "dense":
+        extra["reference"] = dense_reference()
     return kind(model, controllers=controllers, executed=executed, description=f"exec test model {style}", **extra)
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
-    parser.add_argument("--style", required=True, choices=["routed", "masked", "skip", "zero", "opaque"])
+    parser.add_argument("--style", required=True, choices=["routed", "masked", "skip", "zero", "opaque", "numpy", "inexact"])
+    parser.add_argument("--reference", default="", choices=["", "dense"], help="dense: the Dense model of the same blocks as the reference")
     parser.add_argument("--die-after", type=int, default=0, help="exit abruptly at the n-th exec pass (a test of fca's errors)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
-    sys.exit(fca_adapter.serve(adapter(args.style, args.die_after)))
+    sys.exit(fca_adapter.serve(adapter(args.style, args.die_after, args.reference)))

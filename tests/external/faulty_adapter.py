@@ -9,7 +9,8 @@ raises), controller (replay evaluates the controller), ignores (replay runs its 
 uncounted, and claims to have used the coefficients it was handed: the bug that once produced a clean
 audit), ignores_reported (the same, but it reports the coefficients it really used), uncounted (live
 passes never count the controller), overcounted (live passes count one evaluation more than the
-layers).
+layers), one_token (replay uses the coefficients it is handed at token 0 only and its own
+controller's, uncounted, at every other token: exact, but blind to most of what it is handed).
 """
 
 import os
@@ -25,7 +26,7 @@ import fca_adapter  # noqa: E402
 from gated_adapter import GatedAdapter  # noqa: E402
 
 FAULTS = ("wrong_shape", "inexact", "exit", "hang", "stdout", "raise", "controller", "ignores", "ignores_reported",
-          "uncounted", "overcounted")
+          "uncounted", "overcounted", "one_token")
 
 
 class FaultyAdapter(GatedAdapter):
@@ -51,6 +52,12 @@ class FaultyAdapter(GatedAdapter):
             logits, own = self.model.forward(ids, None, lambda: None)     # its own controller, not counted
             own = own.reshape(B, self.model.L, T, 1, 1)
             return logits, (coefficients if self.fault == "ignores" else own)
+        if replay and self.fault == "one_token":
+            B, T = ids.shape
+            _, own = self.model.forward(ids, None, lambda: None)            # its own controller, not counted
+            mixed = own.reshape(B, self.model.L, T, 1, 1).clone()
+            mixed[:, :, 0] = coefficients[:, :, 0]
+            return super().forward(ids, mixed)[0], coefficients
         logits, used = super().forward(ids, coefficients)
         if replay and self.fault == "controller":
             self.count_controller()

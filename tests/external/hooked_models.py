@@ -16,6 +16,10 @@ Styles (byte-level, vocab 256, 16 positions, random weights of a fixed seed):
 Faults (each must be refused by fca):
   unused     the glob matches a module whose output the logits never use
   direct     the model calls the controller's inner Linear directly in replay (it runs anyway)
+  inplace    the converter edits the controller's output in place: the run with hooks differs from the
+             model's own
+  classcall  the model also calls the gate's class-level forward, type(gate).forward(gate, x), which
+             bypasses the module's hooks and its replacement in replay (it runs anyway)
 """
 
 import argparse
@@ -129,11 +133,26 @@ class Gate(nn.Module):
         return (g, (g * g).mean()) if self.aux else g
 
 
+class FlatGate(nn.Module):
+    """A gate holding its parameters itself (no inner module: nothing but its own forward runs)."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(1, D) * 0.1)
+        self.bias = nn.Parameter(torch.zeros(1))
+
+    def forward(self, x):
+        return torch.sigmoid(F.linear(x, self.weight, self.bias))       # [B, T, 1]
+
+
 class GatedStyle(Base):
-    def __init__(self, shared=False, dtype=torch.float32, aux=False, unused=False, direct=False, out_dtype=None):
+    def __init__(self, shared=False, dtype=torch.float32, aux=False, unused=False, direct=False, out_dtype=None,
+                 classcall=False):
         super().__init__()
         self.gates = nn.ModuleList(Gate(dtype, aux, out_dtype) for _ in range(1 if shared else len(self.blocks)))
-        self.shared, self.aux, self.direct = shared, aux, direct
+        self.shared, self.aux, self.direct, self.classcall = shared, aux, direct, classcall
+        if classcall:
+            self.gates = nn.ModuleList(FlatGate() for _ in self.gates)
         self.probe = nn.Linear(D, 1) if unused else None
 
     def forward(self, ids):
@@ -145,6 +164,8 @@ class GatedStyle(Base):
                 g = g[0]
             if self.direct:       # third-party code that reads the gate's projection itself
                 g = g + 0 * torch.sigmoid(gate.proj(x))
+            if self.classcall:    # third-party code that runs the gate's class forward itself (result unused)
+                _ = type(gate).forward(gate, x)
             x = x + g.to(x.dtype) * block(x)
         if self.probe is not None:
             _ = self.probe(x)     # computed and thrown away: its output never reaches the logits
@@ -187,14 +208,17 @@ def build(style, fault=None):
         # fault "clamp": the converter hands the model its coefficients clamped to [0, 1], which
         # leaves every live sigmoid gate (so exact replay) as it is but not the probe's values.
         clamp = (lambda g: g.clamp(0.0, 1.0)) if fault == "clamp" else (lambda g: g)
-        convert = fca_adapter.Controller("B T K", to_tensor=lambda out: out[0],
+        # fault "inplace": the converter caps the gate's output at 0.5 in place, so that the model
+        # run with hooks (recording, and replay: the cap is idempotent) differs from the model alone.
+        record = (lambda out: out[0].clamp_(max=0.5)) if fault == "inplace" else (lambda out: out[0])
+        convert = fca_adapter.Controller("B T K", to_tensor=record,
                                          from_tensor=lambda g: (clamp(g), torch.zeros(())))
         return model, {"gates.*": convert}, 1.0
     if style == "bf16":
         model = GatedStyle(dtype=torch.bfloat16, unused=fault == "unused")
         return model, ({"probe": "B T K"} if fault == "unused" else {"gates.*": "B T K"}), 1.0
     if style == "fp16":
-        return GatedStyle(out_dtype=torch.float16), {"gates.*": "B T K"}, 1.0
+        return GatedStyle(out_dtype=torch.float16, classcall=fault == "classcall"), {"gates.*": "B T K"}, 1.0
     if style == "tensors":
         return TensorKinds(), {"gates.*": "B T K"}, 1.0
     raise ValueError(style)
@@ -209,7 +233,7 @@ def adapter(style, fault=None):
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--style", required=True, choices=["mudd", "moe", "twice", "tuple", "bf16", "tensors", "fp16"])
-    parser.add_argument("--fault", choices=["unused", "direct", "clamp"])
+    parser.add_argument("--fault", choices=["unused", "direct", "clamp", "classcall", "inplace"])
     args = parser.parse_args()
     torch.set_num_threads(2)
     torch.use_deterministic_algorithms(True)

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "core/error.h"
+#include "core/parse.h"
 #include "models/exit/figures.h"
 
 namespace fca {
@@ -24,7 +25,7 @@ std::string ExitAuditable::controller_setting() const {
 
 void ExitAuditable::set_controller_setting(const std::string& key, double value) {
   if (key != "exit_threshold") AuditableModel::set_controller_setting(key, value);
-  if (!(value >= 0.0 && value <= 1.0)) throw Error("exit_threshold must be in [0, 1], found " + std::to_string(value));
+  if (!(value >= 0.0 && value <= 1.0)) throw Error("exit_threshold must be in [0, 1], found " + number_text(value));
   threshold_ = value;
 }
 

@@ -209,7 +209,9 @@ RunAnswer parse_run_replay(const SafetensorsReader& a, const CoefficientTensor& 
 
 ExternalAuditable::ExternalAuditable(const std::string& command, double timeout_s)
     : connection_(std::make_unique<AdapterConnection>(command, timeout_s)),
-      model_(parse_describe(connection_->request("describe", {}))) {}
+      model_(parse_describe(connection_->request("describe", {}))) {
+  connection_->name_adapter(model_.name);
+}
 
 std::vector<int32_t> ExternalAuditable::tokenize(const std::string& split, std::span<const unsigned char> text) const {
   if (model_.tokenizer == "bytes") return std::vector<int32_t>(text.begin(), text.end());
@@ -236,9 +238,14 @@ CoefficientTensor ExternalAuditable::make_coefficients(int windows, int tokens) 
 
 void ExternalAuditable::run_live(const int32_t* inputs, const int32_t* targets, int B, int T, CoefficientTensor* record,
                                  int record_first, double* window_nll) {
+  // Without a record to fill, the pass is the plain live run: `record` 0 asks the adapter to run its
+  // model as it runs without fca (a HookedAdapter detaches its hooks), so that exact replay compares
+  // the recording pass with the model itself, not with a second recording pass.
+  const bool recording = record != nullptr;
   const SafetensorsReader a = connection_->request(
-      "run_live", {{"inputs", {B, T}, inputs, DType::I32}, {"targets", {B, T}, targets, DType::I32}});
-  last_digest_ = parse_run_live(a, model_.shape, B, T, window_nll, record, record_first).logits_sha256;
+      "run_live", {{"inputs", {B, T}, inputs, DType::I32}, {"targets", {B, T}, targets, DType::I32}}, {{"record", recording ? "1" : "0"}});
+  last_digest_ = recording ? parse_run_live(a, model_.shape, B, T, window_nll, record, record_first).logits_sha256
+                           : read_nll_and_digest(a, B, window_nll);
 }
 
 void ExternalAuditable::run_replay(const int32_t* inputs, const int32_t* targets, int B, int T,

@@ -24,24 +24,24 @@ SafetensorsReader AdapterConnection::request(const std::string& type, const std:
 
   uint64_t answer_length = 0;
   process_.read_exact(&answer_length, 8, timeout_s_, "an answer to " + type);
-  check_answer_length(answer_length, type, command());
+  check_answer_length(answer_length, type, label());
   std::string answer(size_t(answer_length), '\0');
   process_.read_exact(answer.data(), answer.size(), timeout_s_, "the answer to " + type);
-  SafetensorsReader reader = parse_answer(std::move(answer), type, command());
+  SafetensorsReader reader = parse_answer(std::move(answer), type, label());
   seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   ++requests_;
   return reader;
 }
 
-void check_answer_length(uint64_t length, const std::string& type, const std::string& command) {
+void check_answer_length(uint64_t length, const std::string& type, const std::string& who) {
   if (length < 8 || length > kMaxExternalMessageBytes)
-    throw Error("`" + command + "` answered " + type + " with a message of " + std::to_string(length) +
+    throw Error(who + " answered " + type + " with a message of " + std::to_string(length) +
                 " bytes (expected 8 .. " + std::to_string(kMaxExternalMessageBytes) +
                 "): not the protocol framing; does the adapter print to stdout?");
 }
 
-SafetensorsReader parse_answer(std::string bytes, const std::string& type, const std::string& command) {
-  SafetensorsReader reader(std::move(bytes), "`" + command + "` answer to " + type);
+SafetensorsReader parse_answer(std::string bytes, const std::string& type, const std::string& who) {
+  SafetensorsReader reader(std::move(bytes), who + " answer to " + type);
   const auto& m = reader.metadata();
   const auto protocol = m.find("protocol");
   if (protocol == m.end() || protocol->second != kExternalProtocol)
@@ -50,7 +50,7 @@ SafetensorsReader parse_answer(std::string bytes, const std::string& type, const
   const auto answer_type = m.find("type");
   if (answer_type != m.end() && answer_type->second == "error") {
     const auto message = m.find("message");
-    throw Error("`" + command + "` failed on " + type + ": " + (message == m.end() ? "(no message)" : message->second));
+    throw Error(who + " failed on " + type + ": " + (message == m.end() ? "(no message)" : message->second));
   }
   if (answer_type == m.end() || answer_type->second != type)
     throw Error(reader.path() + ": type \"" + (answer_type == m.end() ? std::string() : answer_type->second) +

@@ -20,12 +20,13 @@ inline constexpr const char* kExternalProtocol = "fca-external-v1";
 inline constexpr uint64_t kMaxExternalMessageBytes = uint64_t(1) << 32;
 
 // The checks of a received answer, apart from the pipe (fuzz/fuzz_adapter_protocol.cpp feeds them
-// arbitrary bytes). `command` names the adapter in errors, `type` is the request's type.
+// arbitrary bytes). `who` names the adapter in errors ("`<command>`", or "adapter '<name>'" once it
+// has described itself), `type` is the request's type.
 // The length prefix: 8 .. kMaxExternalMessageBytes, else Error (an adapter that prints to stdout).
-void check_answer_length(uint64_t length, const std::string& type, const std::string& command);
+void check_answer_length(uint64_t length, const std::string& type, const std::string& who);
 // The message's bytes as a safetensors document of the protocol and the request's type; an error
 // answer throws Error with the adapter's message.
-SafetensorsReader parse_answer(std::string bytes, const std::string& type, const std::string& command);
+SafetensorsReader parse_answer(std::string bytes, const std::string& type, const std::string& who);
 
 class AdapterConnection {
  public:
@@ -36,6 +37,10 @@ class AdapterConnection {
   SafetensorsReader request(const std::string& type, const std::vector<TensorToWrite>& tensors,
                             const std::map<std::string, std::string>& metadata = {});
   const std::string& command() const { return process_.command(); }
+  // How errors name the adapter: "`<command>`", then "adapter '<name>'" after name_adapter (the
+  // command of fca_adapter.audit/exec is a relay, `cat <&5 & exec cat >&4`, which names nothing).
+  const std::string& label() const { return process_.label(); }
+  void name_adapter(const std::string& name) { process_.set_label("adapter '" + name + "'"); }
   // Seconds spent in request() (sending, the adapter's work, receiving) and the requests made.
   double seconds_in_requests() const { return seconds_; }
   int64_t requests() const { return requests_; }
