@@ -47,6 +47,9 @@ class CountingModel : public AuditableModel {
   // Uses the handed coefficients in layer 0 only; every other layer gets what the model's own
   // controller computes (a hidden live pass). A probe that perturbs every layer at once passes it.
   bool only_layer_0_replayed = false;
+  // Uses the handed coefficients for stream 0 only, in every layer; the other streams get the
+  // model's own controller's. A probe that perturbs a whole layer at once passes it.
+  bool only_stream_0_replayed = false;
   std::string family() const override { return m_.family(); }
   std::string description() const override { return m_.description(); }
   std::string content_hash() const override { return m_.content_hash(); }
@@ -71,7 +74,7 @@ class CountingModel : public AuditableModel {
     replay_windows += B;
     if (replay_writes_no_logits) std::copy(last_live_nll_.begin(), last_live_nll_.end(), nll);
     else if (ignore_replayed_coefficients) m_.run_live(x, y, B, T, nullptr, 0, nll);
-    else if (only_layer_0_replayed) m_.run_replay(x, y, B, T, own_controller_except_layer_0(x, y, B, T, c), nll);
+    else if (only_layer_0_replayed || only_stream_0_replayed) m_.run_replay(x, y, B, T, own_controller_except_honoured(x, y, B, T, c), nll);
     else m_.run_replay(x, y, B, T, c, nll);
   }
   size_t run_state_bytes() const override { return m_.run_state_bytes(); }
@@ -91,15 +94,19 @@ class CountingModel : public AuditableModel {
   std::string structure_removed_name() const override { return m_.structure_removed_name(); }
 
  private:
-  CoefficientTensor own_controller_except_layer_0(const int32_t* x, const int32_t* y, int B, int T, const CoefficientTensor& c) {
+  // The model's own controller's coefficients, with the handed ones where this broken replay honours
+  // them (layer 0, or stream 0 of every layer).
+  CoefficientTensor own_controller_except_honoured(const int32_t* x, const int32_t* y, int B, int T, const CoefficientTensor& c) {
     CoefficientTensor own = m_.make_coefficients(B, T);
     std::vector<double> scratch(static_cast<size_t>(B));
     m_.run_live(x, y, B, T, &own, 0, scratch.data());
     const CoefficientShape& s = c.shape();
     for (int w = 0; w < B; ++w)
-      for (int t = 0; t < T; ++t)
-        for (int st = 0; st < s.streams; ++st)
-          for (int k = 0; k < s.sources; ++k) own.at(w, 0, t, st, k) = c.at(w, 0, t, st, k);
+      for (int l = 0; l < s.layers; ++l)
+        for (int t = 0; t < T; ++t)
+          for (int st = 0; st < s.streams; ++st)
+            if (only_layer_0_replayed ? l == 0 : st == 0)
+              for (int k = 0; k < s.sources; ++k) own.at(w, l, t, st, k) = c.at(w, l, t, st, k);
     return own;
   }
   AuditableModel& m_;
@@ -171,6 +178,26 @@ TEST_F(AuditEndToEnd, AReplayThatUsesItsCoefficientsInOneLayerOnlyIsRefused) {
     EXPECT_NE(std::string(e.what()).find("for 2 of 4 probe groups (layer 1 tokens A, layer 1 tokens B)"), std::string::npos) << e.what();
   }
   EXPECT_FALSE(file_exists(dir.file("one_layer/audit.json")));
+}
+
+// The same within a layer: a MUDD replay that honours the handed coefficients of stream 0 only (its
+// own controller's for the other streams) is exact, and a probe that perturbed whole layers would
+// pass it; the probe's groups per (layer, stream) find the others.
+TEST_F(AuditEndToEnd, AReplayThatUsesItsCoefficientsForOneStreamOnlyIsRefused) {
+  const TrainOptions t = testing::tiny_mudd_training(dir.file("mudd-one-stream"), 2);
+  train_model(t, Corpus(dir.path()));
+  MuddAuditable inner(t.out, 8, 1 << 20);
+  CountingModel broken(inner);
+  broken.only_stream_0_replayed = true;
+  try {
+    run_audit(broken, Corpus(dir.path()), options(t.out, "one_stream"));
+    ADD_FAILURE() << "an audit whose replay uses its coefficients for stream 0 only was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("replay sensitivity probe failed"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("layer 0 stream 1 tokens A"), std::string::npos) << e.what();
+    EXPECT_EQ(std::string(e.what()).find("stream 0 tokens"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(file_exists(dir.file("one_stream/audit.json")));
 }
 
 // A replay that ignores the coefficients it is handed passes exact replay and reports 0 controller

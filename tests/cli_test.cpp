@@ -231,7 +231,7 @@ TEST_F(Cli, UnknownGateKind) {
   expect_error({"train", "--gate", "sparse", "--out", dir.file("x.safetensors"), "--data", dir.path()}, {"--gate", "sparse"});
   // A family's own flags: malformed numbers, and flags of another family, are refused by name.
   expect_error({"train", "--arch", "moe", "--top-k", "two", "--out", dir.file("x.safetensors"), "--data", dir.path()},
-               {"--top-k", "must be an integer", "two"});
+               {"--top-k: 'two' is not a whole number in 1 .. 4096"});
   expect_error({"train", "--arch", "mudd", "--capacity", "0.5", "--out", dir.file("x"), "--data", dir.path()},
                {"--capacity applies to --arch mod only"});
   GatedConfig c = testing::tiny_config(GateKind::dense);
@@ -342,7 +342,10 @@ TEST_F(Cli, NumericFlagsNameTheirRangeInWords) {
        "--external-timeout: 1e10 is not a number in [0.001, 1e+06]"},
       {{"audit", "--external", "true", "--out", dir.file("a"), "--external-timeout", "0"},
        "--external-timeout: 0 is not a number in [0.001, 1e+06]"},
-      {{"aggregate", model, model, "--out", dir.file("g"), "--bootstrap", "-1"}, "--bootstrap: -1 is not a whole number >= 1"}};
+      {{"aggregate", model, model, "--out", dir.file("g"), "--bootstrap", "-1"}, "--bootstrap: -1 is not a whole number >= 1"},
+      // A family's own settings name their flag too, not the config key (hc_streams).
+      {{"train", "--arch", "hyper", "--hc-streams", "0", "--out", out}, "--hc-streams: 0 is not a whole number in 1 .. 64"},
+      {{"train", "--arch", "mod", "--capacity", "1.5", "--out", out}, "--capacity: 1.5 is not a number in (0, 1]"}};
   for (const auto& [args, message] : cases) {
     const auto r = run_fca(args);
     EXPECT_NE(r.exit_code, 0) << r.output;
@@ -389,7 +392,7 @@ TEST_F(Cli, StudyConfigsAreReadStrictly) {
   refused("{" + data + R"("variants": [)" + variant + R"(], "train": {"steps": 99999999999}})", "'steps' must be in 1 ..");
   refused("{" + data + R"("variants": [{"name": "../escape"}]})", "must not contain '/'");
   refused("{" + data + R"("variants": [{"name": "fg", "layers": "2"}]})", "'layers' must be an integer");
-  refused("{" + data + R"("variants": [{"name": "m", "arch": "mod", "capacity": 1.5}]})", "variants[0]: capacity must be in (0, 1]");
+  refused("{" + data + R"("variants": [{"name": "m", "arch": "mod", "capacity": 1.5}]})", "variants[0]: mod setting \"capacity\": 1.5 is not a number in (0, 1]");
   refused("{" + data + R"("variants": [{"name": "m", "arch": "mod", "capacity": "half"}]})", "mod setting \"capacity\" must be a number, found \"half\"");
   // A family's setting on a variant of another family is refused, not ignored.
   refused("{" + data + R"("variants": [{"name": "fg", "capacity": 0.5}]})", "\"capacity\" is not a setting of the gated family");

@@ -23,6 +23,14 @@ std::string known_names() {
   return known.empty() ? "none installed" : known;
 }
 
+// A numeric value within the setting's range, or an Error naming the flag or key and the range.
+nlohmann::json in_setting_range(const FamilySetting& s, const nlohmann::json& value, const std::string& what) {
+  const bool integer = s.default_value.is_number_integer();
+  if (!s.range.contains(value.get<double>()))
+    throw Error(what + ": " + (integer ? value.dump() : number_text(value.get<double>())) + " is not " + s.range.words(integer));
+  return value;
+}
+
 // One setting's value: of the default's type, or (from flags) text parsed as it.
 nlohmann::json setting_value(const FamilySetting& s, const nlohmann::json& v, const std::string& what, bool text_given) {
   const nlohmann::json& d = s.default_value;
@@ -37,12 +45,14 @@ nlohmann::json setting_value(const FamilySetting& s, const nlohmann::json& v, co
   }
   if (text_given && !d.is_string()) {
     const std::string text = v.get<std::string>();
+    nlohmann::json parsed;
     try {
-      if (d.is_number_integer()) return parse_integer(text, what, -kIntMax, kIntMax);
-      return parse_number(text, what, -kMax, kMax);
+      parsed = d.is_number_integer() ? nlohmann::json(parse_integer(text, what, -kIntMax, kIntMax))
+                                     : nlohmann::json(parse_number(text, what, -kMax, kMax));
     } catch (const Error&) {
-      throw Error(what + " must be " + (d.is_number_integer() ? "an integer" : "a finite number") + ", found \"" + text + "\"");
+      throw Error(what + ": '" + text + "' is not " + s.range.words(d.is_number_integer()));
     }
+    return in_setting_range(s, parsed, what);
   }
   if (d.is_string()) {
     if (!v.is_string()) throw Error(what + " must be text, found " + v.dump());
@@ -61,15 +71,31 @@ nlohmann::json setting_value(const FamilySetting& s, const nlohmann::json& v, co
     if (!v.is_number_integer()) throw Error(what + " must be an integer, found " + v.dump());
     const int64_t x = v.get<int64_t>();
     if (x < -kIntMax || x > kIntMax) throw Error(what + " is " + v.dump() + ", outside the range of an int");
-    return x;
+    return in_setting_range(s, x, what);
   }
   if (!v.is_number()) throw Error(what + " must be a number, found " + v.dump());
   const double x = v.get<double>();
   if (!std::isfinite(x)) throw Error(what + " must be finite, found " + v.dump());
-  return x;
+  return in_setting_range(s, x, what);
 }
 
+std::string bound_text(double v) { return std::isinf(v) ? (v > 0 ? "inf" : "-inf") : number_text(v); }
+
 }  // namespace
+
+bool SettingRange::contains(double v) const {
+  return std::isfinite(v) && (low_open ? v > low : v >= low) && (high_open ? v < high : v <= high);
+}
+
+std::string SettingRange::words(bool integer) const {
+  const std::string kind = integer ? "a whole number" : "a number";
+  const bool has_low = std::isfinite(low), has_high = std::isfinite(high);
+  if (!has_low && !has_high) return integer ? "a whole number" : "a finite number";
+  if (!has_high) return kind + (low_open ? " > " : " >= ") + bound_text(low);
+  if (!has_low) return kind + (high_open ? " < " : " <= ") + bound_text(high);
+  if (integer && !low_open && !high_open) return kind + " in " + bound_text(low) + " .. " + bound_text(high);
+  return kind + " in " + (low_open ? "(" : "[") + bound_text(low) + ", " + bound_text(high) + (high_open ? ")" : "]");
+}
 
 void add_train_family(TrainFamily family) {
   for (const auto& f : table())

@@ -5,6 +5,7 @@
 // them. Nothing outside a family's folder switches on its name.
 #pragma once
 #include <functional>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -24,6 +25,21 @@ struct ModelShape {
   int seq = 256;   // T, window length and number of positions
 };
 
+// A numeric setting's own range, checked where the value is given (a flag or a study key), so that
+// the error names the flag or key and the range in words. Limits that depend on other settings
+// (top_k <= experts, min_exit < layers) stay with the family's config check.
+struct SettingRange {
+  double low = -std::numeric_limits<double>::infinity(), high = std::numeric_limits<double>::infinity();
+  bool low_open = false, high_open = false;  // (low, ...: low itself excluded
+  bool contains(double v) const;
+  // "a whole number in 1 .. 64", "a whole number >= 0", "a number in (0, 1]", "a number >= 0".
+  std::string words(bool integer) const;
+};
+// A range helper for the families' tables: [low, high] (either may be infinite).
+inline SettingRange in_range(double low, double high, bool low_open = false, bool high_open = false) {
+  return {low, high, low_open, high_open};
+}
+
 // A family's own training setting: the flag --<key, '_' as '-'> of `fca train` and the key <key> of
 // a study variant. The default's JSON type is the setting's type (a string, an integer or a number).
 struct FamilySetting {
@@ -31,6 +47,7 @@ struct FamilySetting {
   std::string help;                  // one line for --help
   nlohmann::json default_value;      // "featuregate", 2, 0.125, true (its type is the setting's)
   std::vector<std::string> choices;  // strings only: the allowed values (empty: any)
+  SettingRange range{};              // numbers only: the values the setting takes alone (default: any finite)
 };
 
 // The files of a checkpoint written to `out`: the weights (whose hash the training state records),

@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "core/error.h"
+#include "core/parse.h"
 #include "core/json.h"
 
 namespace fca {
@@ -27,7 +28,7 @@ void ExitConfig::validate(const std::string& where) const {
     throw Error(where + ": min_exit must be in [1, n_layer - 1] = [1, " + std::to_string(n_layer - 1) + "], found " +
                 std::to_string(min_exit));
   if (!std::isfinite(exit_threshold))
-    throw Error(where + ": exit_threshold must be a finite number, found " + std::to_string(exit_threshold));
+    throw Error(where + ": exit_threshold must be a finite number, found " + number_text(exit_threshold));
   if (exit_head_steps < 0) throw Error(where + ": exit_head_steps must be >= 0, found " + std::to_string(exit_head_steps));
 }
 

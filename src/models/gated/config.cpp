@@ -4,6 +4,7 @@
 #include "core/json.h"
 
 #include "core/error.h"
+#include "core/parse.h"
 #include "models/parameters.h"
 
 namespace fca {
@@ -37,7 +38,7 @@ void GatedConfig::validate(const std::string& where) const {
   if (d_model % n_head != 0)
     throw Error(where + ": d_model " + std::to_string(d_model) + " is not divisible by n_head " + std::to_string(n_head));
   if (gate == GateKind::fixed && !(gate_value >= 0.0 && gate_value <= 1.0))
-    throw Error(where + ": gate_value must be in [0, 1] for the fixed gate, found " + std::to_string(gate_value));
+    throw Error(where + ": gate_value must be in [0, 1] for the fixed gate, found " + number_text(gate_value));
 }
 
 std::string GatedConfig::to_json() const {

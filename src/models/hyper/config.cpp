@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "core/parse.h"
 #include "core/json.h"
 #include "models/parameters.h"
 
@@ -32,13 +33,13 @@ void HyperConfig::validate(const std::string& where) const {
   if (sinkhorn_iters < 1 || sinkhorn_iters > 1000)
     throw Error(where + ": hc_sinkhorn_iters must be in 1 .. 1000, found " + std::to_string(sinkhorn_iters));
   auto finite = [&](double v, const char* field) {
-    if (!std::isfinite(v)) throw Error(where + ": " + field + " must be a finite number, found " + std::to_string(v));
+    if (!std::isfinite(v)) throw Error(where + ": " + field + " must be a finite number, found " + number_text(v));
   };
   finite(scale_init, "hc_scale_init");
   finite(pre_logit, "hc_pre_logit");
   finite(res_offdiag_init, "hc_res_offdiag_init");
-  if (!(eps > 0 && eps < 1)) throw Error(where + ": hc_eps must be in (0, 1), found " + std::to_string(eps));
-  if (!(norm_eps > 0 && norm_eps < 1)) throw Error(where + ": hc_norm_eps must be in (0, 1), found " + std::to_string(norm_eps));
+  if (!(eps > 0 && eps < 1)) throw Error(where + ": hc_eps must be in (0, 1), found " + number_text(eps));
+  if (!(norm_eps > 0 && norm_eps < 1)) throw Error(where + ": hc_norm_eps must be in (0, 1), found " + number_text(norm_eps));
 }
 
 std::string HyperConfig::to_json() const {

@@ -4,6 +4,7 @@
 #include "core/json.h"
 
 #include "core/error.h"
+#include "core/parse.h"
 #include "core/safetensors.h"
 
 namespace fca {
@@ -23,7 +24,7 @@ void ModConfig::validate(const std::string& where) const {
   if (d_model % n_head != 0)
     throw Error(where + ": d_model " + std::to_string(d_model) + " is not divisible by n_head " + std::to_string(n_head));
   if (!(capacity > 0.0 && capacity <= 1.0))
-    throw Error(where + ": capacity must be in (0, 1], found " + std::to_string(capacity));
+    throw Error(where + ": capacity must be in (0, 1], found " + number_text(capacity));
 }
 
 std::string ModConfig::to_json() const {

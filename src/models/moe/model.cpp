@@ -3,6 +3,7 @@
 #include "core/json.h"
 
 #include "core/error.h"
+#include "core/parse.h"
 #include "core/safetensors.h"
 
 namespace fca {
@@ -25,7 +26,7 @@ void MoeConfig::validate(const std::string& where) const {
                 " (expected 1 <= k <= E)");
   if (expert_hidden < 0) throw Error(where + ": expert_hidden must be positive, found " + std::to_string(expert_hidden));
   if (hidden() <= 0) throw Error(where + ": the expert width 4D/k is 0; set expert_hidden");
-  if (!(aux_loss >= 0.0)) throw Error(where + ": aux_loss must be >= 0, found " + std::to_string(aux_loss));
+  if (!(aux_loss >= 0.0)) throw Error(where + ": aux_loss must be >= 0, found " + number_text(aux_loss));
 }
 
 std::string MoeConfig::to_json() const {

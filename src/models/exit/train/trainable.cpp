@@ -100,9 +100,11 @@ TrainFamily exit_train_family() {
   TrainFamily f;
   f.name = "exit";
   f.description = "exit: token-level early exit (CALM-style classifiers, shared head)";
-  f.settings = {{"min_exit", "the earliest depth a token may stop at, in [1, layers - 1]", 1, {}},
-                {"exit_threshold", "lambda: a token exits when its classifier's q >= lambda (the default of eval, audit, exec)", 0.9, {}},
-                {"exit_head_steps", "steps of phase 2 (the exit classifiers on the frozen trunk)", 200, {}}};
+  f.settings = {{"min_exit", "the earliest depth a token may stop at, in [1, layers - 1]", 1, {}, in_range(1, 1 << 20)},
+                {"exit_threshold", "lambda: a token exits when its classifier's q >= lambda (the default of eval, audit, exec)", 0.9, {},
+                 in_range(0, 1)},
+                {"exit_head_steps", "steps of phase 2 (the exit classifiers on the frozen trunk)", 200, {},
+                 in_range(0, 1e9)}};
   f.files = single_file_checkpoint;
   set_constructors<ExitConfig>(f, config_of, [](const ExitConfig& c, const TrainableArgs& args) {
     return std::unique_ptr<Trainable>(std::make_unique<ExitTrainable>(c, args));

@@ -23,7 +23,7 @@ TrainFamily gated_train_family() {
   for (GateKind k : {GateKind::dense, GateKind::fixed, GateKind::uniform, GateKind::layerstatic, GateKind::featuregate})
     kinds.push_back(gate_kind_name(k));
   f.settings = {{"gate", "Gate kind: dense, fixed, uniform, layerstatic or featuregate", "featuregate", kinds},
-                {"gate_value", "Gate value of the fixed gate, in [0, 1]", 0.6, {}}};
+                {"gate_value", "Gate value of the fixed gate, in [0, 1]", 0.6, {}, in_range(0, 1)}};
   f.files = single_file_checkpoint;
   // Uniform-Matched: a fixed gate at the gate mass of a variant with learned gates.
   f.gate_mass_matching = GateMassMatching{

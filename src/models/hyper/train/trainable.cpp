@@ -34,12 +34,12 @@ TrainFamily hyper_train_family() {
   f.description = "hyper: hyper-connections (shc, dhc, mhc; n residual streams mixed at two sites per block)";
   f.settings = {
       {"hc_variant", "shc (static), dhc (dynamic, tanh) or mhc (manifold-constrained, Sinkhorn)", "dhc", {"shc", "dhc", "mhc"}},
-      {"hc_streams", "residual streams n (1 .. 64)", d.streams, {}},
+      {"hc_streams", "residual streams n (1 .. 64)", d.streams, {}, in_range(1, 64)},
       {"hc_tanh", "dhc: tanh on the dynamic part (true or false)", d.tanh, {}},
       {"hc_scale_init", "initial s_alpha, s_beta (dhc) or alpha read, write, mix (mhc)", d.scale_init, {}},
-      {"hc_sinkhorn_iters", "mhc: Sinkhorn column and row normalisations", d.sinkhorn_iters, {}},
-      {"hc_eps", "mhc: Sinkhorn and read eps", d.eps, {}},
-      {"hc_norm_eps", "mhc: the RMS eps", d.norm_eps, {}},
+      {"hc_sinkhorn_iters", "mhc: Sinkhorn column and row normalisations", d.sinkhorn_iters, {}, in_range(1, 1000)},
+      {"hc_eps", "mhc: Sinkhorn and read eps", d.eps, {}, in_range(0, 1, true, true)},
+      {"hc_norm_eps", "mhc: the RMS eps", d.norm_eps, {}, in_range(0, 1, true, true)},
       {"hc_pre_logit", "mhc: initial read logits (+ on the read stream, - elsewhere)", d.pre_logit, {}},
       {"hc_res_offdiag_init", "mhc: initial off-diagonal mixing logits", d.res_offdiag_init, {}},
       {"hc_out_init_div_sqrt_n", "[HC]'s init: attention and MLP output projections / sqrt(n) (true or false)",

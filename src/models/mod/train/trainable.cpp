@@ -19,8 +19,8 @@ TrainFamily mod_train_family() {
   TrainFamily f;
   f.name = "mod";
   f.description = "mod: Mixture-of-Depths";
-  f.settings = {{"capacity", "share c of each window's tokens a routed block runs, in (0, 1]", 0.125, {}},
-                {"routed_every", "blocks routed_every-1, 2 routed_every-1, ... are routed", 2, {}}};
+  f.settings = {{"capacity", "share c of each window's tokens a routed block runs, in (0, 1]", 0.125, {}, in_range(0, 1, true)},
+                {"routed_every", "blocks routed_every-1, 2 routed_every-1, ... are routed", 2, {}, in_range(1, 1 << 20)}};
   f.files = single_file_checkpoint;
   set_constructors<ModConfig>(f, config_of, [](const ModConfig& c, const TrainableArgs& args) {
     return std::unique_ptr<Trainable>(std::make_unique<FlatTrainable<ModFamily>>(c, args.seed, args.batch, args.adamw, args.clip));

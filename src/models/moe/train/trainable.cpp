@@ -1,5 +1,7 @@
 #include "models/moe/train/trainable.h"
 
+#include <limits>
+
 namespace fca {
 
 namespace {
@@ -21,10 +23,11 @@ TrainFamily moe_train_family() {
   TrainFamily f;
   f.name = "moe";
   f.description = "moe: top-k mixture of experts";
-  f.settings = {{"experts", "number of experts E", 8, {}},
-                {"top_k", "experts per token k (1 <= k <= E)", 2, {}},
-                {"expert_hidden", "expert width F (0 = 4D/k)", 0, {}},
-                {"aux_loss", "weight alpha of the load-balancing term", 0.01, {}}};
+  const double unbounded = std::numeric_limits<double>::infinity();
+  f.settings = {{"experts", "number of experts E", 8, {}, in_range(1, 4096)},
+                {"top_k", "experts per token k (1 <= k <= E)", 2, {}, in_range(1, 4096)},
+                {"expert_hidden", "expert width F (0 = 4D/k)", 0, {}, in_range(0, 1 << 20)},
+                {"aux_loss", "weight alpha of the load-balancing term", 0.01, {}, in_range(0, unbounded)}};
   f.files = single_file_checkpoint;
   set_constructors<MoeConfig>(f, config_of, [](const MoeConfig& c, const TrainableArgs& args) {
     return std::unique_ptr<Trainable>(std::make_unique<FlatTrainable<MoeFamily>>(c, args.seed, args.batch, args.adamw, args.clip));
