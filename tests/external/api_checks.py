@@ -60,6 +60,14 @@ else:
     moe = exec_models.adapter("routed", reference="dense")
     result = fca_adapter.exec(moe, data=data, out=out + "-dense", runs=2, max_runs=2, warmup=0, eval_windows=8, calib_windows=8,
                               no_progress=True)
+    # An error after the adapter described itself names it, never the relay fca_adapter.exec runs.
+    broken = exec_models.adapter("inexact")
+    try:
+        fca_adapter.exec(broken, data=data, out=out + "-inexact", runs=2, max_runs=2, warmup=0, eval_windows=8, calib_windows=8,
+                         no_progress=True)
+        check("an inexact replay raises AuditError", False)
+    except fca_adapter.AuditError as e:
+        check("an error names the adapter, not the relay", "adapter 'MoeStyle'" in str(e) and "cat <&" not in str(e))
     reference = result["models"][0]["modes"][-1]
     check("an MoE against a Dense reference: the reference's experts count 0, with the reason",
           reference["mode"] == "reference" and reference["executed_units_per_token"]["experts"] == 0 and
