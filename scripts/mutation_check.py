@@ -74,6 +74,9 @@ MUTATIONS = [
       bool any = false;''', gtest="AuditEndToEnd.AReplayThatUsesItsCoefficientsForOneStreamOnlyIsRefused", rebuild=True),
  M("family setting ranges", "src/train/train_family.cpp", '''  if (!s.range.contains(value.get<double>()))''', '''  if (false)''',
    gtest="TrainFamily.EveryRangedSettingRefusesValuesOutsideItsRangeNamingItself", rebuild=True),
+ M("the API names the adapter, not the relay", "python/fca_adapter/api.py",
+   '''        raise AuditError(message.replace(f"`{relay}`", f"adapter '{_adapter_name(adapter)}'"))''',
+   '''        raise AuditError(message)''', gtest="ExternalExec.PythonApiMeasuresTheModelInProcess"),
 ]
 
 

@@ -110,7 +110,16 @@ def _run_fca(subcommand: str, adapter: Adapter, out: str, data: Optional[str], f
     if status != 0:
         errors = [line.strip() for line in tail if line.startswith("fca: ")]
         usage = [line.strip() for line in tail if line.strip() and not line.startswith("Run with --help")]
-        raise AuditError(errors[-1] if errors else usage[-1] if usage else f"fca {subcommand} exited with status {status}")
+        message = errors[-1] if errors else usage[-1] if usage else f"fca {subcommand} exited with status {status}"
+        # Before the adapter has described itself fca can only name its command, which here is the
+        # relay: the message names the adapter instead.
+        raise AuditError(message.replace(f"`{relay}`", f"adapter '{_adapter_name(adapter)}'"))
+
+
+def _adapter_name(adapter: Adapter) -> str:
+    """The adapter's name without asking it to describe itself (which may be what failed)."""
+    name = getattr(adapter, "_name", None)       # HookedAdapter's name=, or the model's class
+    return name if isinstance(name, str) and name else type(adapter).__name__
 
 
 def audit(adapter: Adapter, data: Optional[str] = None, out: Optional[str] = None, fca: Optional[str] = None,

@@ -68,6 +68,15 @@ else:
         check("an inexact replay raises AuditError", False)
     except fca_adapter.AuditError as e:
         check("an error names the adapter, not the relay", "adapter 'MoeStyle'" in str(e) and "cat <&" not in str(e))
+    # An adapter whose describe fails: fca can name only its command, the relay; the API names the adapter.
+    class Undescribable(exec_models.fca_adapter.Adapter):
+        def describe(self):
+            raise RuntimeError("no description")
+    try:
+        fca_adapter.exec(Undescribable(), data=data, out=out + "-undescribable", runs=2, no_progress=True)
+        check("a failing describe raises AuditError", False)
+    except fca_adapter.AuditError as e:
+        check("a failing describe names the adapter, not the relay", "adapter 'Undescribable'" in str(e) and "cat <&" not in str(e))
     reference = result["models"][0]["modes"][-1]
     check("an MoE against a Dense reference: the reference's experts count 0, with the reason",
           reference["mode"] == "reference" and reference["executed_units_per_token"]["experts"] == 0 and
