@@ -218,8 +218,11 @@ def profiler_flops(run) -> int:
     return sum(int(e.flops or 0) for e in prof.events() if e.name in ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"))
 
 
-for style in ("routed", "masked", "skip", "zero"):
-    model, _, _ = build(style)
+import hooked_models  # noqa: E402
+
+models = {style: build(style)[0] for style in ("routed", "masked", "skip", "zero")}
+models.update({f"hooked {style}": hooked_models.build(style)[0] for style in ("mudd", "moe", "twice", "tuple", "tensors")})
+for style, model in models.items():
     model.eval()
     ids = torch.randint(0, 256, (2, 16))
     with torch.inference_mode():
