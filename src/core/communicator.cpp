@@ -140,7 +140,6 @@ const Communicator& single_process() {
   return alone;
 }
 
-bool built_with_mpi() { return FCA_WITH_MPI != 0; }
 
 void start_world(int* argc, char*** argv) {
   std::string value;

@@ -42,6 +42,5 @@ void start_world(int* argc, char*** argv);
 const Communicator& world();
 void stop_world();
 [[noreturn]] void abort_world(int code);
-bool built_with_mpi();
 
 }  // namespace fca

@@ -27,9 +27,7 @@ class TextSplit {
   void window(int64_t index, int T, int32_t* inputs, int32_t* targets) const;
   // Fills inputs/targets [T] of the T+1 bytes starting at byte `start`.
   void window_at(size_t start, int T, int32_t* inputs, int32_t* targets) const;
-  std::string content_hash() const;
-  // Every byte as a token id (byte-level models).
-  std::vector<int32_t> byte_tokens() const { return std::vector<int32_t>(bytes(), bytes() + size()); }  // SHA-256 of the bytes (computed once, then cached)
+  std::string content_hash() const;  // SHA-256 of the bytes (computed once, then cached)
 
  private:
   std::string name_;

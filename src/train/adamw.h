@@ -17,7 +17,6 @@ class AdamW {
   AdamW(const std::vector<TensorSlot>& layout, size_t buffer_size, AdamWOptions options);
   // One update of params from grads at learning rate lr; decays only slots with weight_decay set.
   void step(float* params, const float* grads, double lr);
-  int64_t steps_taken() const { return t_; }
   void set_steps_taken(int64_t t) { t_ = t; }
   std::vector<float>& first_moment() { return m_; }
   std::vector<float>& second_moment() { return v_; }

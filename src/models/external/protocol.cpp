@@ -2,7 +2,6 @@
 #include "models/external/protocol.h"
 
 #include <algorithm>
-#include <chrono>
 
 #include "core/error.h"
 
@@ -13,7 +12,6 @@ AdapterConnection::AdapterConnection(const std::string& command, double timeout_
 
 SafetensorsReader AdapterConnection::request(const std::string& type, const std::vector<TensorToWrite>& tensors,
                                              const std::map<std::string, std::string>& metadata) {
-  const auto start = std::chrono::steady_clock::now();
   std::map<std::string, std::string> meta = metadata;
   meta["protocol"] = kExternalProtocol;
   meta["type"] = type;
@@ -28,7 +26,6 @@ SafetensorsReader AdapterConnection::request(const std::string& type, const std:
   std::string answer(size_t(answer_length), '\0');
   process_.read_exact(answer.data(), answer.size(), timeout_s_, "the answer to " + type);
   SafetensorsReader reader = parse_answer(std::move(answer), type, label());
-  seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   ++requests_;
   return reader;
 }

@@ -41,14 +41,12 @@ class AdapterConnection {
   // command of fca_adapter.audit/exec is a relay, `cat <&5 & exec cat >&4`, which names nothing).
   const std::string& label() const { return process_.label(); }
   void name_adapter(const std::string& name) { process_.set_label("adapter '" + name + "'"); }
-  // Seconds spent in request() (sending, the adapter's work, receiving) and the requests made.
-  double seconds_in_requests() const { return seconds_; }
+  // The requests the adapter has answered.
   int64_t requests() const { return requests_; }
 
  private:
   ChildProcess process_;
   double timeout_s_;
-  double seconds_ = 0;
   int64_t requests_ = 0;
 };
 

@@ -17,11 +17,6 @@
 namespace fca {
 
 template <typename T>
-int MoeRunState<T>::rows_per_layer() const {
-  return batch * tokens * (dense_experts ? config.n_expert : config.top_k);
-}
-
-template <typename T>
 template <typename A>
 void MoeRunState<T>::layout(A& a, int windows) {
   const int64_t N = int64_t(windows) * max_tokens, D = config.d_model, L = config.n_layer;

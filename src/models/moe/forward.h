@@ -46,7 +46,6 @@ struct MoeRunState : StreamState<T> {
   // Backward scratch beyond the stream's.
   T *d_x, *d_act, *d_y;  // [R, D], [R, F], [R, D]
   T *d_weights, *d_probs;  // [N, k], [N, E]
-  int rows_per_layer() const;  // R for the current batch
   size_t bytes() const { return arena.capacity(); }
 
  private:
