@@ -17,21 +17,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
 sys.path.insert(0, HERE)
 from fca_adapter import execution  # noqa: E402
-from fca_adapter.counting import OUTSIDE, count_pass  # noqa: E402
+from fca_adapter.counting import OUTSIDE  # noqa: E402
+from exec_checks import check, counted, finish  # noqa: E402
 from exec_models import opaque_matmul  # noqa: E402
 
-failures = []
-
-
-def check(what, ok, detail=""):
-    print(("ok " if ok else "FAILED ") + what + ("" if ok else f": {detail}"))
-    if not ok:
-        failures.append(what)
-
-
-def counted(run, model=None, controllers=(), units=None):
-    with torch.inference_mode():
-        return count_pass(run, {"": model} if model is not None else {}, list(controllers), lambda m: False, units or {})[1]
 
 
 # -- every product's formula against its definition (multiply-adds x 2) ---------------------------
@@ -171,5 +160,4 @@ session.time_pass("live")
 check("a hand-written adapter's timed pass calls run(), not forward() (no record, no host copy)",
       hand.calls == {"forward": 0, "run": 1} and prepared["timed_pass"] == "run(ids, coefficients)", (hand.calls, prepared["timed_pass"]))
 
-print("FAILED: " + ", ".join(failures) if failures else "all checks passed")
-sys.exit(1 if failures else 0)
+finish()

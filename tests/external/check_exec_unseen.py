@@ -20,21 +20,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
 sys.path.insert(0, HERE)
 from fca_adapter import execution  # noqa: E402
-from fca_adapter.counting import OUTSIDE, count_pass  # noqa: E402
+from fca_adapter.counting import OUTSIDE  # noqa: E402
+from exec_checks import check, counted, finish  # noqa: E402
 from fca_adapter.errors import AdapterError  # noqa: E402
 
-failures = []
-
-
-def check(what, ok, detail=""):
-    print(("ok " if ok else "FAILED ") + what + ("" if ok else f": {detail}"))
-    if not ok:
-        failures.append(what)
-
-
-def counted(run, model=None, controllers=(), units=None):
-    with torch.inference_mode():
-        return count_pass(run, {"": model} if model is not None else {}, list(controllers), lambda m: False, units or {})[1]
 
 
 def unseen(c, kind=None):
@@ -233,5 +222,4 @@ for style, model in models.items():
           theirs > 0 and abs(total - theirs) <= 0.005 * theirs and not ours["uncounted_ops"] and not ours["unseen_work"],
           (total, theirs, ours["uncounted_ops"], ours["unseen_work"]))
 
-print("FAILED: " + ", ".join(failures) if failures else "all checks passed")
-sys.exit(1 if failures else 0)
+finish()
