@@ -1,12 +1,34 @@
 """Compares the outputs of scripts/compare_builds.sh under WORK/old and WORK/new: safetensors by
 tensor (name and bytes) plus trace metadata, JSON documents without provenance, paths and timing.
-Prints one line per file and exits 1 on any difference."""
+Prints one line per file and exits 1 on any difference.
+  compare_builds.py --runs WORK: the runs, one line each (name, checkpoint path, `fca train` flags),
+  from WORK/families.json (the new build's `fca families --json`): every configuration of every
+  family."""
 import hashlib
 import json
 import os
 import struct
 import sys
 
+
+
+def runs(work):
+    """(name, checkpoint path, weights, state, log, train flags) of every configuration of every
+    family, paths relative to the build's folder."""
+    out = []
+    for family in json.load(open(f"{work}/families.json"))["families"]:
+        files = family["checkpoint"]
+        for c in family["configurations"]:
+            stem = c["name"]
+            out.append((stem, *[files[k].replace("STEM", stem) for k in ("out", "weights", "state", "log")],
+                        c["train_flags"]))
+    return out
+
+
+if sys.argv[1] == "--runs":
+    for name, out, _, _, _, flags in runs(sys.argv[2]):
+        print(name, out, " ".join(flags))
+    sys.exit(0)
 work = sys.argv[1]
 ok = True
 
@@ -34,36 +56,30 @@ def report(name, same):
     print(f"{name:40s} {'same' if same else 'DIFFER'}")
 
 
-archs = ["gated", "mudd", "moe", "mod", "shc", "dhc", "mhc"]
-if os.path.exists(f"{work}/old/exit.safetensors") and os.path.exists(f"{work}/new/exit.safetensors"):
-    archs.append("exit")
-for arch in archs:
-    weights = f"{arch}.safetensors" if arch != "mudd" else "mudd/model.safetensors"
-    state = f"{arch}.train-state.safetensors" if arch != "mudd" else "mudd/train-state.safetensors"
+for name, _, weights, state, log, _ in runs(work):
     for f in [weights, state]:
         report(f, tensors(f"{work}/old/{f}")[0] == tensors(f"{work}/new/{f}")[0])
     for kind in ["trace", "replay", "ids"]:
-        f = f"{kind}_{arch}.safetensors"
+        f = f"{kind}_{name}.safetensors"
         (a, ma), (b, mb) = tensors(f"{work}/old/{f}"), tensors(f"{work}/new/{f}")
         report(f, a == b and strip(ma) == strip(mb))
-    report(f"audit_{arch}/windows.csv", open(f"{work}/old/audit_{arch}/windows.csv", "rb").read() ==
-           open(f"{work}/new/audit_{arch}/windows.csv", "rb").read())
-    report(f"audit_{arch}/audit.json", strip(json.load(open(f"{work}/old/audit_{arch}/audit.json"))) ==
-           strip(json.load(open(f"{work}/new/audit_{arch}/audit.json"))))
-    log = f"{arch}.safetensors.log.jsonl" if arch != "mudd" else "mudd/train.log.jsonl"
+    report(f"audit_{name}/windows.csv", open(f"{work}/old/audit_{name}/windows.csv", "rb").read() ==
+           open(f"{work}/new/audit_{name}/windows.csv", "rb").read())
+    report(f"audit_{name}/audit.json", strip(json.load(open(f"{work}/old/audit_{name}/audit.json"))) ==
+           strip(json.load(open(f"{work}/new/audit_{name}/audit.json"))))
 
     def records(p):
         return [strip({k: v for k, v in json.loads(line).items() if k not in ("tokens_per_s", "elapsed_s", "seconds")})
                 for line in open(p)]
     report(log, records(f"{work}/old/{log}") == records(f"{work}/new/{log}"))
     keys = ["nll", "bits_per_byte", "byte_ppl", "gate_mass", "windows", "family", "label", "config", "unit"]
-    ea, eb = json.load(open(f"{work}/old/eval_{arch}.json")), json.load(open(f"{work}/new/eval_{arch}.json"))
-    report(f"eval_{arch}.json", all(ea.get(k) == eb.get(k) for k in keys))
+    ea, eb = json.load(open(f"{work}/old/eval_{name}.json")), json.load(open(f"{work}/new/eval_{name}.json"))
+    report(f"eval_{name}.json", all(ea.get(k) == eb.get(k) for k in keys))
 
     def info(v):
-        text = open(f"{work}/{v}/info_{arch}.txt").read().replace(f"{v}/", "X/")
+        text = open(f"{work}/{v}/info_{name}.txt").read().replace(f"{v}/", "X/")
         return [line for line in text.splitlines() if not line.startswith(("fca_version", "sha256"))]
-    report(f"info_{arch}.txt", info("old") == info("new"))
+    report(f"info_{name}.txt", info("old") == info("new"))
 
 
 def exec_figures(p):

@@ -122,9 +122,10 @@ TEST(AddingAFamily, NoFamilyIncludesAnother) {
 }
 
 // A family extends the audit through its record kind and its traits, not through new methods of
-// the audit interface (issue 44): AuditableModel keeps at most the 44 virtual functions (its
-// destructor included) it had when the family API was closed. Lowering the bound when methods
-// leave is welcome; raising it is the change this test exists to stop.
+// the audit interface (issues 44 and 56): AuditableModel's core keeps at most 32 virtual functions
+// (its destructor included); what one or a few families need is an optional capability
+// (models/capabilities.h). Lowering the bound when methods leave is welcome; raising it is the
+// change this test exists to stop.
 TEST(AddingAFamily, TheAuditInterfaceDoesNotGrow) {
   const std::string header = read_text(std::filesystem::path(FCA_SOURCE_DIR) / "src/models/auditable.h");
   const size_t begin = header.find("class AuditableModel {");
@@ -134,7 +135,7 @@ TEST(AddingAFamily, TheAuditInterfaceDoesNotGrow) {
   const std::string body = header.substr(begin, end - begin);
   const std::regex virtual_word("\\bvirtual\\b");
   const auto count = std::distance(std::sregex_iterator(body.begin(), body.end(), virtual_word), std::sregex_iterator());
-  EXPECT_LE(count, 44) << "AuditableModel has " << count << " virtual functions; extend the audit through a record kind or traits";
+  EXPECT_LE(count, 32) << "AuditableModel has " << count << " virtual functions; extend the audit through a record kind, traits or a capability";
   EXPECT_GE(count, 10) << "the count is not reading the class";
 }
 

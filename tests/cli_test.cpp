@@ -11,6 +11,8 @@
 #include "core/sha256.h"
 #include "models/gated/model.h"
 #include "models/hyper/model.h"
+#include "models/registry.h"
+#include "train/train_family.h"
 #include "test_util.h"
 
 namespace fca {
@@ -101,6 +103,47 @@ TEST_F(Cli, MuddTrainEvalTraceAudit) {
                "--bootstrap", "100", "--out", dir.file("mudd-audit"), "--no-progress"});
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("structure_removed"), std::string::npos);
+}
+
+// `fca families --json` lists every family fca installs (the test binary's toy family is not in fca)
+// with the configurations that cover its settings; scripts/compare_builds.sh trains each with its
+// train_flags, so each configuration's flags must train a checkpoint of that configuration.
+TEST_F(Cli, FamiliesListsEveryFamilyAndItsConfigurationsTrain) {
+  const auto r = run_fca({"families", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json doc = nlohmann::json::parse(r.output);
+  ASSERT_EQ(doc.at("schema"), "fca-families-v1");
+  std::vector<std::string> listed, installed;
+  for (const auto& f : doc.at("families")) listed.push_back(f.at("name"));
+  for (const auto& f : train_families())
+    if (f.name != "toy") installed.push_back(f.name);
+  EXPECT_EQ(listed, installed);
+  for (const auto& f : doc.at("families")) {
+    const TrainFamily& family = train_family_named(f.at("name"));
+    const std::vector<nlohmann::json> expected = family_configurations(family);
+    ASSERT_EQ(f.at("configurations").size(), expected.size()) << f.dump();
+    EXPECT_EQ(f.at("checkpoint").at("weights"), family.files(checkpoint_path(family, "STEM")).weights);
+    for (size_t i = 0; i < expected.size(); ++i) {
+      const auto& c = f.at("configurations")[i];
+      EXPECT_EQ(c.at("settings"), expected[i]) << c.dump();
+      std::vector<std::string> args{"train", "--layers", "2", "--dim", "16", "--heads", "2", "--seq", "16", "--batch", "2",
+                                    "--steps", "1", "--data", dir.path(), "--no-progress"};
+      for (const auto& flag : c.at("train_flags")) args.push_back(flag);
+      const std::string out = checkpoint_path(family, dir.file(c.at("name").get<std::string>()));
+      args.insert(args.end(), {"--out", out});
+      const auto trained = run_fca(args);
+      ASSERT_EQ(trained.exit_code, 0) << c.dump() << trained.output;
+      // The checkpoint is of the configuration: its label (the name results print) shows each
+      // choice-valued setting's value ("dense", "mhc n4").
+      const nlohmann::json config = nlohmann::json::parse(open_model(out, 1, 16)->config_json());
+      const std::string label = family_named(family.name).label(config);
+      for (const FamilySetting& s : family.settings) {
+        if (!s.choices.empty()) {
+          EXPECT_NE(label.find(expected[i].at(s.key).get<std::string>()), std::string::npos) << label;
+        }
+      }
+    }
+  }
 }
 
 // `fca bench train --model` trains the checkpoint's weights, and its JSON says so (the first step's

@@ -11,13 +11,14 @@
 
 #include "audit/audit.h"
 #include "audit/audit_kind.h"
-#include "audit/exit_conditions.h"
+#include "audit/exit_depth_kind.h"
 #include "core/error.h"
 #include "core/json.h"
 #include "core/rng.h"
 #include "core/threads.h"
 #include "data/corpus.h"
 #include "models/exit/model.h"
+#include "models/capabilities.h"
 #include "models/registry.h"
 #include "models/routing_record.h"
 #include "test_util.h"
@@ -212,7 +213,7 @@ TEST(ExitAudit, EveryConditionReportsItsDepthAndCountedFlopsMatchingItsRecords) 
     EXPECT_EQ(k["conditions"][i]["compute"]["gemm_gflop_per_token_of_record"], j["conditions"][i]["compute"]["gemm_gflop_per_token_of_record"]);
   }
   // One audit per threshold: the cache written at 0.5 is refused at 0.7.
-  model->set_controller_setting("exit_threshold", 0.7);
+  set_controller_setting(*model, "exit_threshold", 0.7);
   a.out_dir = dir.file("audit07");
   a.cache_path = dir.file("audit") + "/cache.safetensors";
   try {
@@ -221,10 +222,10 @@ TEST(ExitAudit, EveryConditionReportsItsDepthAndCountedFlopsMatchingItsRecords) 
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("controller_setting"), std::string::npos) << e.what();
   }
-  EXPECT_THROW(model->set_controller_setting("gate_value", 0.5), Error);
+  EXPECT_THROW(set_controller_setting(*model, "gate_value", 0.5), Error);
   // A value just below the range is named as it is, not as std::to_string's "-0.000000".
   try {
-    model->set_controller_setting("exit_threshold", -1e-9);
+    set_controller_setting(*model, "exit_threshold", -1e-9);
     ADD_FAILURE() << "exit_threshold -1e-9 accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("found -1e-09"), std::string::npos) << e.what();

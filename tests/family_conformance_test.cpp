@@ -34,6 +34,7 @@
 #include "exec/exec.h"
 #include "exec/exec_family.h"
 #include "families/families.h"
+#include "models/capabilities.h"
 #include "models/record_kind.h"
 #include "models/registry.h"
 #include "report/report.h"
@@ -90,17 +91,7 @@ class FamilyConformance : public ::testing::TestWithParam<std::string> {
   const TrainFamily& family() const { return train_family_named(GetParam()); }
   nlohmann::json defaults() const { return resolve_settings(family(), nlohmann::json::object(), "test"); }
   // The family's defaults, and each further value of its choice-valued settings.
-  std::vector<nlohmann::json> configurations() const {
-    std::vector<nlohmann::json> out{defaults()};
-    for (const auto& setting : family().settings)
-      for (const std::string& choice : setting.choices) {
-        if (setting.default_value.is_string() && setting.default_value.get<std::string>() == choice) continue;
-        nlohmann::json given = nlohmann::json::object();
-        given[setting.key] = choice;
-        out.push_back(resolve_settings(family(), given, "test"));
-      }
-    return out;
-  }
+  std::vector<nlohmann::json> configurations() const { return family_configurations(family()); }
   // A freshly initialised checkpoint of the family, saved under `stem`.
   std::string fresh_checkpoint(const nlohmann::json& settings, uint64_t seed, const std::string& stem) {
     const std::string path = checkpoint_path(family(), dir.file(GetParam() + "-" + stem));
@@ -221,7 +212,9 @@ TEST_P(FamilyConformance, TraceNamesAreStable) {
   std::vector<std::string> first;
   for (int B : {1, 2}) {
     const auto model = open_model(path, B, T);
-    model->set_keep_intermediates(true);
+    Traceable* traceable = capability<Traceable>(*model);
+    ASSERT_NE(traceable, nullptr) << "every family's auditable is Traceable (models/family_auditable.h)";
+    traceable->set_keep_intermediates(true);
     model->set_max_batch(B);
     const auto x = random_tokens(*model, B, T, 31), y = random_tokens(*model, B, T, 32);
     std::vector<double> nll(static_cast<size_t>(B));
@@ -230,7 +223,7 @@ TEST_P(FamilyConformance, TraceNamesAreStable) {
       if (live) model->run_live(x.data(), y.data(), B, T, &recorded, 0, nll.data());
       else model->run_replay(x.data(), y.data(), B, T, recorded, nll.data());
       std::vector<std::string> names;
-      for (const TraceTensor& t : model->trace_tensors(B, T, live)) {
+      for (const TraceTensor& t : traceable->trace_tensors(B, T, live)) {
         names.push_back(t.name);
         ASSERT_GE(t.shape.size(), 2u) << t.name;
         EXPECT_EQ(t.shape[0], B) << t.name;

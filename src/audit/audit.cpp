@@ -12,6 +12,7 @@
 #include "core/file_io.h"
 #include "models/record_kind.h"
 #include "ops/provenance.h"
+#include "models/capabilities.h"
 
 namespace fca {
 namespace {
@@ -75,7 +76,7 @@ void describe_run(const AuditableModel& model, const Corpus& corpus, const TextS
   CacheManifest& m = s.manifest;
   m.family = model.family();
   m.model_description = model.description();
-  m.controller_setting = model.controller_setting();
+  m.controller_setting = controller_setting_of(model);
   m.model_sha256 = model.content_hash();
   m.eval_split = test.path();
   m.eval_split_sha256 = test.content_hash();
@@ -204,7 +205,8 @@ nlohmann::ordered_json run_audit(AuditableModel& model, const Corpus& corpus, co
   ConditionResults conditions = run_conditions(model, s, in, units, done);
   if (!conditions.finished) return {{"stopped_after_batches", o.stop_after_batches}};
   std::vector<ConditionRun> runs;
-  exact.correct.compute = model.record_compute(in.evaluation, in.evaluation.windows);  // the cache, unchanged
+  if (const auto* compute = capability<RecordDependentCompute>(model))
+    exact.correct.compute = compute->record_compute(in.evaluation, in.evaluation.windows);  // the cache, unchanged
   runs.push_back(std::move(exact.correct));
   for (auto& run : conditions.runs) runs.push_back(std::move(run));
   for (const auto& run : runs)

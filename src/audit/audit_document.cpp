@@ -9,6 +9,7 @@
 #include "core/rng.h"
 #include "core/undefined_statistic.h"
 #include "models/routing_record.h"
+#include "models/capabilities.h"
 
 namespace fca {
 namespace {
@@ -78,7 +79,7 @@ nlohmann::ordered_json settings_json(const AuditSetup& s, const AuditInputs& in)
           {"cache_from_other_build", in.cache_from_other_build}};
 }
 
-// What a condition's replays ran (AuditableModel::record_compute), beside its DeltaNLL: mean
+// What a condition's replays ran (RecordDependentCompute, models/capabilities.h), beside its DeltaNLL: mean
 // blocks per token (an exit model's mean depth) and its difference to correct, GEMM GFLOP per
 // token by the records' formulas and as counted (plus the prefix reused replays did not run), and
 // whether the two agree.
@@ -252,14 +253,15 @@ nlohmann::ordered_json audit_document(const AuditableModel& model, const AuditSe
   j["factor_effects"] = factor_effects_json(table, o.reps, o.bootstrap_resamples);
   j["retention"] = retention_json(table, o.bootstrap_resamples);
   j["criteria"] = criteria_json(j["conditions"], j["retention"], o);
-  const std::string constraint = model.coefficient_constraint();
+  const CoefficientConstraint* constrained = capability<CoefficientConstraint>(model);
+  const std::string constraint = constrained != nullptr ? constrained->coefficient_constraint() : "";
   if (!constraint.empty()) {
     // The largest violation of the family's constraint in what each condition replayed, over its
     // windows and randomisations (the coefficients are regenerated: they are cheap to copy).
     j["model"]["coefficient_constraint"] = constraint;
     // correct replays the cache unchanged.
     double live = 0;
-    for (int w = 0; w < in.evaluation.windows; ++w) live = std::max(live, model.constraint_violation(in.evaluation, w));
+    for (int w = 0; w < in.evaluation.windows; ++w) live = std::max(live, constrained->constraint_violation(in.evaluation, w));
     for (auto& entry : j["conditions"])
       if (entry["name"] == "correct") entry["constraint_violation"] = live;
     CoefficientTensor one = model.make_coefficients(1, s.tokens);
@@ -268,7 +270,7 @@ nlohmann::ordered_json audit_document(const AuditableModel& model, const AuditSe
       for (int r = 0; r < (c->randomized() ? o.reps : 1); ++r)
         for (int w = 0; w < s.windows(); ++w) {
           c->coefficients(w, r, one, 0);
-          worst = std::max(worst, model.constraint_violation(one.view(), 0));
+          worst = std::max(worst, constrained->constraint_violation(one.view(), 0));
         }
       for (auto& entry : j["conditions"])
         if (entry["name"] == c->name()) entry["constraint_violation"] = worst;
@@ -277,7 +279,9 @@ nlohmann::ordered_json audit_document(const AuditableModel& model, const AuditSe
   j["variance"] = variance_json(in.evaluation, s.routing);
   j["profiles"] = in.profiles->profiles_json();
   if (s.kind().routing_json != nullptr) j["routing"] = s.kind().routing_json(in.evaluation, s.manifest, runs);
-  if (auto diagnostics = model.cache_diagnostics(in.evaluation); !diagnostics.is_null()) j["diagnostics"] = std::move(diagnostics);
+  if (const CacheDiagnostics* d = capability<CacheDiagnostics>(model)) {
+    if (auto diagnostics = d->cache_diagnostics(in.evaluation); !diagnostics.is_null()) j["diagnostics"] = std::move(diagnostics);
+  }
   j["provenance"] = provenance;
   return j;
 }

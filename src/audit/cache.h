@@ -39,7 +39,7 @@ struct CacheManifest {
   // The build that wrote it (build_description()). Informational, not matched: another build's
   // cache is used only when exact replay, which always runs, reproduces its NLLs bit for bit.
   std::string build;
-  // The controller's inference setting the records depend on (AuditableModel::controller_setting():
+  // The controller's inference setting the records depend on (ControllerSetting, models/capabilities.h:
   // an exit model's threshold); matched. Empty (and not written) for models without one.
   std::string controller_setting;
 

@@ -20,7 +20,7 @@ struct CalibrationProfiles {
   CoefficientTensor identity;             // the controller as a no-op
 };
 
-// The model's switchable groups (AuditableModel::disable_groups): names, the disabled value of every
+// The model's switchable groups (AblationGroups, models/capabilities.h): names, the disabled value of every
 // grouped entry (window 0, constant over tokens), and each (layer, stream, source) entry's group.
 struct DisableGroups {
   std::vector<std::string> names;

@@ -5,6 +5,7 @@
 
 #include "audit/audit_kind.h"
 #include "core/error.h"
+#include "models/capabilities.h"
 
 namespace fca {
 namespace {
@@ -18,15 +19,17 @@ class ContinuousConditions : public KindConditions {
     compute_means(C, profiles_.layer_position_mean, profiles_.static_profile);
     if (model.has_identity_profile()) model.identity_profile(profiles_.identity);
     model.structure_removed_profile(profiles_.static_profile, profiles_.structure_removed);
-    groups_.names = model.disable_groups();
+    const AblationGroups* ablation = capability<AblationGroups>(model);
+    if (ablation == nullptr) return;
+    groups_.names = ablation->disable_groups();
     if (groups_.names.empty()) return;
     groups_.disabled = model.make_coefficients(1, T);
-    model.disabled_profile(groups_.disabled);
+    ablation->disabled_profile(groups_.disabled);
     const CoefficientShape& shape = groups_.disabled.shape();
     for (int l = 0; l < shape.layers; ++l)
       for (int st = 0; st < shape.streams; ++st)
         for (int k = 0; k < shape.sources; ++k) {
-          const int g = model.disable_group_of(l, st, k);
+          const int g = ablation->disable_group_of(l, st, k);
           if (g < -1 || g >= int(groups_.names.size()))
             throw Error("internal error: coefficient group " + std::to_string(g) + " of " + std::to_string(groups_.names.size()));
           groups_.group_of.push_back(g);
@@ -72,7 +75,8 @@ std::vector<SkippedCondition> continuous_skipped(const AuditableModel& model, co
 
 std::vector<std::string> disabled_group_conditions(const AuditableModel& model) {
   std::vector<std::string> names;
-  for (const auto& g : model.disable_groups()) names.push_back("disabled_" + g);
+  if (const AblationGroups* ablation = capability<AblationGroups>(model))
+    for (const auto& g : ablation->disable_groups()) names.push_back("disabled_" + g);
   return names;
 }
 

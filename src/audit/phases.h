@@ -29,6 +29,7 @@
 #include "core/communicator.h"
 #include "core/json.h"
 #include "core/progress.h"
+#include "models/capabilities.h"
 
 namespace fca {
 
@@ -87,7 +88,7 @@ struct ConditionRun {
   bool randomized = false;
   std::vector<std::vector<double>> nll;
   int64_t controller_evaluations = 0;
-  // Families whose records change how much runs (AuditableModel::record_compute): over every
+  // Families whose records change how much runs (RecordDependentCompute, models/capabilities.h): over every
   // replay of the condition, the GEMM FLOPs counted as they ran (null for correct, whose replay is
   // the exact replay) and by the records' formulas, and blocks run summed over tokens.
   std::optional<RecordCompute> compute;

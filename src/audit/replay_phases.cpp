@@ -10,6 +10,7 @@
 #include "audit/work_split.h"
 #include "core/error.h"
 #include "ops/provenance.h"
+#include "models/capabilities.h"
 
 namespace fca {
 namespace {
@@ -75,7 +76,7 @@ nlohmann::json condition_batch(AuditableModel& model, const AuditSetup& s, const
   CoefficientTensor batch = model.make_coefficients(B, T);
   std::vector<double> nll(static_cast<size_t>(B));
   const ExecCounters* counters = exec_counters();
-  const bool computed = model.record_compute(batch.view(), B).has_value();
+  const RecordDependentCompute* computed = capability<RecordDependentCompute>(model);
   if (computed) record["compute"] = nlohmann::json::array();
   // Kinds whose records shorten tokens (exit depths): the argmax of the unchanged records' replay
   // (bitwise the live pass), to compare with the full computation's (identity) on the tokens the
@@ -124,7 +125,7 @@ nlohmann::json condition_batch(AuditableModel& model, const AuditSetup& s, const
         record["exit_agreement"] = {agreeing, exited};
       }
       if (computed) {
-        const RecordCompute f = *model.record_compute(batch.view(), B);
+        const RecordCompute f = computed->record_compute(batch.view(), B);
         counted += counters != nullptr ? double(counters->gemm_flops.load()) - gemm_before : 0.0;
         reused += reused_prefix ? f.prefix_gemm_flops : 0.0;
         formula += f.gemm_flops;

@@ -15,31 +15,33 @@
 #include "core/file_io.h"
 #include "models/registry.h"
 #include "report/audit_markdown.h"
+#include "models/capabilities.h"
 
 namespace fca::cli {
 
-void add_audit_command(CLI::App& app) {
-  struct Flags {
-    AuditOptions audit;
-    std::string data, conditions, external;
-    double external_timeout = 600;
-    int threads = 0;
-    bool no_progress = false;
-    bool no_prefix_reuse = false;
-    bool plan_only = false;
-    std::optional<double> exit_threshold;
-  };
-  auto f = std::make_shared<Flags>();
-  AuditOptions& a = f->audit;
-  CLI::App* cmd = app.add_subcommand("audit", "Frozen-Controller Audit: coefficient variation and functional dependence");
-  auto* model = cmd->add_option("--model", a.model_path, "Checkpoint: an fca .safetensors file or a MUDD model folder");
-  auto* external = cmd->add_option("--external", f->external,
+namespace {
+
+struct AuditFlags {
+  AuditOptions audit;
+  std::string data, conditions, external;
+  double external_timeout = 600;
+  int threads = 0;
+  bool no_progress = false;
+  bool no_prefix_reuse = false;
+  bool plan_only = false;
+  std::optional<double> exit_threshold;
+};
+
+void add_audit_flags(CLI::App* cmd, AuditFlags& f) {
+  AuditOptions& a = f.audit;
+  auto* model = cmd->add_option("--model", a.model_path, "Checkpoint of any installed family (`fca families`): a .safetensors file or a model folder");
+  auto* external = cmd->add_option("--external", f.external,
                                    "Audit a model fca does not implement: the command that starts its adapter "
                                    "(docs/external-protocol.md), e.g. \"python3 examples/gated_adapter.py --model m.safetensors\"");
   model->excludes(external);
-  cmd->add_option("--external-timeout", f->external_timeout, "Seconds to wait for each answer of the adapter")
+  cmd->add_option("--external-timeout", f.external_timeout, "Seconds to wait for each answer of the adapter")
       ->check(number_in(kMinExternalTimeout, kMaxExternalTimeout))->capture_default_str();
-  cmd->add_option("--data", f->data, "Data folder (test = evaluation set, valid = calibration set); default: the nlp-corpus");
+  cmd->add_option("--data", f.data, "Data folder (test = evaluation set, valid = calibration set); default: the nlp-corpus");
   cmd->add_option("--eval-windows", a.eval_windows, "Evaluation windows from the test split")->check(whole_number(2, "", 1 << 24))->capture_default_str();
   cmd->add_option("--calib-windows", a.calib_windows, "Calibration windows from the valid split")->check(whole_number(1))->capture_default_str();
   cmd->add_option("--seq", a.tokens, "Window length T (0 = the model's seq_len)")->check(whole_number(0, "0 = the model's seq_len"))->capture_default_str();
@@ -50,7 +52,7 @@ void add_audit_command(CLI::App& app) {
       ->check(whole_number(0, "0 = chosen by a probe"))->capture_default_str();
   cmd->add_option("--bootstrap", a.bootstrap_resamples, "Bootstrap resamples")->check(whole_number(1))->capture_default_str();
   cmd->add_option("--seed", a.seed, "Audit seed (randomisations and bootstrap)")->check(unsigned_integer)->capture_default_str();
-  cmd->add_option("--conditions", f->conditions, "Comma-separated conditions (default: all that apply)");
+  cmd->add_option("--conditions", f.conditions, "Comma-separated conditions (default: all that apply)");
   cmd->add_option("--cache", a.cache_path, "Coefficient cache: reused when it exists and matches, else written (default: <out>/cache.safetensors)");
   cmd->add_option("--small-penalty", a.small_penalty, "Threshold: static_profile penalty small iff upper CI < this")
       ->check(non_negative_number)->capture_default_str();
@@ -59,12 +61,12 @@ void add_audit_command(CLI::App& app) {
   cmd->add_option("--replay-tolerance", a.replay_tolerance, "Allowed replay difference (0 = bitwise; for other backends only)")
       ->check(non_negative_number)->capture_default_str();
   cmd->add_option("--out", a.out_dir, "Output folder (audit.json, windows.csv, audit.md); required except with --plan");
-  cmd->add_option("--exit-threshold", f->exit_threshold,
+  cmd->add_option("--exit-threshold", f.exit_threshold,
                   "Early-exit models: the threshold lambda in [0, 1] the live pass and its records use (default: the "
                   "checkpoint's); one audit per threshold, recorded in the cache")
       ->check(number_in(0, 1));
-  cmd->add_flag("--no-progress", f->no_progress, "No progress bar");
-  cmd->add_flag("--plan", f->plan_only,
+  cmd->add_flag("--no-progress", f.no_progress, "No progress bar");
+  cmd->add_flag("--plan", f.plan_only,
                 "Print the plan (passes, tokens, FLOPs, memory, time estimated from a short probe) and stop");
   cmd->add_flag("--allow-insensitive-replay", a.allow_insensitive_replay,
                 "Audit even when replaying changed coefficients leaves the logits unchanged (the replay ignores them: "
@@ -72,50 +74,61 @@ void add_audit_command(CLI::App& app) {
   cmd->add_flag("--joint-token-shuffle", a.joint_token_shuffle,
                 "token_shuffle and cross_shuffle move every stream of a layer with one permutation (site-joint: a token's "
                 "whole coefficient square moves as a unit) instead of one permutation per stream");
-  cmd->add_flag("--no-prefix-reuse", f->no_prefix_reuse,
+  cmd->add_flag("--no-prefix-reuse", f.no_prefix_reuse,
                 "Recompute the embedding and block 0 in every condition replay (bitwise the same results, slower)");
-  add_threads_flag(*cmd, f->threads);
-  cmd->callback(naming_batch(a.batch, [f] {
-    apply_threads(f->threads);
-    AuditOptions options = f->audit;
-    options.prefix_reuse = !f->no_prefix_reuse;
-    options.progress = !f->no_progress;
-    options.plan_only = f->plan_only;
-    options.communicator = &world();  // mpirun: every rank runs the audit; rank 0 writes it
-    std::stringstream list(f->conditions);
-    for (std::string item; std::getline(list, item, ',');)
-      if (!item.empty()) options.conditions.push_back(item);
-    if (options.model_path.empty() == f->external.empty()) throw Error("audit: give --model or --external (one of them)");
-    Corpus corpus(resolve_data_dir(f->data));
-    const int max_tokens = options.tokens > 0 ? options.tokens : 1 << 20;
-    std::unique_ptr<AuditableModel> model;
-    if (f->external.empty()) {
-      model = open_model(options.model_path, std::max(1, options.batch), max_tokens);
-      if (f->exit_threshold) model->set_controller_setting("exit_threshold", *f->exit_threshold);
-    } else {
-      if (f->exit_threshold) throw Error("audit: --exit-threshold applies to fca's early-exit models, not to --external");
-      // The adapter learns its place among the ranks (fca_adapter.rank(), local_rank()), so that a node
-      // with several GPUs audits one model replica per GPU (docs/audit-your-model.md).
-      ::setenv("FCA_RANK", std::to_string(world().rank()).c_str(), 1);
-      ::setenv("FCA_RANKS", std::to_string(world().size()).c_str(), 1);
-      auto external = open_external_model(f->external, f->external_timeout);
-      options.model_path = external->model_path();
-      options.adapter_command = f->external;
-      model = std::move(external);
-    }
-    const auto j = run_audit(*model, corpus, options);
-    if (!world().root()) return;
-    if (options.plan_only) {
-      std::printf("%s\n", j.dump(2).c_str());
-      return;
-    }
-    write_audit_markdown(options.out_dir, j);
-    std::printf("audit of %s: baseline NLL %.4f nats/byte\n", options.model_path.c_str(), j["baseline"]["nll"].get<double>());
-    for (const auto& c : j["conditions"])
-      std::printf("  %-20s DeltaNLL %+.5f  95%% CI [%+.5f, %+.5f]\n", c["name"].get<std::string>().c_str(),
-                  c["delta_nll"].get<double>(), c["ci95"][0].get<double>(), c["ci95"][1].get<double>());
-    std::printf("written: %s/audit.json, windows.csv, audit.md\n", options.out_dir.c_str());
-  }));
+  add_threads_flag(*cmd, f.threads);
+}
+
+// The audit of the flags' model: fca's checkpoint or an adapter's; rank 0 writes and prints.
+void run_audit_command(const AuditFlags& f) {
+  apply_threads(f.threads);
+  AuditOptions options = f.audit;
+  options.prefix_reuse = !f.no_prefix_reuse;
+  options.progress = !f.no_progress;
+  options.plan_only = f.plan_only;
+  options.communicator = &world();  // mpirun: every rank runs the audit; rank 0 writes it
+  std::stringstream list(f.conditions);
+  for (std::string item; std::getline(list, item, ',');)
+    if (!item.empty()) options.conditions.push_back(item);
+  if (options.model_path.empty() == f.external.empty()) throw Error("audit: give --model or --external (one of them)");
+  Corpus corpus(resolve_data_dir(f.data));
+  const int max_tokens = options.tokens > 0 ? options.tokens : 1 << 20;
+  std::unique_ptr<AuditableModel> model;
+  if (f.external.empty()) {
+    model = open_model(options.model_path, std::max(1, options.batch), max_tokens);
+    if (f.exit_threshold) set_controller_setting(*model, "exit_threshold", *f.exit_threshold);
+  } else {
+    if (f.exit_threshold) throw Error("audit: --exit-threshold applies to fca's early-exit models, not to --external");
+    // The adapter learns its place among the ranks (fca_adapter.rank(), local_rank()), so that a node
+    // with several GPUs audits one model replica per GPU (docs/audit-your-model.md).
+    ::setenv("FCA_RANK", std::to_string(world().rank()).c_str(), 1);
+    ::setenv("FCA_RANKS", std::to_string(world().size()).c_str(), 1);
+    auto external = open_external_model(f.external, f.external_timeout);
+    options.model_path = external->model_path();
+    options.adapter_command = f.external;
+    model = std::move(external);
+  }
+  const auto j = run_audit(*model, corpus, options);
+  if (!world().root()) return;
+  if (options.plan_only) {
+    std::printf("%s\n", j.dump(2).c_str());
+    return;
+  }
+  write_audit_markdown(options.out_dir, j);
+  std::printf("audit of %s: baseline NLL %.4f nats/byte\n", options.model_path.c_str(), j["baseline"]["nll"].get<double>());
+  for (const auto& c : j["conditions"])
+    std::printf("  %-20s DeltaNLL %+.5f  95%% CI [%+.5f, %+.5f]\n", c["name"].get<std::string>().c_str(),
+                c["delta_nll"].get<double>(), c["ci95"][0].get<double>(), c["ci95"][1].get<double>());
+  std::printf("written: %s/audit.json, windows.csv, audit.md\n", options.out_dir.c_str());
+}
+
+}  // namespace
+
+void add_audit_command(CLI::App& app) {
+  auto f = std::make_shared<AuditFlags>();
+  CLI::App* cmd = app.add_subcommand("audit", "Frozen-Controller Audit: coefficient variation and functional dependence");
+  add_audit_flags(cmd, *f);
+  cmd->callback(naming_batch(f->audit.batch, [f] { run_audit_command(*f); }));
 }
 
 void add_aggregate_command(CLI::App& app) {

@@ -23,7 +23,7 @@ void add_eval_command(CLI::App& app) {
   };
   auto f = std::make_shared<Flags>();
   CLI::App* cmd = app.add_subcommand("eval", "Evaluate a model: NLL, bits/byte, Byte-PPL, gate mass");
-  cmd->add_option("--model", f->model, "Checkpoint: a gated .safetensors file or a MUDD model folder")->required();
+  cmd->add_option("--model", f->model, "Checkpoint of any installed family (`fca families`): a .safetensors file or a model folder")->required();
   cmd->add_option("--data", f->data, "Data folder; default: the nlp-corpus");
   cmd->add_option("--split", f->split, "Split to evaluate")->check(CLI::IsMember({"train", "valid", "test"}))->capture_default_str();
   cmd->add_option("--windows", f->windows, "Evenly spaced windows to evaluate (0 = all)")
@@ -68,7 +68,7 @@ void add_eval_command(CLI::App& app) {
 void add_info_command(CLI::App& app) {
   auto model_path = std::make_shared<std::string>();
   CLI::App* cmd = app.add_subcommand("info", "Show a checkpoint's config, parameter count and gate kind");
-  cmd->add_option("--model", *model_path, "Checkpoint: a gated .safetensors file or a MUDD model folder")->required();
+  cmd->add_option("--model", *model_path, "Checkpoint of any installed family (`fca families`): a .safetensors file or a model folder")->required();
   cmd->callback([model_path] {
     const ModelFamily& family = family_of(*model_path);
     if (family.info) {

@@ -16,6 +16,7 @@
 #include "core/file_io.h"
 #include "models/registry.h"
 #include "models/routing_record.h"
+#include "models/capabilities.h"
 
 namespace fca::cli {
 namespace {
@@ -109,7 +110,8 @@ void trace_model(const TraceFlags& f) {
   const int B = int(rows.size()), n = int(rows[0].size()), V = model->vocab();
   check_fits(f, n, model->max_tokens());
   if (B > 1 << 10) throw Error("trace: at most 1024 rows, found " + std::to_string(B));
-  model->set_keep_intermediates(true);
+  Traceable* traceable = capability<Traceable>(*model);  // null: no intermediates, losses from the logits
+  if (traceable != nullptr) traceable->set_keep_intermediates(true);
   model->set_max_batch(B);
   std::vector<int32_t> tokens, targets;
   next_token_targets(rows, tokens, targets);
@@ -141,7 +143,7 @@ void trace_model(const TraceFlags& f) {
   // position (no target) is left out.
   const float* logits = model->last_logits();
   std::vector<float> computed;
-  const float* losses = model->last_position_losses();
+  const float* losses = traceable != nullptr ? traceable->last_position_losses() : nullptr;
   if (losses == nullptr) {
     computed.resize(size_t(B) * n);
     for (size_t i = 0; i < computed.size(); ++i) {
@@ -160,7 +162,8 @@ void trace_model(const TraceFlags& f) {
                                      {"window_nll", {B}, nll.data()},
                                      {"coefficients", values_shape, record.values().data()}};
   if (s.slots > 0) tensors.push_back({"routing", routing_shape, record.discrete().data(), DType::I32});
-  for (const TraceTensor& t : model->trace_tensors(B, n, f.replay.empty())) tensors.push_back({t.name, t.shape, t.data});
+  if (traceable != nullptr)
+    for (const TraceTensor& t : traceable->trace_tensors(B, n, f.replay.empty())) tensors.push_back({t.name, t.shape, t.data});
   write_trace(f, tensors, model->content_hash(), evaluations, B, n);
 }
 
@@ -170,7 +173,7 @@ void add_trace_command(CLI::App& app) {
   auto f = std::make_shared<TraceFlags>();
   CLI::App* cmd = app.add_subcommand("trace", "Run a model on given ids or text and write logits, NLL, coefficients "
                                               "and hidden states");
-  cmd->add_option("--model", f->model, "Checkpoint: a .safetensors file or a MUDD model folder")->required();
+  cmd->add_option("--model", f->model, "Checkpoint of any installed family (`fca families`): a .safetensors file or a model folder")->required();
   auto* ids = cmd->add_option("--ids", f->ids, "JSON file: an array of equal-length arrays of token ids");
   auto* text = cmd->add_option("--text", f->text, "Text forming one window, tokenized as the model's audit tokenizes text");
   ids->excludes(text);

@@ -75,5 +75,6 @@ void add_report_command(CLI::App& app);
 void add_study_command(CLI::App& app);
 void add_paper_command(CLI::App& app);
 void add_convert_command(CLI::App& app);
+void add_families_command(CLI::App& app);
 
 }  // namespace fca::cli

@@ -27,6 +27,7 @@ int main(int argc, char** argv) {
   fca::cli::add_study_command(app);
   fca::cli::add_paper_command(app);
   fca::cli::add_convert_command(app);
+  fca::cli::add_families_command(app);
   // Under mpirun every rank runs the same command (docs/cluster.md). A rank that fails ends them all:
   // the others would otherwise wait for it in a collective forever.
   const auto fail = [](int code) {

@@ -105,100 +105,113 @@ void check_exec_options(const ExecOptions& o) {
   for (const auto& path : o.models) (void)exec_family_named(family_of(path).name);  // a wrong --model fails before the peak probe
 }
 
-nlohmann::ordered_json run_exec(const Corpus& corpus, const ExecOptions& o) {
-  check_exec_options(o);
-  if (!o.out_dir.empty()) ensure_folder(o.out_dir, "--out");  // before the measurements, not after
-  const double peak = measure_sgemm_peak_gflops();
-  nlohmann::ordered_json out;
-  out["schema"] = kExecSchema;
-  out["settings"] = {{"batch", o.batch},
-                     {"runs", o.runs},
-                     {"max_runs", o.max_runs},
-                     {"time_budget_s", o.time_budget_s},
-                     {"margin", o.margin},
-                     {"warmup", o.warmup},
-                     {"skip_thresholds", o.skip_thresholds},
-                     {"calib_windows", o.calib_windows},
-                     {"eval_windows", o.eval_windows}};
+namespace {
+
+nlohmann::ordered_json exec_settings_json(const ExecOptions& o) {
+  nlohmann::ordered_json settings = {{"batch", o.batch},
+                                     {"runs", o.runs},
+                                     {"max_runs", o.max_runs},
+                                     {"time_budget_s", o.time_budget_s},
+                                     {"margin", o.margin},
+                                     {"warmup", o.warmup},
+                                     {"skip_thresholds", o.skip_thresholds},
+                                     {"calib_windows", o.calib_windows},
+                                     {"eval_windows", o.eval_windows}};
   if (!o.externals.empty()) {
-    out["settings"]["externals"] = o.externals;
-    out["settings"]["external_timeout_s"] = o.external_timeout_s;
+    settings["externals"] = o.externals;
+    settings["external_timeout_s"] = o.external_timeout_s;
   }
-  out["flop_convention"] = kFlopConvention;
-  if (!o.externals.empty()) out["flop_convention_external"] = kExternalFlopConvention;
-  out["sgemm_peak_gflops"] = peak;
-  out["models"] = nlohmann::ordered_json::array();
-  // 1. Every model's configurations: counted passes (checked against the graph) and NLL.
-  TimedModes timed;
-  {
-    Progress bar("exec: count", int64_t(o.models.size() + o.externals.size()), "model");
-    for (size_t mi = 0; mi < o.models.size(); ++mi) {
-      const std::string& path = o.models[mi];
-      timed.start_model(mi);
-      const ModelFamily& family = family_of(path);
-      out["models"].push_back(with_label(exec_family_named(family.name).measure(path, corpus, o, timed), family));
-      if (o.progress) bar.update(int64_t(mi + 1));
+  return settings;
+}
+
+// Phase 1: every model's configurations, counted passes (checked against the graph) and NLL, each
+// model's entry appended to `models` and its passes handed to `timed`.
+void count_every_model(const Corpus& corpus, const ExecOptions& o, TimedModes& timed, nlohmann::ordered_json& models) {
+  Progress bar("exec: count", int64_t(o.models.size() + o.externals.size()), "model");
+  for (size_t mi = 0; mi < o.models.size(); ++mi) {
+    const std::string& path = o.models[mi];
+    timed.start_model(mi);
+    const ModelFamily& family = family_of(path);
+    models.push_back(with_label(exec_family_named(family.name).measure(path, corpus, o, timed), family));
+    if (o.progress) bar.update(int64_t(mi + 1));
+  }
+  for (const std::string& command : o.externals) {
+    timed.start_model(models.size());
+    models.push_back(measure_external(command, corpus, o, timed));
+    if (o.progress) bar.update(int64_t(models.size()));
+  }
+  if (o.progress) bar.finish();
+}
+
+// Which timed passes are compared with which (phase 2), by the models' entries: every native
+// configuration with the live Dense model with the most blocks among the --models (when one is
+// given), every skip with the unskipped static gates, the families' savings; every mode of an
+// external model with its own reference mode (when it offers one), never with a native Dense
+// (another process, another device and timer).
+class WantedRatios {
+ public:
+  // Reads the entries once: `models` is not kept (the document grows while the ratios are written).
+  WantedRatios(const nlohmann::ordered_json& models, const TimedModes& timed) {
+    int dense_layers = -1;
+    for (size_t mi = 0; mi < models.size(); ++mi) {
+      const auto& m = models[mi];
+      if (m.value("dense", false) && m["config"]["n_layer"].get<int>() > dense_layers) {
+        dense_layers = m["config"]["n_layer"];
+        dense_reference = timed.find(mi, "modes", 0);
+      }
     }
-    for (const std::string& command : o.externals) {
-      timed.start_model(out["models"].size());
-      out["models"].push_back(measure_external(command, corpus, o, timed));
-      if (o.progress) bar.update(int64_t(out["models"].size()));
+    for (size_t i = 0; i < timed.modes().size(); ++i) {
+      const TimedMode& t = timed.modes()[i];
+      const auto& m = models[t.model];
+      external_.push_back(m["family"] == "external");
+      long reference = -1;  // an external mode's: its model's reference mode, if it offers one
+      if (external_.back() && !m["reference"].is_null())
+        for (size_t k = 0; k < m["modes"].size(); ++k)
+          if (m["modes"][k]["mode"] == m["reference"]["mode"]) reference = timed.find(t.model, "modes", k);
+      external_reference_.push_back(reference);
+      unskipped_.push_back(t.list == "skip_sweep" ? timed.find(t.model, "skip_sweep", 0) : -1);
     }
-    if (o.progress) bar.finish();
-  }
-  // 2. The ratios wanted: every native configuration to the live Dense model with the most blocks
-  // among the --models (when one is given), every skip to the unskipped static gates, routed
-  // savings; every mode of an external model to its own reference mode (when it offers one), never
-  // to a native Dense (another process, another device and timer).
-  const auto is_external = [&](size_t i) { return out["models"][timed.modes()[i].model]["family"] == "external"; };
-  const auto external_reference = [&](size_t i) -> long {
-    const auto& m = out["models"][timed.modes()[i].model];
-    if (m["reference"].is_null()) return -1;
-    for (size_t k = 0; k < m["modes"].size(); ++k)
-      if (m["modes"][k]["mode"] == m["reference"]["mode"]) return timed.find(timed.modes()[i].model, "modes", k);
-    return -1;
-  };
-  long dense_reference = -1;
-  int dense_layers = -1;
-  for (size_t mi = 0; mi < out["models"].size(); ++mi) {
-    const auto& m = out["models"][mi];
-    if (m.value("dense", false) && m["config"]["n_layer"].get<int>() > dense_layers) {
-      dense_layers = m["config"]["n_layer"];
-      dense_reference = timed.find(mi, "modes", 0);
+    for (size_t i = 0; i < timed.modes().size(); ++i) {
+      const long reference = external_[i] ? external_reference_[i] : dense_reference;
+      if (reference >= 0) pairs.push_back({i, size_t(reference)});
     }
+    for (size_t i = 0; i < timed.modes().size(); ++i)
+      if (unskipped_[i] >= 0) pairs.push_back({i, size_t(unskipped_[i])});
+    for (const auto& s : timed.savings())
+      pairs.push_back({size_t(timed.find(s.model, "modes", s.mode)), size_t(timed.find(s.model, "modes", s.against))});
   }
-  std::vector<std::pair<size_t, size_t>> ratios;
-  for (size_t i = 0; i < timed.modes().size(); ++i) {
-    const long reference = is_external(i) ? external_reference(i) : dense_reference;
-    if (reference >= 0) ratios.push_back({i, size_t(reference)});
-  }
-  for (size_t i = 0; i < timed.modes().size(); ++i)
-    if (timed.modes()[i].list == "skip_sweep") ratios.push_back({i, size_t(timed.find(timed.modes()[i].model, "skip_sweep", 0))});
-  for (const auto& s : timed.savings())
-    ratios.push_back({size_t(timed.find(s.model, "modes", s.mode)), size_t(timed.find(s.model, "modes", s.against))});
-  // 3. Every configuration of every model timed in the same interleaved rounds.
+  bool is_external(size_t i) const { return external_[i]; }
+  long external_reference(size_t i) const { return external_reference_[i]; }  // timed index, or -1
+  long unskipped(size_t i) const { return unskipped_[i]; }                    // a skip's unskipped pass, or -1
+
+  long dense_reference = -1;  // timed index of the Dense reference's live mode, or -1
+  std::vector<std::pair<size_t, size_t>> pairs;
+
+ private:
+  std::vector<bool> external_;
+  std::vector<long> external_reference_, unskipped_;
+};
+
+// Phase 3: every configuration of every model timed in the same interleaved rounds.
+InterleavedTiming time_every_mode(TimedModes& timed, const WantedRatios& wanted, const ExecOptions& o) {
   InterleavedOptions io;
   io.warmup = o.warmup;
   io.min_rounds = o.runs;
   io.max_rounds = o.max_runs;
   io.time_budget_s = o.time_budget_s;
   io.margin = o.margin;
-  InterleavedTiming timing;
-  {
-    Progress bar("exec: time", o.runs, "round");
-    timing = time_interleaved(
-        timed.modes().size(), [&](size_t i) { return timed.modes()[i].measure(); }, ratios, io,
-        [&](int rounds) {
-          if (o.progress) bar.update(std::min(rounds, o.runs), rounds > o.runs ? std::to_string(rounds) + " rounds" : "");
-        });
-    if (o.progress) bar.finish(std::to_string(timing.rounds) + " rounds: " + timing.stopped_because);
-  }
-  out["timing"] = {{"order", "interleaved: every configuration once per round, the order rotated by one each round"},
-                   {"rounds", timing.rounds},
-                   {"timed_s", timing.timed_s},
-                   {"stopped_because", timing.stopped_because},
-                   {"ratio", "median over rounds of the per-round latency ratio; 95% paired bootstrap interval over rounds (" +
-                                 std::to_string(kRatioResamples) + " resamples)"}};
+  Progress bar("exec: time", o.runs, "round");
+  InterleavedTiming timing = time_interleaved(
+      timed.modes().size(), [&](size_t i) { return timed.modes()[i].measure(); }, wanted.pairs, io, [&](int rounds) {
+        if (o.progress) bar.update(std::min(rounds, o.runs), rounds > o.runs ? std::to_string(rounds) + " rounds" : "");
+      });
+  if (o.progress) bar.finish(std::to_string(timing.rounds) + " rounds: " + timing.stopped_because);
+  return timing;
+}
+
+// Phase 4: each timed entry's latency and throughput, its ratios, and the families' savings.
+void write_latencies(nlohmann::ordered_json& out, const TimedModes& timed, const InterleavedTiming& timing,
+                     const WantedRatios& wanted, double margin) {
   auto entry = [&](size_t i) -> nlohmann::ordered_json& {
     const TimedMode& t = timed.modes()[i];
     return out["models"][t.model][t.list][t.index];
@@ -209,24 +222,21 @@ nlohmann::ordered_json run_exec(const Corpus& corpus, const ExecOptions& o) {
     e["latency"] = st.to_json();
     e["tokens_per_s"] = out["models"][timed.modes()[i].model]["tokens_per_pass"].get<double>() / st.median;
   }
-  auto ratio = [&](size_t a, size_t b) { return paired_ratio_json(paired_ratio(timing.seconds[a], timing.seconds[b]), o.margin); };
+  auto ratio = [&](size_t a, size_t b) { return paired_ratio_json(paired_ratio(timing.seconds[a], timing.seconds[b]), margin); };
+  const long dense = wanted.dense_reference;
   out["dense_reference"] = nullptr;
-  if (dense_reference >= 0) {
-    const auto& ref = timed.modes()[size_t(dense_reference)];
-    out["dense_reference"] = {{"model", out["models"][ref.model]["path"]}, {"mode", "live"},
-                              {"latency_s", entry(size_t(dense_reference))["latency"]["median_s"]}};
-  }
+  if (dense >= 0)
+    out["dense_reference"] = {{"model", out["models"][timed.modes()[size_t(dense)].model]["path"]}, {"mode", "live"},
+                              {"latency_s", entry(size_t(dense))["latency"]["median_s"]}};
   for (size_t i = 0; i < timed.modes().size(); ++i) {
     auto& e = entry(i);
     // Null where no Dense model is among the --models, and for every external mode.
-    e["latency_ratio_to_dense"] =
-        dense_reference >= 0 && !is_external(i) ? ratio(i, size_t(dense_reference)) : nlohmann::ordered_json(nullptr);
-    if (is_external(i)) {
-      const long reference = external_reference(i);
+    e["latency_ratio_to_dense"] = dense >= 0 && !wanted.is_external(i) ? ratio(i, size_t(dense)) : nlohmann::ordered_json(nullptr);
+    if (wanted.is_external(i)) {
+      const long reference = wanted.external_reference(i);
       e["latency_ratio_to_reference"] = reference >= 0 ? ratio(i, size_t(reference)) : nlohmann::ordered_json(nullptr);
     }
-    if (timed.modes()[i].list == "skip_sweep")
-      e["latency_ratio_to_unskipped"] = ratio(i, size_t(timed.find(timed.modes()[i].model, "skip_sweep", 0)));
+    if (wanted.unskipped(i) >= 0) e["latency_ratio_to_unskipped"] = ratio(i, size_t(wanted.unskipped(i)));
   }
   for (const auto& s : timed.savings()) {
     auto& m = out["models"][s.model];
@@ -236,6 +246,32 @@ nlohmann::ordered_json run_exec(const Corpus& corpus, const ExecOptions& o) {
     // Also on the entry itself: latency_ratio_to_<reference mode>.
     m["modes"][s.mode]["latency_ratio_to_" + m["modes"][s.against]["mode"].get<std::string>()] = m["savings"].back()["latency_ratio"];
   }
+}
+
+}  // namespace
+
+nlohmann::ordered_json run_exec(const Corpus& corpus, const ExecOptions& o) {
+  check_exec_options(o);
+  if (!o.out_dir.empty()) ensure_folder(o.out_dir, "--out");  // before the measurements, not after
+  const double peak = measure_sgemm_peak_gflops();
+  nlohmann::ordered_json out;
+  out["schema"] = kExecSchema;
+  out["settings"] = exec_settings_json(o);
+  out["flop_convention"] = kFlopConvention;
+  if (!o.externals.empty()) out["flop_convention_external"] = kExternalFlopConvention;
+  out["sgemm_peak_gflops"] = peak;
+  out["models"] = nlohmann::ordered_json::array();
+  TimedModes timed;
+  count_every_model(corpus, o, timed, out["models"]);
+  const WantedRatios wanted(out["models"], timed);
+  const InterleavedTiming timing = time_every_mode(timed, wanted, o);
+  out["timing"] = {{"order", "interleaved: every configuration once per round, the order rotated by one each round"},
+                   {"rounds", timing.rounds},
+                   {"timed_s", timing.timed_s},
+                   {"stopped_because", timing.stopped_because},
+                   {"ratio", "median over rounds of the per-round latency ratio; 95% paired bootstrap interval over rounds (" +
+                                 std::to_string(kRatioResamples) + " resamples)"}};
+  write_latencies(out, timed, timing, wanted, o.margin);
   auto prov = provenance_base();
   prov["data"] = {{"dir", corpus.dir()}, {"test_sha256", corpus.split("test").content_hash()}};
   out["provenance"] = prov;

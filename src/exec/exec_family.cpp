@@ -29,6 +29,17 @@ const ExecFamily& exec_family_named(const std::string& name) {
   throw Error("exec cannot measure models of the " + name + " family (it measures: " + (known.empty() ? "none" : known) + ")");
 }
 
+nlohmann::ordered_json exec_model_entry(const std::string& path, const std::string& model_sha256, const std::string& family,
+                                        nlohmann::ordered_json config, int64_t tokens_per_pass) {
+  nlohmann::ordered_json m;
+  m["path"] = path;
+  m["model_sha256"] = model_sha256;
+  m["family"] = family;
+  m["config"] = std::move(config);
+  m["tokens_per_pass"] = tokens_per_pass;
+  return m;
+}
+
 void count_mode(nlohmann::ordered_json& modes, TimedModes& timed, const std::string& mode, std::function<void()> pass,
                 const ExpectedCounts& expected, int total_blocks, int tokens_per_pass, nlohmann::ordered_json extra) {
   ExecCounters counters;

@@ -78,6 +78,12 @@ void add_exec_family(ExecFamily family);
 // The family of this name; throws Error naming the families exec can measure.
 const ExecFamily& exec_family_named(const std::string& name);
 
+// The fields every model's entry of exec.json opens with, in this order: path, model_sha256,
+// family, config and tokens_per_pass (one timed pass: windows x tokens). A family's measure adds its
+// modes and its own fields after them.
+nlohmann::ordered_json exec_model_entry(const std::string& path, const std::string& model_sha256, const std::string& family,
+                                        nlohmann::ordered_json config, int64_t tokens_per_pass);
+
 // One configuration: a counted pass (counters checked against `expected`, exec/counted_pass.h); the
 // pass is handed to `timed` as the next entry of `modes`, which the mode's JSON is appended to.
 void count_mode(nlohmann::ordered_json& modes, TimedModes& timed, const std::string& mode, std::function<void()> pass,

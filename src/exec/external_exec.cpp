@@ -252,19 +252,15 @@ nlohmann::ordered_json measure_external(const std::string& command, const Corpus
                            mode, w0, n, nll, counted, setup.units, tokens_per_pass);
   };
 
-  nlohmann::ordered_json m;
-  m["path"] = model->model_path();
+  nlohmann::ordered_json m = exec_model_entry(model->model_path(), model->content_hash(), "external",
+                                              nlohmann::ordered_json::parse(model->config_json()), tokens_per_pass);
   m["adapter_command"] = command;
-  m["model_sha256"] = model->content_hash();
-  m["family"] = "external";
   m["label"] = model->adapter_family();
   m["description"] = model->description();
-  m["config"] = nlohmann::ordered_json::parse(model->config_json());
   m["device"] = setup.device;
   m["timer"] = setup.timer;
   m["adapter_threads"] = setup.threads;
   m["timed_pass"] = setup.timed_pass;
-  m["tokens_per_pass"] = tokens_per_pass;
   m["units"] = setup.units;
   m["reference"] = setup.reference_label.empty()
                        ? nlohmann::ordered_json(nullptr)

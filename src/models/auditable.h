@@ -1,10 +1,11 @@
 // The one narrow interface through which the audit (src/audit) sees a model: run windows with the
 // live controller (optionally recording its coefficients) or with supplied coefficients, and give
 // back per-window NLL and logits. Adding an architecture means implementing this, nothing in audit/.
+// What only some families offer (a controller setting, record-dependent compute, a constraint,
+// ablation groups, trace intermediates) is an optional capability (models/capabilities.h).
 #pragma once
 #include <cstdint>
 #include <span>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -13,43 +14,13 @@
 
 namespace fca {
 
-// A named intermediate of the last pass for `fca trace`: [B, T, ...] float values under the stable
-// name the family's docs give it ("hidden.3"), viewed in place in the model's run state.
-struct TraceTensor {
-  std::string name;
-  std::vector<int64_t> shape;
-  const float* data;
-};
-
-// What a replay of some records runs, by the family's own formulas (never by counting): GEMM
-// FLOPs, and blocks run summed over the tokens (an exit model's depth sum).
-struct RecordCompute {
-  double gemm_flops = 0;
-  int64_t token_blocks = 0;
-  int64_t tokens = 0;
-  double prefix_gemm_flops = 0;  // of gemm_flops, what a replay reusing the kept prefix does not run
-};
-
 class AuditableModel {
  public:
   virtual ~AuditableModel() = default;
 
-  virtual std::string family() const = 0;       // "gated", "mudd", "moe", "mod"
+  virtual std::string family() const = 0;       // the registry name ("gated", "hyper", ...) or "external"
   virtual std::string description() const = 0;  // e.g. "featuregate L 6, D 256, H 4, T 256"
   virtual std::string content_hash() const = 0;  // SHA-256 of the weights file(s)
-  // The controller's inference setting that its records depend on, e.g. "exit_threshold 0.9"; a
-  // coefficient cache records it and is refused for another. Empty for controllers without one.
-  virtual std::string controller_setting() const { return {}; }
-  // Sets the controller's inference setting `key` (an exit model's "exit_threshold") for the live
-  // runs from now on; throws Error where the model has no such setting.
-  virtual void set_controller_setting(const std::string& key, double value);
-  // Families whose records change how much runs (early exit) give what a replay of `records`
-  // (windows 0 .. windows-1, replayed as one batch) runs; the audit reports it beside each
-  // condition's DeltaNLL and checks it against what the replays counted. Null: the same for every
-  // record.
-  virtual std::optional<RecordCompute> record_compute(const CoefficientView& /*records*/, int /*windows*/) const {
-    return std::nullopt;
-  }
   virtual std::string config_json() const = 0;   // the checkpoint's config
   virtual size_t parameter_count() const = 0;
   virtual int max_tokens() const = 0;
@@ -72,16 +43,6 @@ class AuditableModel {
   virtual size_t run_state_bytes() const = 0;  // activations of one pass, sized for the largest batch
   // A second copy of the weights held for speed (fca's families: packed for the GEMM, ops/gemm.h).
   virtual size_t packed_weights_bytes() const { return 0; }
-  // fca trace, after a pass of B windows of T tokens: the per-position cross-entropy [B * T] where
-  // the model keeps it (null: the trace computes it from the logits), and the family's named
-  // intermediates beyond tokens, logits and coefficients (hidden states; `live`: the pass ran the
-  // controller, whose inputs some families also show).
-  virtual const float* last_position_losses() const { return nullptr; }
-  virtual std::vector<TraceTensor> trace_tensors(int /*B*/, int /*T*/, bool /*live*/) const { return {}; }
-  // fca trace asks, before set_max_batch and its pass, that the run state keep every intermediate
-  // trace_tensors names (hyper: every site's streams, where audits keep two alternating buffers);
-  // it takes effect at the next set_max_batch. Families whose run state always keeps them ignore it.
-  virtual void set_keep_intermediates(bool) {}
   // True where the record is one residual gate per layer and token: its mean over a split is the
   // gate mass that evaluation reports (train/evaluate.h).
   virtual bool coefficients_are_gates() const { return false; }
@@ -130,24 +91,6 @@ class AuditableModel {
   // Names of the coefficient tensor's stream and source indices for tables and figures (MUDD: Q, K,
   // V, R and the sources' blocks; hyper: the read row and the streams, the branch output and the
   // streams); empty: numbered.
-  // A constraint the live coefficients satisfy by construction (mHC: doubly stochastic mixing) that
-  // an intervention may break: what it is, and one window's largest violation. Empty: none. The
-  // audit reports, per condition, the largest violation of what it replayed.
-  virtual std::string coefficient_constraint() const { return {}; }
-  virtual double constraint_violation(const CoefficientView& /*coefficients*/, int /*window*/) const { return 0; }
-  // Diagnostics computable from the cached evaluation coefficients alone (hyper: composite gain,
-  // unfolded connection matrix, distance of the mixing from the identity), written into audit.json
-  // as "diagnostics"; null: none.
-  virtual nlohmann::ordered_json cache_diagnostics(const CoefficientView& /*evaluation*/) const { return nullptr; }
-  // Groups of coefficient entries that can be switched off one at a time: the audit's
-  // "disabled_<group>" conditions replay the cached coefficients with one group's entries replaced
-  // by their disabled values, every other entry as cached (hyper, docs/hyper.md: [mHC]'s ablation with
-  // the read 1/n, the writes 1, the mixing I). Empty: none. disabled_profile writes window 0 of
-  // `values` (constant over tokens) with every grouped entry's disabled value; disable_group_of
-  // gives an entry's group index, or -1 for entries no group switches.
-  virtual std::vector<std::string> disable_groups() const { return {}; }
-  virtual void disabled_profile(CoefficientTensor& /*values*/) const {}
-  virtual int disable_group_of(int /*layer*/, int /*stream*/, int /*source*/) const { return -1; }
   virtual std::vector<std::string> stream_labels() const { return {}; }
   virtual std::vector<std::string> source_labels() const { return {}; }
   virtual std::string static_profile_name() const = 0;      // "LayerMean", "StaticMixMean"

@@ -5,6 +5,8 @@
 //   run_state(model, max_batch, max_tokens); replayed(model, coefficients) -> Replayed;
 //   forward(model, rs, tokens, B, T, source, first_window); loss(rs, targets, window_nll).
 // and the rest of AuditableModel (names, tokenizer, coefficient shape, profiles) in its subclass.
+// Every family's auditable is Traceable (models/capabilities.h): by default it shows no
+// intermediates and keeps no per-position losses; a family overrides what it has.
 #pragma once
 #include <algorithm>
 #include <cstdint>
@@ -15,13 +17,15 @@
 #include "core/error.h"
 #include "core/sha256.h"
 #include "models/auditable.h"
+#include "models/base/stream.h"
+#include "models/capabilities.h"
 #include "models/parameters.h"
 #include "ops/gemm.h"
 
 namespace fca {
 
 template <typename Traits>
-class FamilyAuditable : public AuditableModel {
+class FamilyAuditable : public AuditableModel, public Traceable {
  public:
   using Model = typename Traits::Model;
 
@@ -69,6 +73,8 @@ class FamilyAuditable : public AuditableModel {
   // Families whose run state can drop intermediates (Traits::run_state takes a fourth argument,
   // keep_all) keep them all from the next set_max_batch on; the others always keep them.
   void set_keep_intermediates(bool keep) override { keep_intermediates_ = keep; }
+  const float* last_position_losses() const override { return nullptr; }
+  std::vector<TraceTensor> trace_tensors(int, int, bool) const override { return {}; }
   int max_batch() const override { return rs_->max_batch; }
   const Model& model() const { return model_; }
 
@@ -132,13 +138,13 @@ class FamilyAuditable : public AuditableModel {
   int64_t replay_evaluations_ = 0;
 };
 
-// A byte-level single-file family whose records are routing decisions (moe, mod): everything but
-// the names comes from the model. Traits add: kFamily, record_shape(config, tokens), describe(config),
+// A byte-level family with single-file checkpoints (moe, mod, exit; the test binary's toy family,
+// whose record is continuous): everything but the names comes from the model. Traits add: kFamily, record_shape(config, tokens), describe(config),
 // kStaticProfile and kStructureRemoved (the profile names the audit prints).
 template <typename Traits>
-class RoutedAuditable : public FamilyAuditable<Traits> {
+class ByteLevelAuditable : public FamilyAuditable<Traits> {
  public:
-  RoutedAuditable(const std::string& path, int max_batch, int max_tokens)
+  ByteLevelAuditable(const std::string& path, int max_batch, int max_tokens)
       : FamilyAuditable<Traits>(Traits::Model::load(path), max_batch, max_tokens), hash_(sha256_file(path)) {}
   std::string family() const override { return Traits::kFamily; }
   std::string description() const override { return Traits::describe(this->model_.config()); }
@@ -146,7 +152,7 @@ class RoutedAuditable : public FamilyAuditable<Traits> {
   std::string config_json() const override { return this->model_.config().to_json(); }
   size_t parameter_count() const override { return layout_parameter_count(this->model_.layout()); }
   int max_tokens() const override { return this->model_.config().seq_len; }
-  int vocab() const override { return 256; }
+  int vocab() const override { return kByteVocab; }
   std::vector<int32_t> tokenize(const std::string&, std::span<const unsigned char> text) const override {
     return std::vector<int32_t>(text.begin(), text.end());
   }

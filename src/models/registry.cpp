@@ -13,10 +13,6 @@ void AuditableModel::identity_profile(CoefficientTensor&) const {
   throw Error(family() + " models have no identity profile (their records are routing decisions)");
 }
 
-void AuditableModel::set_controller_setting(const std::string& key, double) {
-  throw Error(family() + " models have no controller setting \"" + key + "\"");
-}
-
 void AuditableModel::structure_removed_profile(const CoefficientTensor&, CoefficientTensor&) const {
   throw Error(family() + " models have no deterministic structure_removed profile (it is randomised for routing records)");
 }

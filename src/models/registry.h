@@ -16,7 +16,7 @@
 namespace fca {
 
 struct ModelFamily {
-  std::string name;    // "gated", "mudd", "moe", "mod"
+  std::string name;    // "gated", "mudd", ...: `fca families` lists the installed ones
   std::string format;  // what a checkpoint of the family is ("fca-gated-v1", ..., "a Hugging Face folder")
   // path: the checkpoint; format: its safetensors "format" metadata ("" for folders or none).
   std::function<bool(const std::string& path, const std::string& format)> recognizes;
@@ -38,7 +38,7 @@ struct ModelFamily {
 void add_model_family(ModelFamily family);
 // The installed families; throws Error if none is installed.
 const std::vector<ModelFamily>& model_families();
-// The family of this name ("gated", "mudd", "moe", "mod"); throws Error naming the known ones.
+// The family of this name ("gated", "hyper", ...); throws Error naming the installed ones.
 const ModelFamily& family_named(const std::string& name);
 // The family of a checkpoint; throws Error naming the file, its format and the known formats.
 const ModelFamily& family_of(const std::string& path);

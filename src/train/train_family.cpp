@@ -142,6 +142,19 @@ nlohmann::json resolve_settings(const TrainFamily& family, const nlohmann::json&
   return out;
 }
 
+std::vector<nlohmann::json> family_configurations(const TrainFamily& family) {
+  const std::string where = "the " + family.name + " family's configurations";
+  std::vector<nlohmann::json> out{resolve_settings(family, nlohmann::json::object(), where)};
+  for (const auto& setting : family.settings)
+    for (const std::string& choice : setting.choices) {
+      if (setting.default_value.is_string() && setting.default_value.get<std::string>() == choice) continue;
+      nlohmann::json given = nlohmann::json::object();
+      given[setting.key] = choice;
+      out.push_back(resolve_settings(family, given, where));
+    }
+  return out;
+}
+
 std::string checkpoint_path(const TrainFamily& family, const std::string& stem) {
   return family.checkpoint_is_folder ? stem : stem + ".safetensors";
 }

@@ -112,6 +112,11 @@ nlohmann::json resolve_settings(const TrainFamily& family, const nlohmann::json&
 // The flag of a setting key: "--" + key with '_' as '-'.
 std::string setting_flag(const std::string& key);
 
+// The configurations that cover a family's settings: its defaults, then each further value of each
+// choice-valued setting on its own (gated: featuregate, dense, fixed, uniform, layerstatic). The
+// conformance suite and scripts/compare_builds.sh (through `fca families --json`) run each.
+std::vector<nlohmann::json> family_configurations(const TrainFamily& family);
+
 // The out path of a checkpoint named `stem`: the stem itself for folder checkpoints, else
 // stem + ".safetensors".
 std::string checkpoint_path(const TrainFamily& family, const std::string& stem);

@@ -1,6 +1,6 @@
 // The toy family's entries in the three family tables (models/registry.h, train/train_family.h,
 // exec/exec_family.h) and its AuditableModel, each written from the public pieces a family of
-// fca's own would use: RoutedAuditable (names from traits, runs from FamilyAuditable), FlatTrainable
+// fca's own would use: ByteLevelAuditable (names from traits, runs from FamilyAuditable), FlatTrainable
 // (optimizer steps, validation, checkpoints), count_mode / dense_same_shape / mean_window_nll
 // (exec), and the generic recording and replayed sources (models/base/recorded_source.h).
 #include "toy_family/toy_family.h"
@@ -39,9 +39,9 @@ struct ToyAuditTraits {
 
 // A continuous record of gates: the identity is g = 1 (every block's full update), structure
 // removed is one scalar (the mean of the layer means), and the gate mass is reported.
-class ToyAuditable : public RoutedAuditable<ToyAuditTraits> {
+class ToyAuditable : public ByteLevelAuditable<ToyAuditTraits> {
  public:
-  using RoutedAuditable::RoutedAuditable;
+  using ByteLevelAuditable::ByteLevelAuditable;
   bool coefficients_are_gates() const override { return true; }
   bool batch_invariant() const override { return true; }  // every row computed from itself alone
   void identity_profile(CoefficientTensor& out) const override {

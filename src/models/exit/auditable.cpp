@@ -24,7 +24,7 @@ std::string ExitAuditable::controller_setting() const {
 }
 
 void ExitAuditable::set_controller_setting(const std::string& key, double value) {
-  if (key != "exit_threshold") AuditableModel::set_controller_setting(key, value);
+  if (key != "exit_threshold") throw Error("exit models have no controller setting \"" + key + "\" (theirs: exit_threshold)");
   if (!(value >= 0.0 && value <= 1.0)) throw Error("exit_threshold must be in [0, 1], found " + number_text(value));
   threshold_ = value;
 }
@@ -42,7 +42,7 @@ void ExitAuditable::run_live(const int32_t* inputs, const int32_t* targets, int 
   exit_loss(*rs_, targets, window_nll);
 }
 
-std::optional<RecordCompute> ExitAuditable::record_compute(const CoefficientView& records, int windows) const {
+RecordCompute ExitAuditable::record_compute(const CoefficientView& records, int windows) const {
   const int T = records.shape.tokens, P = records.shape.layers;
   std::vector<int32_t> depth(size_t(windows) * T, 1);
   for (int w = 0; w < windows; ++w) {

@@ -2,6 +2,7 @@
 // [L-1, T, 1, 1] (score q) + [L-1, T, 1] (continued); replay never evaluates a classifier. Live
 // runs use the config's exit_threshold.
 #pragma once
+#include "models/capabilities.h"
 #include "models/exit/forward.h"
 #include "models/family_auditable.h"
 #include "models/registry.h"
@@ -27,10 +28,12 @@ struct ExitAuditTraits {
   static std::string describe(const ExitConfig& c);
 };
 
-class ExitAuditable : public RoutedAuditable<ExitAuditTraits> {
+// Capabilities (models/capabilities.h): the threshold as its controller setting, and the compute
+// its records select.
+class ExitAuditable : public ByteLevelAuditable<ExitAuditTraits>, public ControllerSetting, public RecordDependentCompute {
  public:
   ExitAuditable(const std::string& path, int max_batch, int max_tokens)
-      : RoutedAuditable<ExitAuditTraits>(path, max_batch, max_tokens), threshold_(model_.config().exit_threshold) {}
+      : ByteLevelAuditable<ExitAuditTraits>(path, max_batch, max_tokens), threshold_(model_.config().exit_threshold) {}
   // Rows never depend on the batch: row-independent GEMMs and attention (docs/exit.md), tested.
   bool batch_invariant() const override { return true; }
   // Live runs at the threshold lambda (the config's unless set): "exit_threshold <lambda>".
@@ -38,7 +41,7 @@ class ExitAuditable : public RoutedAuditable<ExitAuditTraits> {
   void set_controller_setting(const std::string& key, double value) override;
   void run_live(const int32_t* inputs, const int32_t* targets, int B, int T, CoefficientTensor* record, int record_first,
                 double* window_nll) override;
-  std::optional<RecordCompute> record_compute(const CoefficientView& records, int windows) const override;
+  RecordCompute record_compute(const CoefficientView& records, int windows) const override;
 
  private:
   double threshold_;

@@ -28,7 +28,12 @@ struct HyperAuditTraits {
   static void loss(RunState& rs, const int32_t* y, double* nll) { hyper_loss(rs, y, nll); }
 };
 
-class HyperAuditable : public FamilyAuditable<HyperAuditTraits> {
+// Capabilities (models/capabilities.h): mHC's constraint, the cache's diagnostics and [mHC]'s
+// ablation groups.
+class HyperAuditable : public FamilyAuditable<HyperAuditTraits>,
+                       public CoefficientConstraint,
+                       public CacheDiagnostics,
+                       public AblationGroups {
  public:
   HyperAuditable(const std::string& path, int max_batch, int max_tokens);
 

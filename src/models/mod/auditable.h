@@ -26,7 +26,7 @@ struct ModAuditTraits {
   static std::string describe(const ModConfig& c);
 };
 
-using ModAuditable = RoutedAuditable<ModAuditTraits>;
+using ModAuditable = ByteLevelAuditable<ModAuditTraits>;
 
 // The family's entry in the model registry (models/registry.h): "mod", format fca-mod-v1, labelled
 // "mod c<capacity>".

@@ -26,7 +26,7 @@ struct MoeAuditTraits {
   static std::string describe(const MoeConfig& c);
 };
 
-using MoeAuditable = RoutedAuditable<MoeAuditTraits>;
+using MoeAuditable = ByteLevelAuditable<MoeAuditTraits>;
 
 // The family's entry in the model registry (models/registry.h): "moe", format fca-moe-v1, labelled
 // "moe E<experts> k<top_k>".

@@ -161,12 +161,7 @@ nlohmann::ordered_json measure_exit(const std::string& path, const Corpus& corpu
     modes[i]["nll_minus_fixed_depth_at_equal_flops"] = diff;
     timed.add_saving(i, full_depth);
   }
-  nlohmann::ordered_json m;
-  m["path"] = path;
-  m["model_sha256"] = sha256_file(path);
-  m["family"] = "exit";
-  m["config"] = nlohmann::json::parse(c.to_json());
-  m["tokens_per_pass"] = B * T;
+  nlohmann::ordered_json m = exec_model_entry(path, sha256_file(path), "exit", nlohmann::json::parse(c.to_json()), B * T);
   m["modes"] = modes;
   m["latency_note"] = "window-pass (prefill-like) latency; decode latency is not measured";
   if (!o.skip_thresholds.empty()) m["skip_sweep_note"] = "not applicable: exit models skip blocks per token already";

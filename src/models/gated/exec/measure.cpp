@@ -75,13 +75,8 @@ nlohmann::ordered_json measure_gated(const std::string& path, const Corpus& corp
     };
   };
 
-  nlohmann::ordered_json m;
-  m["path"] = path;
-  m["model_sha256"] = sha256_file(path);
-  m["family"] = "gated";
+  nlohmann::ordered_json m = exec_model_entry(path, sha256_file(path), "gated", nlohmann::json::parse(c.to_json()), B * T);
   if (c.gate == GateKind::dense) m["dense"] = true;  // the Dense transformer: the reference of latency ratios
-  m["config"] = nlohmann::json::parse(c.to_json());
-  m["tokens_per_pass"] = B * T;
   nlohmann::ordered_json modes = nlohmann::ordered_json::array();
 
   const auto live = std::make_shared<LiveCoefficients<float>>(*model);

@@ -82,12 +82,7 @@ nlohmann::ordered_json measure_hyper(const std::string& path, const Corpus& corp
   count_mode(modes, timed, "identity_mixing", pass(identity_source), replay_counts, L, B * T);
   modes.back()["nll"] = nll_of(*identity_source);
   dense_same_shape(modes, timed, L, c.d_model, c.n_head, T, timing, B);
-  nlohmann::ordered_json m;
-  m["path"] = path;
-  m["model_sha256"] = sha256_file(path);
-  m["family"] = "hyper";
-  m["config"] = nlohmann::json::parse(c.to_json());
-  m["tokens_per_pass"] = B * T;
+  nlohmann::ordered_json m = exec_model_entry(path, sha256_file(path), "hyper", nlohmann::json::parse(c.to_json()), B * T);
   m["modes"] = modes;
   timed.add_saving(0, 4);  // live against dense_same_shape: what the streams and the controller cost
   if (!o.skip_thresholds.empty()) m["skip_sweep_note"] = "not applicable: every sub-block of a hyper-connection model runs";

@@ -59,12 +59,7 @@ nlohmann::ordered_json measure_mod(const std::string& path, const Corpus& corpus
   count_mode(modes, timed, "cross_input", pass(make_shared_owning<ModReplayedRouting<float>>(crossed, c, *crossed)), replay_counts, L,
              B * T);
   dense_same_shape(modes, timed, L, D, c.n_head, T, timing, B);
-  nlohmann::ordered_json m;
-  m["path"] = path;
-  m["model_sha256"] = sha256_file(path);
-  m["family"] = "mod";
-  m["config"] = nlohmann::json::parse(c.to_json());
-  m["tokens_per_pass"] = B * T;
+  nlohmann::ordered_json m = exec_model_entry(path, sha256_file(path), "mod", nlohmann::json::parse(c.to_json()), B * T);
   m["selected_tokens_per_window"] = K;
   m["modes"] = modes;
   timed.add_saving(0, 3);

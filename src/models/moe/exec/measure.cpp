@@ -97,12 +97,7 @@ nlohmann::ordered_json measure_moe(const std::string& path, const Corpus& corpus
                L, B * T,
                {{"note", "baseline with initialised weights (an MLP of width E*F every token runs): latency and FLOPs only"}});
   }
-  nlohmann::ordered_json m;
-  m["path"] = path;
-  m["model_sha256"] = sha256_file(path);
-  m["family"] = "moe";
-  m["config"] = nlohmann::json::parse(c.to_json());
-  m["tokens_per_pass"] = B * T;
+  nlohmann::ordered_json m = exec_model_entry(path, sha256_file(path), "moe", nlohmann::json::parse(c.to_json()), B * T);
   m["modes"] = modes;
   // The experts' share: grouped MLP FLOPs per token = k/E of dense_experts by construction of the
   // rows; the savings (written after timing) compare whole passes.

@@ -22,12 +22,9 @@ nlohmann::ordered_json measure_mudd(const std::string& path, const Corpus& corpu
   const auto rs = std::make_shared<MuddRunState<float>>(c, B, T);
   const auto timing = std::make_shared<const TokenWindows>(load_token_windows(corpus.split("test"), T, B));
   const TokenWindows eval = load_token_windows(corpus.split("test"), T, o.eval_windows);
-  nlohmann::ordered_json m;
-  m["path"] = path;
-  m["model_sha256"] = model->content_hash();
-  m["family"] = "mudd";
-  m["config"] = {{"n_layer", c.n_layer}, {"d_model", c.dim}, {"n_head", c.n_head}, {"seq_len", c.block_size}};
-  m["tokens_per_pass"] = B * T;
+  nlohmann::ordered_json m =
+      exec_model_entry(path, model->content_hash(), "mudd",
+                       {{"n_layer", c.n_layer}, {"d_model", c.dim}, {"n_head", c.n_head}, {"seq_len", c.block_size}}, B * T);
   if (!o.skip_thresholds.empty()) m["skip_sweep_note"] = "not applicable: MUDD mixes every source; no block has a gate";
   auto nll_of = [&](MuddCoefficientSource<float>& source) {
     std::vector<double> nll(static_cast<size_t>(eval.count));

@@ -1,4 +1,4 @@
-#include "audit/exit_conditions.h"
+#include "audit/exit_depth_kind.h"
 
 #include <algorithm>
 #include <cmath>
