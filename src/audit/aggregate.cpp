@@ -121,15 +121,12 @@ void check_combinable(const std::vector<nlohmann::json>& audits, const std::vect
 
 }  // namespace
 
-nlohmann::ordered_json aggregate_audits(const std::vector<std::string>& paths, int resamples, uint64_t seed) {
-  if (paths.size() < 2) throw Error("aggregate needs at least 2 audits, found " + std::to_string(paths.size()));
-  std::vector<nlohmann::json> audits;
-  for (const auto& p : paths) audits.push_back(read_audit(p));
-  check_combinable(audits, paths);
+namespace {
 
-  // The figures, as JSON pointers into each audit.json; all of the first audit's conditions etc.
+// The figures, as JSON pointers into each audit.json: all of the first audit's conditions, factor
+// effects, retentions and variance shares.
+std::vector<std::pair<std::string, std::string>> aggregated_figures(const nlohmann::json& first) {
   std::vector<std::pair<std::string, std::string>> figures;  // name, pointer
-  const auto& first = audits[0];
   for (size_t c = 0; c < first["conditions"].size(); ++c) {
     const std::string name = first["conditions"][c]["name"];
     if (name != "correct") figures.push_back({"delta_nll." + name, "/conditions/" + std::to_string(c) + "/delta_nll"});
@@ -141,81 +138,62 @@ nlohmann::ordered_json aggregate_audits(const std::vector<std::string>& paths, i
     figures.push_back({"retention." + it.key(), "/retention/" + it.key() + "/estimate"});
   for (auto it = first["variance"]["shares"].begin(); it != first["variance"]["shares"].end(); ++it)
     figures.push_back({"variance_share." + it.key(), "/variance/shares/" + it.key()});
+  return figures;
+}
 
-  nlohmann::ordered_json out;
-  out["schema"] = kAggregateSchema;
-  out["checkpoints"] = paths.size();
-  out["inputs"] = nlohmann::ordered_json::array();
-  for (size_t i = 0; i < paths.size(); ++i)
-    out["inputs"].push_back({{"path", paths[i]},
-                             {"model", audits[i]["model"]["description"]},
-                             {"model_sha256", audits[i]["provenance"].value("model_sha256", "")}});
-  out["bootstrap_resamples"] = resamples;
-  out["seed"] = seed;
-  nlohmann::ordered_json figs = nlohmann::ordered_json::object();
-  uint64_t index = 0;
-  std::vector<double> factor_p;
-  for (const auto& [name, pointer] : figures) {
-    std::vector<double> values;
-    std::vector<std::string> pointers;
-    auto pointer_of = [&](size_t i) { return pointers[i]; };
-    for (size_t i = 0; i < audits.size(); ++i) {
-      // Conditions are matched by name, not position, in the other audits.
-      std::string ptr = pointer;
-      if (name.rfind("delta_nll.", 0) == 0) {
-        const std::string cond = name.substr(10);
-        bool found = false;
-        for (size_t c = 0; c < audits[i]["conditions"].size(); ++c)
-          if (audits[i]["conditions"][c]["name"] == cond) ptr = "/conditions/" + std::to_string(c) + "/delta_nll", found = true;
-        if (!found) throw Error(paths[i] + ": condition '" + cond + "' is missing (present in " + paths[0] + ")");
-      }
-      values.push_back(figure_at(audits[i], ptr, paths[i]));
-      pointers.push_back(ptr);
+// A figure's value in each audit (NaN where undefined) and the pointer it was read at. Conditions
+// are matched by name, not position, in the other audits.
+std::vector<double> figure_values(const std::vector<nlohmann::json>& audits, const std::vector<std::string>& paths,
+                                  const std::string& name, const std::string& pointer, std::vector<std::string>& pointers) {
+  std::vector<double> values;
+  for (size_t i = 0; i < audits.size(); ++i) {
+    std::string ptr = pointer;
+    if (name.rfind("delta_nll.", 0) == 0) {
+      const std::string cond = name.substr(10);
+      bool found = false;
+      for (size_t c = 0; c < audits[i]["conditions"].size(); ++c)
+        if (audits[i]["conditions"][c]["name"] == cond) ptr = "/conditions/" + std::to_string(c) + "/delta_nll", found = true;
+      if (!found) throw Error(paths[i] + ": condition '" + cond + "' is missing (present in " + paths[0] + ")");
     }
-    // Undefined in any checkpoint: reported with the checkpoints' reasons, not averaged (the shared
-    // shape of core/undefined_statistic.h).
-    std::vector<std::pair<std::string, std::string>> why;  // reason, the checkpoints it holds in
-    size_t undefined = 0;
-    for (size_t i = 0; i < values.size(); ++i) {
-      if (!std::isnan(values[i])) continue;
-      ++undefined;
-      const std::string r = reason_at(audits[i], pointer_of(i));
-      auto it = std::find_if(why.begin(), why.end(), [&](const auto& w) { return w.first == r; });
-      if (it == why.end()) why.push_back({r, paths[i]});
-      else it->second += ", " + paths[i];
-    }
-    if (undefined > 0) {
-      std::string reasons;
-      if (why.size() == 1 && undefined == values.size())
-        reasons = "in every checkpoint, " + why[0].first;
-      else
-        for (const auto& [r, where] : why) reasons += (reasons.empty() ? "" : "; ") + r + " (in " + where + ")";
-      nlohmann::ordered_json u = nlohmann::ordered_json::object();
-      u["values"] = nlohmann::ordered_json::array();
-      for (double v : values) u["values"].push_back(std::isnan(v) ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(v));
-      u["mean"] = nullptr;
-      u["sd"] = nullptr;
-      u["ci95"] = nullptr;
-      u["sign_flip_p"] = nullptr;
-      u["note"] = undefined_note(reasons);
-      figs[name] = u;
-      continue;
-    }
-    const Interval ci = bootstrap_mean_ci(values, resamples, derive_seed(seed, 0xA66, index++));
-    nlohmann::ordered_json f{{"values", values}, {"mean", mean(values)}, {"sd", sample_sd(values)},
-                             {"ci95", {ci.low, ci.high}}, {"sign_flip_p", sign_flip_p_value(values)}};
-    if (name.rfind("factor_effect.", 0) == 0) factor_p.push_back(f["sign_flip_p"]);
-    figs[name] = f;
+    values.push_back(figure_at(audits[i], ptr, paths[i]));
+    pointers.push_back(ptr);
   }
-  if (factor_p.size() == 3) {
-    const std::vector<double> holm = holm_adjust(factor_p);
-    int k = 0;
-    for (const char* f : {"input", "token", "interaction"}) figs[std::string("factor_effect.") + f]["holm_p"] = holm[size_t(k++)];
-  }
-  out["figures"] = figs;
+  return values;
+}
 
-  // The prespecified criteria on the checkpoint-level CIs: the paper's primary analysis (each
-  // audit's own criteria use window-level CIs within one checkpoint).
+// A figure undefined in some checkpoint: reported with the checkpoints' reasons, not averaged (the
+// shared shape of core/undefined_statistic.h).
+nlohmann::ordered_json undefined_figure(const std::vector<nlohmann::json>& audits, const std::vector<std::string>& paths,
+                                        const std::vector<double>& values, const std::vector<std::string>& pointers) {
+  std::vector<std::pair<std::string, std::string>> why;  // reason, the checkpoints it holds in
+  size_t undefined = 0;
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (!std::isnan(values[i])) continue;
+    ++undefined;
+    const std::string r = reason_at(audits[i], pointers[i]);
+    auto it = std::find_if(why.begin(), why.end(), [&](const auto& w) { return w.first == r; });
+    if (it == why.end()) why.push_back({r, paths[i]});
+    else it->second += ", " + paths[i];
+  }
+  std::string reasons;
+  if (why.size() == 1 && undefined == values.size())
+    reasons = "in every checkpoint, " + why[0].first;
+  else
+    for (const auto& [r, where] : why) reasons += (reasons.empty() ? "" : "; ") + r + " (in " + where + ")";
+  nlohmann::ordered_json u = nlohmann::ordered_json::object();
+  u["values"] = nlohmann::ordered_json::array();
+  for (double v : values) u["values"].push_back(std::isnan(v) ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(v));
+  u["mean"] = nullptr;
+  u["sd"] = nullptr;
+  u["ci95"] = nullptr;
+  u["sign_flip_p"] = nullptr;
+  u["note"] = undefined_note(reasons);
+  return u;
+}
+
+// The prespecified criteria on the checkpoint-level CIs: the paper's primary analysis (each audit's
+// own criteria use window-level CIs within one checkpoint).
+nlohmann::ordered_json aggregate_criteria(const nlohmann::json& first, const nlohmann::ordered_json& figs) {
   nlohmann::ordered_json criteria = nlohmann::ordered_json::object();
   const nlohmann::json penalty_threshold = field_or_null(first, "/criteria/static_penalty_small/threshold");
   if (!penalty_threshold.is_null() && figs.contains("delta_nll.static_profile") && !is_undefined_statistic(figs["delta_nll.static_profile"])) {
@@ -238,7 +216,50 @@ nlohmann::ordered_json aggregate_audits(const std::vector<std::string>& paths, i
                                     {"holds", lower > retention_threshold.get<double>()}};
     }
   }
-  out["criteria"] = criteria;
+  return criteria;
+}
+
+}  // namespace
+
+nlohmann::ordered_json aggregate_audits(const std::vector<std::string>& paths, int resamples, uint64_t seed) {
+  if (paths.size() < 2) throw Error("aggregate needs at least 2 audits, found " + std::to_string(paths.size()));
+  std::vector<nlohmann::json> audits;
+  for (const auto& p : paths) audits.push_back(read_audit(p));
+  check_combinable(audits, paths);
+  const auto& first = audits[0];
+  nlohmann::ordered_json out;
+  out["schema"] = kAggregateSchema;
+  out["checkpoints"] = paths.size();
+  out["inputs"] = nlohmann::ordered_json::array();
+  for (size_t i = 0; i < paths.size(); ++i)
+    out["inputs"].push_back({{"path", paths[i]},
+                             {"model", audits[i]["model"]["description"]},
+                             {"model_sha256", audits[i]["provenance"].value("model_sha256", "")}});
+  out["bootstrap_resamples"] = resamples;
+  out["seed"] = seed;
+  nlohmann::ordered_json figs = nlohmann::ordered_json::object();
+  uint64_t index = 0;
+  std::vector<double> factor_p;
+  for (const auto& [name, pointer] : aggregated_figures(first)) {
+    std::vector<std::string> pointers;
+    const std::vector<double> values = figure_values(audits, paths, name, pointer, pointers);
+    if (std::any_of(values.begin(), values.end(), [](double v) { return std::isnan(v); })) {
+      figs[name] = undefined_figure(audits, paths, values, pointers);
+      continue;
+    }
+    const Interval ci = bootstrap_mean_ci(values, resamples, derive_seed(seed, 0xA66, index++));
+    nlohmann::ordered_json f{{"values", values}, {"mean", mean(values)}, {"sd", sample_sd(values)},
+                             {"ci95", {ci.low, ci.high}}, {"sign_flip_p", sign_flip_p_value(values)}};
+    if (name.rfind("factor_effect.", 0) == 0) factor_p.push_back(f["sign_flip_p"]);
+    figs[name] = f;
+  }
+  if (factor_p.size() == 3) {
+    const std::vector<double> holm = holm_adjust(factor_p);
+    int k = 0;
+    for (const char* f : {"input", "token", "interaction"}) figs[std::string("factor_effect.") + f]["holm_p"] = holm[size_t(k++)];
+  }
+  out["figures"] = figs;
+  out["criteria"] = aggregate_criteria(first, figs);
   out["provenance"] = provenance_base();
   return out;
 }

@@ -120,6 +120,50 @@ void CacheManifest::check_matches(const CacheManifest& found, const std::string&
     differ("controller_setting", "\"" + controller_setting + "\"", "\"" + found.controller_setting + "\"");
 }
 
+namespace {
+
+// The cache file's tensors, in file order: both sets' coefficients, their NLLs and the mask, then
+// the discrete field of routing records (expert indices, selection flags) as I32.
+std::vector<TensorToWrite> cache_tensors(const CoefficientShape& s, int64_t We, int64_t Wc) {
+  std::vector<TensorToWrite> tensors{{"eval.coefficients", {We, s.layers, s.tokens, s.streams, s.sources}, nullptr},
+                                     {"calib.coefficients", {Wc, s.layers, s.tokens, s.streams, s.sources}, nullptr},
+                                     {"eval.nll", {We}, nullptr, DType::F64},
+                                     {"calib.nll", {Wc}, nullptr, DType::F64},
+                                     {"mask", {s.layers, s.streams, s.sources}, nullptr}};
+  if (s.slots > 0) {
+    tensors.push_back({"eval.discrete", {We, s.layers, s.tokens, s.slots}, nullptr, DType::I32});
+    tensors.push_back({"calib.discrete", {Wc, s.layers, s.tokens, s.slots}, nullptr, DType::I32});
+  }
+  return tensors;
+}
+
+// One batch of the cache: windows w0 .. w0 + B - 1 of a set.
+struct CacheUnit {
+  const WindowSet* set;
+  int w0, B;
+};
+
+// A unit's live pass, recorded: its coefficients (F32), its discrete field (I32) and its NLLs (F64),
+// as bytes. With `recorded_live`, an evaluation batch's logits are kept for exact replay.
+std::string record_unit(AuditableModel& model, const CacheUnit& u, int tokens, const WindowSet& evaluation,
+                        RecordedLiveRun* recorded_live) {
+  CoefficientTensor record = model.make_coefficients(u.B, tokens);
+  std::vector<double> nll(static_cast<size_t>(u.B));
+  const int64_t off = int64_t(u.w0) * u.set->tokens;
+  const bool keep = recorded_live != nullptr && u.set == &evaluation;
+  if (keep) model.poison_logits(u.B, u.set->tokens);  // the kept logits must be this pass's own
+  model.run_live(u.set->inputs.data() + off, u.set->targets.data() + off, u.B, u.set->tokens, &record, 0, nll.data());
+  if (keep) recorded_live->keep(model, u.w0, u.B, u.set->tokens, nll.data());
+  std::string bytes;
+  auto put = [&](const void* p, size_t n) { bytes.append(static_cast<const char*>(p), n); };
+  put(record.values().data(), sizeof(float) * record.values().size());
+  put(record.discrete().data(), sizeof(int32_t) * record.discrete().size());
+  put(nll.data(), sizeof(double) * nll.size());
+  return bytes;
+}
+
+}  // namespace
+
 void write_coefficient_cache(const std::string& path, const CacheManifest& m, AuditableModel& model,
                              const WindowSet& evaluation, const WindowSet& calibration, int batch, bool progress,
                              const nlohmann::ordered_json& provenance, const Communicator& comm,
@@ -130,55 +174,24 @@ void write_coefficient_cache(const std::string& path, const CacheManifest& m, Au
   const CoefficientTensor probe = model.make_coefficients(1, s.tokens);
   for (size_t i = 0; i < mask_values.size(); ++i) mask_values[i] = probe.mask()[i] ? 1.0f : 0.0f;
   std::vector<double> eval_nll(static_cast<size_t>(We)), calib_nll(static_cast<size_t>(Wc));
-  std::vector<TensorToWrite> tensors{{"eval.coefficients", {We, s.layers, s.tokens, s.streams, s.sources}, nullptr},
-                                     {"calib.coefficients", {Wc, s.layers, s.tokens, s.streams, s.sources}, nullptr},
-                                     {"eval.nll", {We}, nullptr, DType::F64},
-                                     {"calib.nll", {Wc}, nullptr, DType::F64},
-                                     {"mask", {s.layers, s.streams, s.sources}, nullptr}};
-  // The discrete field of routing records (expert indices, selection flags) follows as I32.
-  const bool discrete = s.slots > 0;
-  if (discrete) {
-    tensors.push_back({"eval.discrete", {We, s.layers, s.tokens, s.slots}, nullptr, DType::I32});
-    tensors.push_back({"calib.discrete", {Wc, s.layers, s.tokens, s.slots}, nullptr, DType::I32});
-  }
   std::vector<int32_t> eval_discrete, calib_discrete;
   std::optional<SafetensorsStreamWriter> writer;
   if (comm.root())
-    writer.emplace(path, tensors, std::map<std::string, std::string>{{"format", kCacheFormat}, {"manifest", m.to_json().dump()},
-                                                                      {"provenance", provenance.dump()}});
+    writer.emplace(path, cache_tensors(s, We, Wc),
+                   std::map<std::string, std::string>{{"format", kCacheFormat}, {"manifest", m.to_json().dump()},
+                                                      {"provenance", provenance.dump()}});
   // Units: the evaluation batches, then the calibration batches, in the order the file holds them.
-  struct Unit {
-    const WindowSet* set;
-    int w0, B;
-  };
-  std::vector<Unit> units;
+  std::vector<CacheUnit> units;
   for (const auto* set : {&evaluation, &calibration})
     for (int w0 = 0; w0 < set->count(); w0 += batch) units.push_back({set, w0, std::min(batch, set->count() - w0)});
   std::vector<int> ids(units.size());
   for (size_t u = 0; u < units.size(); ++u) ids[u] = int(u);
   Progress bar("audit cache", We + Wc, "window");
   int64_t done = 0;
-  // A unit's result: its coefficients (F32), its discrete field (I32) and its NLLs (F64), as bytes.
   run_units(
-      comm, ids,
-      [&](int id) {
-        const Unit& u = units[size_t(id)];
-        CoefficientTensor record = model.make_coefficients(u.B, s.tokens);
-        std::vector<double> nll(static_cast<size_t>(u.B));
-        const int64_t off = int64_t(u.w0) * u.set->tokens;
-        const bool keep = recorded_live != nullptr && u.set == &evaluation;
-        if (keep) model.poison_logits(u.B, u.set->tokens);  // the kept logits must be this pass's own
-        model.run_live(u.set->inputs.data() + off, u.set->targets.data() + off, u.B, u.set->tokens, &record, 0, nll.data());
-        if (keep) recorded_live->keep(model, u.w0, u.B, u.set->tokens, nll.data());
-        std::string bytes;
-        auto put = [&](const void* p, size_t n) { bytes.append(static_cast<const char*>(p), n); };
-        put(record.values().data(), sizeof(float) * record.values().size());
-        put(record.discrete().data(), sizeof(int32_t) * record.discrete().size());
-        put(nll.data(), sizeof(double) * nll.size());
-        return bytes;
-      },
+      comm, ids, [&](int id) { return record_unit(model, units[size_t(id)], s.tokens, evaluation, recorded_live); },
       [&](int id, std::string& bytes) {
-        const Unit& u = units[size_t(id)];
+        const CacheUnit& u = units[size_t(id)];
         const size_t values = sizeof(float) * size_t(u.B) * size_t(s.per_window());
         const size_t slots = sizeof(int32_t) * size_t(u.B) * size_t(s.layers) * s.tokens * size_t(s.slots);
         const size_t nlls = sizeof(double) * size_t(u.B);
@@ -200,7 +213,7 @@ void write_coefficient_cache(const std::string& path, const CacheManifest& m, Au
     writer->append(eval_nll.data(), sizeof(double) * eval_nll.size());
     writer->append(calib_nll.data(), sizeof(double) * calib_nll.size());
     writer->append(mask_values.data(), sizeof(float) * mask_values.size());
-    if (discrete) {
+    if (s.slots > 0) {
       writer->append(eval_discrete.data(), sizeof(int32_t) * eval_discrete.size());
       writer->append(calib_discrete.data(), sizeof(int32_t) * calib_discrete.size());
     }

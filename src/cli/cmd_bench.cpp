@@ -160,6 +160,101 @@ void report(const BenchFlags& f, const char* what, const nlohmann::ordered_json&
   std::printf("  other %.2f ms (%.0f%%)\n", 1e3 * breakdown.other, 100 * breakdown.other / breakdown.total);
 }
 
+// bench forward: the family's own benchmark where it has one (FLOPs by its formula), else a
+// checkpoint through the registry (a pass is forward + loss, FLOPs counted at the GEMM calls).
+void bench_forward(const BenchFlags& f, const CLI::App& cmd) {
+  apply_threads(f.threads);
+  const ExecFamily& family = bench_family(f);
+  const bool replay = f.source == "replay";
+  if (family.bench_forward) {  // the family's own benchmark, FLOPs by its formula
+    const BenchWork w = family.bench_forward(request_of(f, cmd));
+    const TimedPasses s = time_against_peak(w.pass, f.warmup, f.runs);
+    report(f, replay ? "forward-replay" : "forward", w.config, w.name, w.tokens, s, w.flops_per_pass, w.run_state_bytes,
+           w.model_hash, profile_phases(w.pass, f.runs));
+    return;
+  }
+  // Any other family, through the registry: a pass is forward + loss, FLOPs counted at the GEMM calls.
+  if (f.model.empty())
+    throw Error("bench forward --arch " + f.family.arch + " needs --model (a checkpoint of the family to time)");
+  (void)f.family.settings(cmd);  // flags of another family are refused here too
+  const auto model = open_model(f.model, f.batch, f.seq > 0 ? f.seq : 1 << 20);
+  const int T = f.seq > 0 ? f.seq : model->max_tokens();
+  std::vector<int32_t> tokens(size_t(f.batch) * T), targets(tokens.size());
+  Rng rng(f.seed + 1);
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    tokens[i] = int32_t(rng.below(uint64_t(model->vocab())));
+    targets[i] = int32_t(rng.below(uint64_t(model->vocab())));
+  }
+  CoefficientTensor recorded = model->make_coefficients(f.batch, T);
+  std::vector<double> nll(size_t(f.batch));
+  model->run_live(tokens.data(), targets.data(), f.batch, T, &recorded, 0, nll.data());
+  const auto pass = [&] {
+    if (replay) model->run_replay(tokens.data(), targets.data(), f.batch, T, recorded, nll.data());
+    else model->run_live(tokens.data(), targets.data(), f.batch, T, nullptr, 0, nll.data());
+  };
+  // The FLOPs of the pass that is timed, counted as it runs: a replay skips the GEMMs of the
+  // controller (MUDD's generators, the MoE router), which a live pass would count.
+  ExecCounters counters;
+  {
+    CountingScope scope(counters);
+    pass();
+  }
+  const TimedPasses s = time_against_peak(pass, f.warmup, f.runs);
+  report(f, replay ? "forward-replay" : "forward", nlohmann::ordered_json::parse(model->config_json()),
+         model->description() + " (" + std::to_string(model->parameter_count()) + " parameters)", T, s,
+         double(counters.gemm_flops.load()), model->run_state_bytes(), model->content_hash(), profile_phases(pass, f.runs));
+}
+
+// bench train: the family's own benchmark where it has one (FLOPs by its formula), else its
+// Trainable: a fresh model of the flags, or (--model) one of the flags' config holding the
+// checkpoint's weights; FLOPs counted at the GEMM calls.
+void bench_train(const BenchFlags& f, const CLI::App& cmd) {
+  apply_threads(f.threads);
+  const ExecFamily& family = bench_family(f);
+  if (family.bench_train) {  // the family's own benchmark, FLOPs by its formula
+    const BenchWork w = family.bench_train(request_of(f, cmd));
+    const TimedPasses s = time_against_peak(w.pass, f.warmup, f.runs);
+    report(f, "train", w.config, w.name, w.tokens, s, w.flops_per_pass, w.run_state_bytes, w.model_hash,
+           profile_phases(w.pass, f.runs), w.first_step);
+    return;
+  }
+  if (!f.model.empty() && family.name != f.family.arch)
+    throw Error("bench train --model " + f.model + ": a " + family.name + " checkpoint; give --arch " + family.name +
+                " and the shape and family flags of its config");
+  if (f.seq > 0 && f.seq != f.family.shape.seq)
+    throw Error("bench train --arch " + f.family.arch + ": set the window with --seq");
+  TrainOptions o;
+  o.arch = f.family.arch;
+  o.seed = f.seed;
+  o.batch = f.batch;
+  o.shape = f.family.shape;
+  o.settings = f.family.settings(cmd);
+  const auto model = make_trainable(o);
+  std::string weights_hash;  // of the checkpoint's weights file, as a registry model's content hash
+  if (!f.model.empty()) {
+    model->load(f.model);  // refuses a checkpoint of another config
+    weights_hash = sha256_file(train_family_named(o.arch).files(f.model).weights);
+  }
+  const int T = model->seq_len();
+  std::vector<int32_t> inputs(size_t(f.batch) * T), targets(inputs.size());
+  Rng rng(f.seed + 1);
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    inputs[i] = int32_t(rng.below(kByteVocab));
+    targets[i] = int32_t(rng.below(kByteVocab));
+  }
+  ExecCounters counters;
+  StepStats first_step{};
+  {
+    CountingScope scope(counters);
+    first_step = model->step(inputs.data(), targets.data(), 1, 1e-4, single_process());
+  }
+  const auto pass = [&] { model->step(inputs.data(), targets.data(), 1, 1e-4, single_process()); };
+  const TimedPasses s = time_against_peak(pass, f.warmup, f.runs);
+  report(f, "train", model->config_json(), o.arch + " L " + std::to_string(o.shape.layers) + " D " + std::to_string(o.shape.dim),
+         T, s, double(counters.gemm_flops.load()), model->run_state_bytes(), weights_hash,
+         profile_phases(pass, f.runs), first_step);
+}
+
 }  // namespace
 
 void add_bench_command(CLI::App& app) {
@@ -172,101 +267,13 @@ void add_bench_command(CLI::App& app) {
   forward->add_option("--source", fwd->source, "Coefficient source: live (controller) or replay (recorded coefficients)")
       ->check(CLI::IsMember({"live", "replay"}))
       ->capture_default_str();
-  forward->callback(naming_batch(fwd->batch, [fwd, forward] {
-    apply_threads(fwd->threads);
-    const ExecFamily& family = bench_family(*fwd);
-    const bool replay = fwd->source == "replay";
-    if (family.bench_forward) {  // the family's own benchmark, FLOPs by its formula
-      const BenchWork w = family.bench_forward(request_of(*fwd, *forward));
-      const TimedPasses s = time_against_peak(w.pass, fwd->warmup, fwd->runs);
-      report(*fwd, replay ? "forward-replay" : "forward", w.config, w.name, w.tokens, s, w.flops_per_pass, w.run_state_bytes,
-             w.model_hash, profile_phases(w.pass, fwd->runs));
-      return;
-    }
-    // Any other family, through the registry: a pass is forward + loss, FLOPs counted at the GEMM calls.
-    if (fwd->model.empty())
-      throw Error("bench forward --arch " + fwd->family.arch + " needs --model (a checkpoint of the family to time)");
-    (void)fwd->family.settings(*forward);  // flags of another family are refused here too
-    const auto model = open_model(fwd->model, fwd->batch, fwd->seq > 0 ? fwd->seq : 1 << 20);
-    const int T = fwd->seq > 0 ? fwd->seq : model->max_tokens();
-    std::vector<int32_t> tokens(size_t(fwd->batch) * T), targets(tokens.size());
-    Rng rng(fwd->seed + 1);
-    for (size_t i = 0; i < tokens.size(); ++i) {
-      tokens[i] = int32_t(rng.below(uint64_t(model->vocab())));
-      targets[i] = int32_t(rng.below(uint64_t(model->vocab())));
-    }
-    CoefficientTensor recorded = model->make_coefficients(fwd->batch, T);
-    std::vector<double> nll(size_t(fwd->batch));
-    model->run_live(tokens.data(), targets.data(), fwd->batch, T, &recorded, 0, nll.data());
-    const auto pass = [&] {
-      if (replay) model->run_replay(tokens.data(), targets.data(), fwd->batch, T, recorded, nll.data());
-      else model->run_live(tokens.data(), targets.data(), fwd->batch, T, nullptr, 0, nll.data());
-    };
-    // The FLOPs of the pass that is timed, counted as it runs: a replay skips the GEMMs of the
-    // controller (MUDD's generators, the MoE router), which a live pass would count.
-    ExecCounters counters;
-    {
-      CountingScope scope(counters);
-      pass();
-    }
-    const TimedPasses s = time_against_peak(pass, fwd->warmup, fwd->runs);
-    report(*fwd, replay ? "forward-replay" : "forward", nlohmann::ordered_json::parse(model->config_json()),
-           model->description() + " (" + std::to_string(model->parameter_count()) + " parameters)", T, s,
-           double(counters.gemm_flops.load()), model->run_state_bytes(), model->content_hash(), profile_phases(pass, fwd->runs));
-  }));
+  forward->callback(naming_batch(fwd->batch, [fwd, forward] { bench_forward(*fwd, *forward); }));
 
   auto trn = std::make_shared<BenchFlags>();
   trn->runs = 10;
   CLI::App* train = bench->add_subcommand("train", "Time training steps (forward, backward, clipping, AdamW)");
   add_bench_flags(*train, *trn);
-  train->callback(naming_batch(trn->batch, [trn, train] {
-    apply_threads(trn->threads);
-    const ExecFamily& family = bench_family(*trn);
-    if (family.bench_train) {  // the family's own benchmark, FLOPs by its formula
-      const BenchWork w = family.bench_train(request_of(*trn, *train));
-      const TimedPasses s = time_against_peak(w.pass, trn->warmup, trn->runs);
-      report(*trn, "train", w.config, w.name, w.tokens, s, w.flops_per_pass, w.run_state_bytes, w.model_hash,
-             profile_phases(w.pass, trn->runs), w.first_step);
-      return;
-    }
-    // Any other family through its Trainable: a fresh model of the flags, or (--model) one of the
-    // flags' config holding the checkpoint's weights; FLOPs counted at the GEMM calls.
-    if (!trn->model.empty() && family.name != trn->family.arch)
-      throw Error("bench train --model " + trn->model + ": a " + family.name + " checkpoint; give --arch " + family.name +
-                  " and the shape and family flags of its config");
-    if (trn->seq > 0 && trn->seq != trn->family.shape.seq)
-      throw Error("bench train --arch " + trn->family.arch + ": set the window with --seq");
-    TrainOptions o;
-    o.arch = trn->family.arch;
-    o.seed = trn->seed;
-    o.batch = trn->batch;
-    o.shape = trn->family.shape;
-    o.settings = trn->family.settings(*train);
-    const auto model = make_trainable(o);
-    std::string weights_hash;  // of the checkpoint's weights file, as a registry model's content hash
-    if (!trn->model.empty()) {
-      model->load(trn->model);  // refuses a checkpoint of another config
-      weights_hash = sha256_file(train_family_named(o.arch).files(trn->model).weights);
-    }
-    const int T = model->seq_len();
-    std::vector<int32_t> inputs(size_t(trn->batch) * T), targets(inputs.size());
-    Rng rng(trn->seed + 1);
-    for (size_t i = 0; i < inputs.size(); ++i) {
-      inputs[i] = int32_t(rng.below(kByteVocab));
-      targets[i] = int32_t(rng.below(kByteVocab));
-    }
-    ExecCounters counters;
-    StepStats first_step{};
-    {
-      CountingScope scope(counters);
-      first_step = model->step(inputs.data(), targets.data(), 1, 1e-4, single_process());
-    }
-    const auto pass = [&] { model->step(inputs.data(), targets.data(), 1, 1e-4, single_process()); };
-    const TimedPasses s = time_against_peak(pass, trn->warmup, trn->runs);
-    report(*trn, "train", model->config_json(), o.arch + " L " + std::to_string(o.shape.layers) + " D " + std::to_string(o.shape.dim),
-           T, s, double(counters.gemm_flops.load()), model->run_state_bytes(), weights_hash,
-           profile_phases(pass, trn->runs), first_step);
-  }));
+  train->callback(naming_batch(trn->batch, [trn, train] { bench_train(*trn, *train); }));
 }
 
 }  // namespace fca::cli

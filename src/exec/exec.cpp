@@ -307,9 +307,13 @@ std::string unseen_work_text(const nlohmann::json& mode) {
   return text;
 }
 
-std::string exec_markdown(const nlohmann::ordered_json& e) {
-  std::ostringstream md;
-  char buf[512];
+namespace {
+
+bool is_external_entry(const nlohmann::ordered_json& m) { return m.value("family", std::string()) == "external"; }
+
+// The opening paragraph: batch, rounds, threads, SGEMM peak, how ratios and FLOPs are read.
+void exec_markdown_header(std::ostream& md, const nlohmann::ordered_json& e) {
+  char buf[64];
   const auto& st = e["settings"];
   std::snprintf(buf, sizeof buf, "%.0f%%", 100 * st["margin"].get<double>());
   const std::string margin = buf;
@@ -320,16 +324,19 @@ std::string exec_markdown(const nlohmann::ordered_json& e) {
      << " GFLOP/s. Latency ratios: the median of the per-round ratios with its 95% paired bootstrap interval; \"faster\" or "
         "\"slower\" only where the whole interval lies beyond the "
      << margin << " margin. FLOPs: " << e["flop_convention"].get<std::string>() << ".\n\n";
-  const auto external = [](const nlohmann::ordered_json& m) { return m.value("family", std::string()) == "external"; };
-  const bool any_external = std::any_of(e["models"].begin(), e["models"].end(), external);
-  const bool any_native = !std::all_of(e["models"].begin(), e["models"].end(), external);
+}
+
+// The table: one row per mode (and per skip threshold) of every model. An external model: its
+// label, executed blocks as rows per token (a fraction where tokens skip blocks; – where the adapter
+// names no blocks unit), no mixing kind, the ratio to its reference.
+void exec_markdown_table(std::ostream& md, const nlohmann::ordered_json& e, bool any_external) {
+  char buf[512];
+  const auto external = is_external_entry;
   md << "| model | mode | executed blocks | GFLOP/token | of which controller, MFLOP/token | of which mixing, MFLOP/token | "
         "latency median [p10, p90] ms | tokens/s | "
      << (any_external ? "ratio to Dense (native) / reference (external)" : "ratio to Dense")
      << " | NLL |\n"
         "|---|---|---:|---:|---:|---:|---|---:|---:|---:|\n";
-  // An external model: its label, executed blocks as rows per token (a fraction where tokens skip
-  // blocks; – where the adapter names no blocks unit), no mixing kind, the ratio to its reference.
   auto row = [&](const nlohmann::ordered_json& m, const nlohmann::ordered_json& r, const std::string& mode) {
     const auto& c = m["config"];
     const bool ext = external(m);
@@ -365,9 +372,12 @@ std::string exec_markdown(const nlohmann::ordered_json& e) {
         row(m, r, buf);
       }
   }
-  // External models: each mode's latency against the reference; the operators no FLOP was counted for.
+}
+
+// External models: each mode's latency against the reference; what was not counted, and why.
+void exec_markdown_externals(std::ostream& md, const nlohmann::ordered_json& e) {
   for (const auto& m : e["models"]) {
-    if (!external(m)) continue;
+    if (!is_external_entry(m)) continue;
     md << "\n" << m["label"].get<std::string>() << " (" << m["path"].get<std::string>() << "), run by its adapter on "
        << m["device"].get<std::string>() << " (timer " << m["timer"].get<std::string>() << "):\n";
     for (const auto& r : m["modes"]) {
@@ -383,6 +393,11 @@ std::string exec_markdown(const nlohmann::ordered_json& e) {
       for (const auto& [kind, why] : absent.items()) md << "- `" << mode << "`: " << kind << " counted as 0: " << why.get<std::string>() << "\n";
     }
   }
+}
+
+// Real skips against the same static gates with nothing removed.
+void exec_markdown_skips(std::ostream& md, const nlohmann::ordered_json& e) {
+  char buf[512];
   for (const auto& m : e["models"]) {
     if (!m.contains("skip_sweep")) continue;
     md << "\n" << m["label"].get<std::string>() << " (" << m["path"].get<std::string>() << "), real skips against the same static gates with "
@@ -394,6 +409,11 @@ std::string exec_markdown(const nlohmann::ordered_json& e) {
       md << buf;
     }
   }
+}
+
+// Each family's savings, claimed only where both FLOPs and latency are measurably lower.
+void exec_markdown_savings(std::ostream& md, const nlohmann::ordered_json& e) {
+  char buf[512];
   for (const auto& m : e["models"]) {
     if (!m.contains("savings")) continue;
     md << "\n" << m["label"].get<std::string>() << " (" << m["path"].get<std::string>() << "), savings:\n";
@@ -415,6 +435,9 @@ std::string exec_markdown(const nlohmann::ordered_json& e) {
       md << "\n";
     }
   }
+}
+
+void exec_markdown_legend(std::ostream& md, const nlohmann::ordered_json& e, bool any_native, bool any_external) {
   if (any_native)
     md << "\nlive: the controller computes the gates; replay: recorded gates supplied, controller off; gates_forced_to_1: "
         "every g = 1; skip tau: calibrated static gates, blocks whose static gate is below tau removed from the graph "
@@ -434,6 +457,20 @@ std::string exec_markdown(const nlohmann::ordered_json& e) {
           "(its logits checked equal to live's on every batch); static_profile hands the calibration windows' mean output to "
           "every window and token; reference is the adapter's reference model. Ratios against the reference, never against a "
           "native Dense. NLL in nats per token of the adapter's tokenizer.\n";
+}
+
+}  // namespace
+
+std::string exec_markdown(const nlohmann::ordered_json& e) {
+  std::ostringstream md;
+  const bool any_external = std::any_of(e["models"].begin(), e["models"].end(), is_external_entry);
+  const bool any_native = !std::all_of(e["models"].begin(), e["models"].end(), is_external_entry);
+  exec_markdown_header(md, e);
+  exec_markdown_table(md, e, any_external);
+  exec_markdown_externals(md, e);
+  exec_markdown_skips(md, e);
+  exec_markdown_savings(md, e);
+  exec_markdown_legend(md, e, any_native, any_external);
   return md.str();
 }
 

@@ -117,6 +117,41 @@ ExternalExecSetup parse_exec_prepare(const SafetensorsReader& a) {
   return s;
 }
 
+namespace {
+
+// The adapter's per-module counts ('modules'), each field checked.
+nlohmann::ordered_json module_counts(const JsonFields& c) {
+  const nlohmann::json& modules = c.json().at("modules");
+  if (!modules.is_array()) throw Error(c.where() + ": 'modules' must be an array, found " + modules.dump().substr(0, 60));
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  for (size_t i = 0; i < modules.size(); ++i) {
+    const JsonFields m(modules[i], c.where() + ": modules[" + std::to_string(i) + "]",
+                       {"name", "class", "calls", "rows", "flops", "controller"});
+    require(m, {"name", "class", "calls", "rows", "flops", "controller"});
+    out.push_back({{"name", m.text("name", "")},
+                   {"class", m.text("class", "")},
+                   {"calls", m.integer("calls", 0, 0, kMaxCount)},
+                   {"rows", m.integer("rows", 0, 0, kMaxCount)},
+                   {"gflop", m.number("flops", 0, 0, kMaxFlops) / 1e9},
+                   {"controller", m.flag("controller", false)}});
+  }
+  return out;
+}
+
+// The adapter's GEMM counts by operator ('gemm_ops'): calls and GFLOP.
+nlohmann::ordered_json gemm_op_counts(const JsonFields& c) {
+  const JsonFields gemm_ops(c.json().at("gemm_ops"), c.where() + ": 'gemm_ops'", {}, UnknownKeys::ignored);
+  nlohmann::ordered_json out = nlohmann::ordered_json::object();
+  for (const auto& [op, entry] : gemm_ops.json().items()) {
+    const JsonFields e = gemm_ops.object(op, {"calls", "flops"});
+    require(e, {"calls", "flops"});
+    out[op] = {{"calls", e.integer("calls", 0, 0, kMaxCount)}, {"gflop", e.number("flops", 0, 0, kMaxFlops) / 1e9}};
+  }
+  return out;
+}
+
+}  // namespace
+
 nlohmann::ordered_json external_counted_fields(const std::string& text, const std::string& mode,
                                                const nlohmann::ordered_json& units, int64_t tokens_per_pass,
                                                const std::string& where) {
@@ -171,13 +206,7 @@ nlohmann::ordered_json external_counted_fields(const std::string& text, const st
   j["gflop_per_token"] = (gemm + controller) / 1e9 / tokens;
   j["gflop_per_pass_by_kind"] = {{"gemm", gemm / 1e9}, {"controller", controller / 1e9}};
 
-  const JsonFields gemm_ops(c.json().at("gemm_ops"), c.where() + ": 'gemm_ops'", {}, UnknownKeys::ignored);
-  j["gemm_ops"] = nlohmann::ordered_json::object();
-  for (const auto& [op, entry] : gemm_ops.json().items()) {
-    const JsonFields e = gemm_ops.object(op, {"calls", "flops"});
-    require(e, {"calls", "flops"});
-    j["gemm_ops"][op] = {{"calls", e.integer("calls", 0, 0, kMaxCount)}, {"gflop", e.number("flops", 0, 0, kMaxFlops) / 1e9}};
-  }
+  j["gemm_ops"] = gemm_op_counts(c);
   j["zero_ops"] = op_calls(c, "zero_ops");
   j["uncounted_ops"] = op_calls(c, "uncounted_ops");
   j["unseen_work"] = unseen_work(c);
@@ -186,20 +215,7 @@ nlohmann::ordered_json external_counted_fields(const std::string& text, const st
   // formula, or with work the counter could not see, is not fully counted, and no saving is claimed from it.
   j["fully_counted"] = j["uncounted_ops"].empty() && j["unseen_work"].empty();
   if (!absent.empty()) j["absent_units"] = absent;
-  const nlohmann::json& modules = c.json().at("modules");
-  if (!modules.is_array()) throw Error(c.where() + ": 'modules' must be an array, found " + modules.dump().substr(0, 60));
-  j["modules"] = nlohmann::ordered_json::array();
-  for (size_t i = 0; i < modules.size(); ++i) {
-    const JsonFields m(modules[i], c.where() + ": modules[" + std::to_string(i) + "]",
-                       {"name", "class", "calls", "rows", "flops", "controller"});
-    require(m, {"name", "class", "calls", "rows", "flops", "controller"});
-    j["modules"].push_back({{"name", m.text("name", "")},
-                            {"class", m.text("class", "")},
-                            {"calls", m.integer("calls", 0, 0, kMaxCount)},
-                            {"rows", m.integer("rows", 0, 0, kMaxCount)},
-                            {"gflop", m.number("flops", 0, 0, kMaxFlops) / 1e9},
-                            {"controller", m.flag("controller", false)}});
-  }
+  j["modules"] = module_counts(c);
   return j;
 }
 

@@ -30,8 +30,10 @@ std::string ci(const nlohmann::json& c, const char* fmt = "%.5f", double scale =
 
 }  // namespace
 
-std::string audit_markdown(const nlohmann::ordered_json& a) {
-  std::ostringstream md;
+namespace {
+
+// The model, the settings, the baseline, exact replay and the replay's sensitivity.
+void audit_markdown_header(std::ostream& md, const nlohmann::ordered_json& a) {
   const auto& m = a["model"];
   const auto& s = a["settings"];
   md << "# Frozen-Controller Audit: " << m["description"].get<std::string>() << "\n\n";
@@ -58,6 +60,11 @@ std::string audit_markdown(const nlohmann::ordered_json& a) {
     else
       md << "**WARNING: " << p["warning"].get<std::string>() << ".**\n\n";
   }
+}
+
+// The conditions' table and how to read it.
+void audit_markdown_conditions(std::ostream& md, const nlohmann::ordered_json& a) {
+  const auto& m = a["model"];
   md << "## Functional dependence\n\n";
   // Records that change how much runs (early exit): each condition's mean depth and GEMM FLOPs beside its DeltaNLL.
   const bool compute = !a["conditions"].empty() && a["conditions"][0].contains("compute");
@@ -81,6 +88,12 @@ std::string audit_markdown(const nlohmann::ordered_json& a) {
      << m["static_profile"].get<std::string>() << ", structure_removed is " << m["structure_removed"].get<std::string>()
      << ".\n\n";
 
+}
+
+// What a family's capabilities add: the constraint's violations and the cache's diagnostics.
+void audit_markdown_family_extras(std::ostream& md, const nlohmann::ordered_json& a) {
+  const auto& m = a["model"];
+  const auto& s = a["settings"];
   if (m.contains("coefficient_constraint")) {
     md << "Largest violation of the live coefficients' constraint (" << m["coefficient_constraint"].get<std::string>()
        << ") in what each condition replayed:";
@@ -104,6 +117,10 @@ std::string audit_markdown(const nlohmann::ordered_json& a) {
       md << "\n";
     }
   }
+}
+
+// Factor effects, retention and the prespecified criteria.
+void audit_markdown_effects(std::ostream& md, const nlohmann::ordered_json& a) {
   if (!a["factor_effects"].is_null()) {
     md << "## Factor effects\n\n| effect | estimate | 95% CI |\n|---|---:|---|\n";
     for (const char* f : {"input", "token", "interaction"})
@@ -133,6 +150,10 @@ std::string audit_markdown(const nlohmann::ordered_json& a) {
     }
     md << "\n";
   }
+}
+
+// Coefficient variation and provenance.
+void audit_markdown_variation(std::ostream& md, const nlohmann::ordered_json& a) {
   const auto& v = a["variance"];
   md << "## Coefficient variation\n\nTotal variance " << num(v["total_variance"], "%.6g") << " over "
      << v["cells"]["coordinates"] << " coordinates x " << v["cells"]["inputs"] << " inputs x " << v["cells"]["tokens"]
@@ -146,6 +167,17 @@ std::string audit_markdown(const nlohmann::ordered_json& a) {
      << "), " << p["threads"] << " threads on " << p["machine"]["cpu"].get<std::string>() << "; model sha256 "
      << p["model_sha256"].get<std::string>() << "; data " << p["data"]["dir"].get<std::string>() << " (test sha256 "
      << p["data"]["eval_split_sha256"].get<std::string>() << ").\n";
+}
+
+}  // namespace
+
+std::string audit_markdown(const nlohmann::ordered_json& a) {
+  std::ostringstream md;
+  audit_markdown_header(md, a);
+  audit_markdown_conditions(md, a);
+  audit_markdown_family_extras(md, a);
+  audit_markdown_effects(md, a);
+  audit_markdown_variation(md, a);
   return md.str();
 }
 

@@ -229,115 +229,130 @@ std::string figure_depths(const ReportData& d, const ReportData::Named& a) {
   return cv.str();
 }
 
+namespace {
+
+// Routed records: expert load (layer x expert) or selection frequency (routed block x position).
+std::string routing_profile(const ReportData& d, const ReportData::Named& a) {
+  const bool experts = a.doc["routing"].contains("expert_load");
+  const auto& m = experts ? a.doc["routing"]["expert_load"] : a.doc["routing"]["selection_frequency"];
+  require_matrix(m, a.path, experts ? "routing.expert_load" : "routing.selection_frequency");
+  const int L = int(m.size()), C = int(m[0].size());
+  double mx = 1e-12;
+  for (const auto& row : m)
+    for (const auto& x : row) mx = std::max(mx, x.get<double>());
+  const int cell_w = experts ? 36 : std::max(1, 640 / C), cell_h = 18, left = 90, top = 30;
+  const std::string what = experts ? "expert load, layer x expert (share of token-slot assignments)"
+                                   : "selection frequency, routed block x position (share of windows)";
+  svg::Canvas cv(std::max(left + cell_w * C + 130, 760), top + cell_h * L + 50, "Routing: " + report_util::audit_heading(d, a.doc));
+  cv.text(left, 16, report_util::audit_heading(d, a.doc) + ": " + what, "start", 11, "#333", true);
+  for (int l = 0; l < L; ++l) {
+    cv.text(left - 6, top + cell_h * (l + 0.7), (experts ? "layer " : "routed ") + std::to_string(l), "end", 10);
+    for (int c = 0; c < C; ++c) {
+      const double x = m[size_t(l)][size_t(c)];
+      cv.rect(left + cell_w * c, top + cell_h * l, cell_w, cell_h, svg::sequential(x / mx),
+              (experts ? "layer " + std::to_string(l) + ", expert " : "routed block " + std::to_string(l) + ", position ") +
+                  std::to_string(c) + ": " + fmt("%.4f", x));
+    }
+  }
+  cv.text(left, top + cell_h * L + 14, experts ? "expert 0" : "position 0", "start", 10);
+  cv.text(left + cell_w * C, top + cell_h * L + 14, (experts ? "expert " : "position ") + std::to_string(C - 1), "end", 10);
+  for (int k = 0; k <= 4; ++k) {
+    cv.rect(left + cell_w * C + 20, top + 12.0 * k, 14, 12, svg::sequential(1.0 - k / 4.0));
+    cv.text(left + cell_w * C + 38, top + 12.0 * k + 10, fmt("%.3f", mx * (1.0 - k / 4.0)), "start", 9);
+  }
+  return cv.str();
+}
+
+// Gates: the calibrated gate, layer x position.
+std::string gate_profile(const ReportData& d, const ReportData::Named& a) {
+  const auto& prof = a.doc["profiles"];
+  const auto& m = prof["layer_position_mean"];
+  require_matrix(m, a.path, "profiles.layer_position_mean");
+  const int L = int(m.size()), T = int(m[0].size());
+  const int cell_w = std::max(1, 640 / T), cell_h = 18, left = 70, top = 30;
+  svg::Canvas cv(left + cell_w * T + 120, top + cell_h * L + 50, "Calibrated gate, layer x position: " + report_util::audit_heading(d, a.doc));
+  cv.text(left, 16, report_util::audit_heading(d, a.doc) + ": mean gate over the calibration set (layer x position)", "start", 11, "#333", true);
+  for (int l = 0; l < L; ++l) {
+    cv.text(left - 6, top + cell_h * (l + 0.7), "layer " + std::to_string(l), "end", 10);
+    for (int t = 0; t < T; ++t) {
+      const double g = m[size_t(l)][size_t(t)];
+      cv.rect(left + cell_w * t, top + cell_h * l, cell_w, cell_h, svg::sequential(g),
+              "layer " + std::to_string(l) + ", position " + std::to_string(t) + ": g = " + fmt("%.4f", g));
+    }
+  }
+  cv.text(left, top + cell_h * L + 14, "position 0", "start", 10);
+  cv.text(left + cell_w * T, top + cell_h * L + 14, "position " + std::to_string(T - 1), "end", 10);
+  for (int k = 0; k <= 4; ++k) {
+    cv.rect(left + cell_w * T + 20, top + 12.0 * k, 14, 12, svg::sequential(1.0 - k / 4.0));
+    cv.text(left + cell_w * T + 38, top + 12.0 * k + 10, fmt("%.2f", 1.0 - k / 4.0), "start", 9);
+  }
+  return cv.str();
+}
+
+// Mixing squares (MUDD, hyper-connections): layer x source per stream, signed.
+std::string mixing_profile(const ReportData& d, const ReportData::Named& a) {
+  const auto& prof = a.doc["profiles"];
+  const auto& S = prof["static_profile"];
+  // [layer][stream][source] of numbers or nulls, rectangular, at most 64 streams.
+  const bool shaped = S.is_array() && !S.empty() && S[0].is_array() && !S[0].empty() && S[0].size() <= 64 &&
+                      S[0][0].is_array() && !S[0][0].empty();
+  bool rectangular = shaped;
+  for (size_t l = 0; rectangular && l < S.size(); ++l) {
+    rectangular = S[l].is_array() && S[l].size() == S[0].size();
+    for (size_t st = 0; rectangular && st < S[l].size(); ++st) {
+      rectangular = S[l][st].is_array() && S[l][st].size() == S[0][0].size();
+      for (size_t k = 0; rectangular && k < S[l][st].size(); ++k) rectangular = S[l][st][k].is_number() || S[l][st][k].is_null();
+    }
+  }
+  if (!rectangular)
+    throw Error(a.path + ": profiles.static_profile is not a rectangular [layer][stream <= 64][source] array of numbers");
+  const int L = int(S.size()), streams = int(S[0].size()), K = int(S[0][0].size());
+  // The family's names for the indices (audit.json model.stream_labels / source_labels), else numbers.
+  auto labels = [&](const char* key, int count) {
+    std::vector<std::string> out;
+    const auto& model = a.doc["model"];
+    if (model.contains(key) && model[key].is_array() && int(model[key].size()) >= count)
+      for (int i = 0; i < count; ++i) out.push_back(model[key][size_t(i)].is_string() ? model[key][size_t(i)].get<std::string>() : std::to_string(i));
+    else
+      for (int i = 0; i < count; ++i) out.push_back(std::to_string(i));
+    return out;
+  };
+  const std::vector<std::string> names = labels("stream_labels", streams), sources = labels("source_labels", K);
+  double mx = 1e-9;
+  for (const auto& l : S)
+    for (const auto& s : l)
+      for (const auto& v : s)
+        if (!v.is_null()) mx = std::max(mx, std::abs(v.get<double>()));
+  const int cell = 18, panel = cell * K + 40, left = 60, top = 34;
+  svg::Canvas cv(std::max(left + panel * streams + 80, 760), top + cell * L + 40, "Static mixing profile: " + report_util::audit_heading(d, a.doc));
+  cv.text(left, 16, report_util::audit_heading(d, a.doc) + ": " + a.doc["model"].value("static_profile", std::string("static profile")) +
+                        ", layer x source per stream (signed; colour scale +-" + fmt("%.2f", mx) + ")", "start", 11, "#333", true);
+  for (int s = 0; s < streams; ++s) {
+    const double x0 = left + panel * s;
+    cv.text(x0 + cell * K / 2.0, top - 4, names[size_t(s)], "middle", 10);
+    for (int l = 0; l < L; ++l)
+      for (int k = 0; k < K; ++k) {
+        const auto& v = S[size_t(l)][size_t(s)][size_t(k)];
+        if (v.is_null()) continue;
+        cv.rect(x0 + cell * k, top + cell * l, cell - 1, cell - 1, svg::diverging(v.get<double>() / mx),
+                "layer " + std::to_string(l) + ", " + names[size_t(s)] + ", source " + sources[size_t(k)] + ": " +
+                    fmt("%+.4f", v.get<double>()));
+      }
+  }
+  for (int l = 0; l < L; ++l) cv.text(left - 6, top + cell * (l + 0.7), "layer " + std::to_string(l), "end", 9);
+  cv.text(left, top + cell * L + 14, "sources left to right: " + sources.front() + " ... " + sources.back(), "start", 9);
+  return cv.str();
+}
+
+}  // namespace
+
 std::string figure_profiles(const ReportData& d) {
   std::string out;
   for (const auto& a : d.audits) {
-    const auto& prof = a.doc["profiles"];
-    if (a.doc.contains("routing") && a.doc["routing"].contains("exit_histogram")) {  // depth records: histogram and by position
-      out += figure_depths(d, a);
-    } else if (a.doc.contains("routing")) {  // routed: expert load (layer x expert) or selection frequency (layer x position)
-      const bool experts = a.doc["routing"].contains("expert_load");
-      const auto& m = experts ? a.doc["routing"]["expert_load"] : a.doc["routing"]["selection_frequency"];
-      require_matrix(m, a.path, experts ? "routing.expert_load" : "routing.selection_frequency");
-      const int L = int(m.size()), C = int(m[0].size());
-      double mx = 1e-12;
-      for (const auto& row : m)
-        for (const auto& x : row) mx = std::max(mx, x.get<double>());
-      const int cell_w = experts ? 36 : std::max(1, 640 / C), cell_h = 18, left = 90, top = 30;
-      const std::string what = experts ? "expert load, layer x expert (share of token-slot assignments)"
-                                       : "selection frequency, routed block x position (share of windows)";
-      svg::Canvas cv(std::max(left + cell_w * C + 130, 760), top + cell_h * L + 50, "Routing: " + report_util::audit_heading(d, a.doc));
-      cv.text(left, 16, report_util::audit_heading(d, a.doc) + ": " + what, "start", 11, "#333", true);
-      for (int l = 0; l < L; ++l) {
-        cv.text(left - 6, top + cell_h * (l + 0.7), (experts ? "layer " : "routed ") + std::to_string(l), "end", 10);
-        for (int c = 0; c < C; ++c) {
-          const double x = m[size_t(l)][size_t(c)];
-          cv.rect(left + cell_w * c, top + cell_h * l, cell_w, cell_h, svg::sequential(x / mx),
-                  (experts ? "layer " + std::to_string(l) + ", expert " : "routed block " + std::to_string(l) + ", position ") +
-                      std::to_string(c) + ": " + fmt("%.4f", x));
-        }
-      }
-      cv.text(left, top + cell_h * L + 14, experts ? "expert 0" : "position 0", "start", 10);
-      cv.text(left + cell_w * C, top + cell_h * L + 14, (experts ? "expert " : "position ") + std::to_string(C - 1), "end", 10);
-      for (int k = 0; k <= 4; ++k) {
-        cv.rect(left + cell_w * C + 20, top + 12.0 * k, 14, 12, svg::sequential(1.0 - k / 4.0));
-        cv.text(left + cell_w * C + 38, top + 12.0 * k + 10, fmt("%.3f", mx * (1.0 - k / 4.0)), "start", 9);
-      }
-      out += cv.str();
-    } else if (prof.contains("layer_position_mean")) {  // gated: layer x position of the calibrated gate
-      const auto& m = prof["layer_position_mean"];
-      require_matrix(m, a.path, "profiles.layer_position_mean");
-      const int L = int(m.size()), T = int(m[0].size());
-      const int cell_w = std::max(1, 640 / T), cell_h = 18, left = 70, top = 30;
-      svg::Canvas cv(left + cell_w * T + 120, top + cell_h * L + 50, "Calibrated gate, layer x position: " + report_util::audit_heading(d, a.doc));
-      cv.text(left, 16, report_util::audit_heading(d, a.doc) + ": mean gate over the calibration set (layer x position)", "start", 11, "#333", true);
-      for (int l = 0; l < L; ++l) {
-        cv.text(left - 6, top + cell_h * (l + 0.7), "layer " + std::to_string(l), "end", 10);
-        for (int t = 0; t < T; ++t) {
-          const double g = m[size_t(l)][size_t(t)];
-          cv.rect(left + cell_w * t, top + cell_h * l, cell_w, cell_h, svg::sequential(g),
-                  "layer " + std::to_string(l) + ", position " + std::to_string(t) + ": g = " + fmt("%.4f", g));
-        }
-      }
-      cv.text(left, top + cell_h * L + 14, "position 0", "start", 10);
-      cv.text(left + cell_w * T, top + cell_h * L + 14, "position " + std::to_string(T - 1), "end", 10);
-      for (int k = 0; k <= 4; ++k) {
-        cv.rect(left + cell_w * T + 20, top + 12.0 * k, 14, 12, svg::sequential(1.0 - k / 4.0));
-        cv.text(left + cell_w * T + 38, top + 12.0 * k + 10, fmt("%.2f", 1.0 - k / 4.0), "start", 9);
-      }
-      out += cv.str();
-    } else {  // mixing squares (MUDD, hyper-connections): layer x source per stream, signed
-      const auto& S = prof["static_profile"];
-      // [layer][stream][source] of numbers or nulls, rectangular, at most 64 streams.
-      const bool shaped = S.is_array() && !S.empty() && S[0].is_array() && !S[0].empty() && S[0].size() <= 64 &&
-                          S[0][0].is_array() && !S[0][0].empty();
-      bool rectangular = shaped;
-      for (size_t l = 0; rectangular && l < S.size(); ++l) {
-        rectangular = S[l].is_array() && S[l].size() == S[0].size();
-        for (size_t st = 0; rectangular && st < S[l].size(); ++st) {
-          rectangular = S[l][st].is_array() && S[l][st].size() == S[0][0].size();
-          for (size_t k = 0; rectangular && k < S[l][st].size(); ++k) rectangular = S[l][st][k].is_number() || S[l][st][k].is_null();
-        }
-      }
-      if (!rectangular)
-        throw Error(a.path + ": profiles.static_profile is not a rectangular [layer][stream <= 64][source] array of numbers");
-      const int L = int(S.size()), streams = int(S[0].size()), K = int(S[0][0].size());
-      // The family's names for the indices (audit.json model.stream_labels / source_labels), else numbers.
-      auto labels = [&](const char* key, int count) {
-        std::vector<std::string> out;
-        const auto& model = a.doc["model"];
-        if (model.contains(key) && model[key].is_array() && int(model[key].size()) >= count)
-          for (int i = 0; i < count; ++i) out.push_back(model[key][size_t(i)].is_string() ? model[key][size_t(i)].get<std::string>() : std::to_string(i));
-        else
-          for (int i = 0; i < count; ++i) out.push_back(std::to_string(i));
-        return out;
-      };
-      const std::vector<std::string> names = labels("stream_labels", streams), sources = labels("source_labels", K);
-      double mx = 1e-9;
-      for (const auto& l : S)
-        for (const auto& s : l)
-          for (const auto& v : s)
-            if (!v.is_null()) mx = std::max(mx, std::abs(v.get<double>()));
-      const int cell = 18, panel = cell * K + 40, left = 60, top = 34;
-      svg::Canvas cv(std::max(left + panel * streams + 80, 760), top + cell * L + 40, "Static mixing profile: " + report_util::audit_heading(d, a.doc));
-      cv.text(left, 16, report_util::audit_heading(d, a.doc) + ": " + a.doc["model"].value("static_profile", std::string("static profile")) +
-                            ", layer x source per stream (signed; colour scale +-" + fmt("%.2f", mx) + ")", "start", 11, "#333", true);
-      for (int s = 0; s < streams; ++s) {
-        const double x0 = left + panel * s;
-        cv.text(x0 + cell * K / 2.0, top - 4, names[size_t(s)], "middle", 10);
-        for (int l = 0; l < L; ++l)
-          for (int k = 0; k < K; ++k) {
-            const auto& v = S[size_t(l)][size_t(s)][size_t(k)];
-            if (v.is_null()) continue;
-            cv.rect(x0 + cell * k, top + cell * l, cell - 1, cell - 1, svg::diverging(v.get<double>() / mx),
-                    "layer " + std::to_string(l) + ", " + names[size_t(s)] + ", source " + sources[size_t(k)] + ": " +
-                        fmt("%+.4f", v.get<double>()));
-          }
-      }
-      for (int l = 0; l < L; ++l) cv.text(left - 6, top + cell * (l + 0.7), "layer " + std::to_string(l), "end", 9);
-      cv.text(left, top + cell * L + 14, "sources left to right: " + sources.front() + " ... " + sources.back(), "start", 9);
-      out += cv.str();
-    }
+    if (a.doc.contains("routing") && a.doc["routing"].contains("exit_histogram")) out += figure_depths(d, a);  // depths
+    else if (a.doc.contains("routing")) out += routing_profile(d, a);
+    else if (a.doc["profiles"].contains("layer_position_mean")) out += gate_profile(d, a);
+    else out += mixing_profile(d, a);
   }
   return out;
 }

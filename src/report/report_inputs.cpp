@@ -162,85 +162,70 @@ ReportData::TrainLog read_train_log(const std::string& p) {
   return t;
 }
 
-ReportData load_report_data(const ReportInputs& in) {
-  ReportData d;
-  d.title = in.title;
-  if (in.audits.empty() && in.execs.empty()) throw Error("report: give at least one --audit or --exec file");
-  if (!in.paper.empty()) {
-    d.paper = read_json(in.paper);
-    expect_schema(d.paper, in.paper, "fca-paper-v2");
-    expect_fields(d.paper, in.paper, {"/paper", "/sections", "/claims", "/corpora", "/paper_values/file"});
+namespace {
+
+// An audit.json with every field the report reads, its statistics and its shares checked.
+nlohmann::json load_audit(const std::string& p) {
+  nlohmann::json j = read_json(p);
+  expect_schema(j, p, "fca-audit-v1");
+  expect_fields(j, p, {"/model/description", "/model/family", "/model/path", "/model/static_profile",
+                       "/model/structure_removed", "/conditions", "/retention", "/criteria", "/variance/shares",
+                       "/variance/total_variance", "/baseline/nll", "/exact_replay/max_abs_delta_logit",
+                       "/settings/eval_windows", "/settings/reps", "/profiles/static_profile", "/provenance/model_sha256",
+                       "/provenance/fca_version", "/provenance/git_commit", "/provenance/threads", "/provenance/machine"});
+  for (size_t i = 0; i < j["conditions"].size(); ++i)
+    expect_fields(j["conditions"][i], p + " conditions[" + std::to_string(i) + "]", {"/name", "/delta_nll", "/ci95"});
+  check_statistics(j, p);
+  expect_shares(j, p);
+  return j;
+}
+
+// An exec.json with every field the report reads checked (exec.json before issue 44 named a model's
+// label "gate": read as "label").
+nlohmann::json load_exec(const std::string& p) {
+  nlohmann::json j = read_json(p);
+  expect_schema(j, p, "fca-exec-v2");
+  expect_fields(j, p, {"/models", "/settings/batch", "/settings/margin", "/timing/rounds", "/provenance/threads", "/sgemm_peak_gflops"});
+  for (size_t i = 0; i < j["models"].size(); ++i) {
+    auto& m = j["models"][i];
+    const std::string where = p + " models[" + std::to_string(i) + "]";
+    if (!m.contains("label") && m.contains("gate")) m["label"] = m["gate"];
+    expect_fields(m, where, {"/model_sha256", "/label", "/modes/0/latency/median_s"});
+    // An adapter's model counts executed blocks only where it names its block modules.
+    if (m.value("family", "") == "external")
+      expect_fields(m, where, {"/device", "/units", "/modes/0/gflop_per_token", "/modes/0/executed_units_per_token",
+                               "/modes/0/uncounted_ops", "/modes/0/gflop_per_pass_by_kind/controller"});
+    else
+      expect_fields(m, where, {"/modes/0/executed_blocks", "/modes/0/total_blocks"});
   }
-  for (const auto& p : in.audits) {
-    nlohmann::json j = read_json(p);
-    expect_schema(j, p, "fca-audit-v1");
-    expect_fields(j, p, {"/model/description", "/model/family", "/model/path", "/model/static_profile",
-                         "/model/structure_removed", "/conditions", "/retention", "/criteria", "/variance/shares",
-                         "/variance/total_variance", "/baseline/nll", "/exact_replay/max_abs_delta_logit",
-                         "/settings/eval_windows", "/settings/reps", "/profiles/static_profile", "/provenance/model_sha256",
-                         "/provenance/fca_version", "/provenance/git_commit", "/provenance/threads", "/provenance/machine"});
-    for (size_t i = 0; i < j["conditions"].size(); ++i)
-      expect_fields(j["conditions"][i], p + " conditions[" + std::to_string(i) + "]", {"/name", "/delta_nll", "/ci95"});
-    check_statistics(j, p);
-    expect_shares(j, p);
-    d.audits.push_back({p, std::move(j)});
-  }
-  for (const auto& p : in.execs) {
-    nlohmann::json j = read_json(p);
-    expect_schema(j, p, "fca-exec-v2");
-    expect_fields(j, p, {"/models", "/settings/batch", "/settings/margin", "/timing/rounds", "/provenance/threads", "/sgemm_peak_gflops"});
-    for (size_t i = 0; i < j["models"].size(); ++i) {
-      auto& m = j["models"][i];
-      const std::string where = p + " models[" + std::to_string(i) + "]";
-      // exec.json before issue 44 named a model's label "gate": read as "label".
-      if (!m.contains("label") && m.contains("gate")) m["label"] = m["gate"];
-      expect_fields(m, where, {"/model_sha256", "/label", "/modes/0/latency/median_s"});
-      // An adapter's model counts executed blocks only where it names its block modules.
-      if (m.value("family", "") == "external")
-        expect_fields(m, where, {"/device", "/units", "/modes/0/gflop_per_token", "/modes/0/executed_units_per_token",
-                                 "/modes/0/uncounted_ops", "/modes/0/gflop_per_pass_by_kind/controller"});
-      else
-        expect_fields(m, where, {"/modes/0/executed_blocks", "/modes/0/total_blocks"});
-    }
-    check_statistics(j, p);
-    expect_latency_ratios(j, p);
-    d.execs.push_back({p, std::move(j)});
-  }
-  for (const auto& p : in.aggregates) {
-    nlohmann::json j = read_json(p);
-    expect_schema(j, p, "fca-aggregate-v1");
-    expect_fields(j, p, {"/figures", "/checkpoints", "/inputs"});
-    check_statistics(j, p);
-    d.aggregates.push_back({p, std::move(j)});
-  }
-  for (const auto& p : in.evals) {
-    nlohmann::json j = read_json(p);
-    expect_schema(j, p, "fca-eval-v1");
-    expect_fields(j, p, {"/config", "/nll", "/byte_ppl", "/model", "/family", "/label"});
-    d.evals.push_back({p, std::move(j)});
-  }
-  for (const auto& p : in.train_logs) d.train_logs.push_back(read_train_log(p));
-  // Labels: one per checkpoint (by weights hash), from the paths the audits and execs give.
-  {
-    std::vector<std::string> shas, paths;
-    auto add = [&](const nlohmann::json& sha, const nlohmann::json& path, const nlohmann::json& description) {
-      if (!sha.is_string() || !path.is_string()) return;
-      for (const auto& s : shas)
-        if (s == sha.get<std::string>()) return;
-      shas.push_back(sha.get<std::string>());
-      // An external adapter's "path" is its command: the model's description names it better.
-      const std::string p = path.get<std::string>();
-      paths.push_back(p.rfind("external: ", 0) == 0 && description.is_string() ? description.get<std::string>() : p);
-    };
-    for (const auto& a : d.audits) add(a.doc["provenance"]["model_sha256"], a.doc["model"]["path"], a.doc["model"]["description"]);
-    for (const auto& e : d.execs)
-      for (const auto& m : e.doc["models"])
-        add(m["model_sha256"], m.contains("path") ? m["path"] : nlohmann::json(), m.contains("description") ? m["description"] : nlohmann::json());
-    const std::vector<std::string> labels = path_labels(paths);
-    for (size_t i = 0; i < shas.size(); ++i) d.labels[shas[i]] = labels[i];
-  }
-  // Each document alone through everything the report does with it: a field of the wrong type,
-  // or one missing beyond the checks above, is an error naming the file, not a crash later.
+  check_statistics(j, p);
+  expect_latency_ratios(j, p);
+  return j;
+}
+
+// Labels: one per checkpoint (by weights hash), from the paths the audits and execs give.
+void label_checkpoints(ReportData& d) {
+  std::vector<std::string> shas, paths;
+  auto add = [&](const nlohmann::json& sha, const nlohmann::json& path, const nlohmann::json& description) {
+    if (!sha.is_string() || !path.is_string()) return;
+    for (const auto& s : shas)
+      if (s == sha.get<std::string>()) return;
+    shas.push_back(sha.get<std::string>());
+    // An external adapter's "path" is its command: the model's description names it better.
+    const std::string p = path.get<std::string>();
+    paths.push_back(p.rfind("external: ", 0) == 0 && description.is_string() ? description.get<std::string>() : p);
+  };
+  for (const auto& a : d.audits) add(a.doc["provenance"]["model_sha256"], a.doc["model"]["path"], a.doc["model"]["description"]);
+  for (const auto& e : d.execs)
+    for (const auto& m : e.doc["models"])
+      add(m["model_sha256"], m.contains("path") ? m["path"] : nlohmann::json(), m.contains("description") ? m["description"] : nlohmann::json());
+  const std::vector<std::string> labels = path_labels(paths);
+  for (size_t i = 0; i < shas.size(); ++i) d.labels[shas[i]] = labels[i];
+}
+
+// Each document alone through everything the report does with it: a field of the wrong type, or one
+// missing beyond the checks on load, is an error naming the file, not a crash later.
+void check_every_document_renders(const ReportData& d) {
   auto check_renders = [&](const ReportData& single, const std::string& path) {
     try {
       (void)report_html(single);
@@ -263,6 +248,37 @@ ReportData load_report_data(const ReportInputs& in) {
   for (const auto& g : d.aggregates) alone(&ReportData::aggregates, g);
   for (const auto& e : d.evals) alone(&ReportData::evals, e);
   check_renders(d, "report inputs");  // together (an exec matched to an audit, an aggregate to its audits)
+}
+
+}  // namespace
+
+ReportData load_report_data(const ReportInputs& in) {
+  ReportData d;
+  d.title = in.title;
+  if (in.audits.empty() && in.execs.empty()) throw Error("report: give at least one --audit or --exec file");
+  if (!in.paper.empty()) {
+    d.paper = read_json(in.paper);
+    expect_schema(d.paper, in.paper, "fca-paper-v2");
+    expect_fields(d.paper, in.paper, {"/paper", "/sections", "/claims", "/corpora", "/paper_values/file"});
+  }
+  for (const auto& p : in.audits) d.audits.push_back({p, load_audit(p)});
+  for (const auto& p : in.execs) d.execs.push_back({p, load_exec(p)});
+  for (const auto& p : in.aggregates) {
+    nlohmann::json j = read_json(p);
+    expect_schema(j, p, "fca-aggregate-v1");
+    expect_fields(j, p, {"/figures", "/checkpoints", "/inputs"});
+    check_statistics(j, p);
+    d.aggregates.push_back({p, std::move(j)});
+  }
+  for (const auto& p : in.evals) {
+    nlohmann::json j = read_json(p);
+    expect_schema(j, p, "fca-eval-v1");
+    expect_fields(j, p, {"/config", "/nll", "/byte_ppl", "/model", "/family", "/label"});
+    d.evals.push_back({p, std::move(j)});
+  }
+  for (const auto& p : in.train_logs) d.train_logs.push_back(read_train_log(p));
+  label_checkpoints(d);
+  check_every_document_renders(d);
   return d;
 }
 

@@ -164,12 +164,12 @@ std::unique_ptr<Trainable> make_trainable(const TrainOptions& o) {
                      TrainableArgs{o.seed, o.batch, o.adamw, o.clip}, "training settings");
 }
 
-TrainResult train_model(const TrainOptions& options, const Corpus& corpus) {
-  // Data parallel over the ranks of `comm` (docs/cluster.md): rank r computes micro-batch r of every
-  // step, and the run is the single-process run with --grad-accum N (train_step.h), recorded as such
-  // in the training state so that either layout resumes the other. Rank 0 alone validates and
-  // writes the log and the checkpoints.
-  const Communicator& comm = options.communicator != nullptr ? *options.communicator : single_process();
+namespace {
+
+// This rank's options, checked: data parallel over the ranks of `comm` (docs/cluster.md), rank r
+// computes micro-batch r of every step, and the run is the single-process run with --grad-accum N
+// (train_step.h), recorded as such in the training state so that either layout resumes the other.
+TrainOptions rank_options(const TrainOptions& options, const Communicator& comm) {
   TrainOptions o = options;
   if (o.out.empty()) throw Error("--out is required");
   if (o.batch <= 0 || o.grad_accum <= 0 || o.steps <= 0) throw Error("batch, grad-accum and steps must be positive");
@@ -177,9 +177,65 @@ TrainResult train_model(const TrainOptions& options, const Corpus& corpus) {
     throw Error("--grad-accum " + std::to_string(o.grad_accum) + " under mpirun: each of the " + std::to_string(comm.size()) +
                 " ranks takes one micro-batch per step, so the run already is --grad-accum " + std::to_string(comm.size()) +
                 " (use --grad-accum 1, or more ranks)");
-  const int rank_micro_batch = comm.rank();  // this rank's micro-batch of each step
   o.grad_accum *= comm.size();
   o.progress = o.progress && comm.root();
+  return o;
+}
+
+// The log's first record of a run, or of its resumption at first_step.
+nlohmann::ordered_json start_record(const TrainOptions& o, const Trainable& model, const Corpus& corpus, int64_t first_step,
+                                    const std::string& data_hash, int ranks) {
+  nlohmann::ordered_json start;
+  start["type"] = o.resume ? "resume" : "start";
+  start["step"] = first_step;
+  start["provenance"] = provenance_base();
+  // The family and its label, for the report (which reads them rather than guessing from a config).
+  start["family"] = o.arch;
+  start["label"] = family_named(o.arch).label(model.config_json());
+  start["options"] = options_json(o, model);
+  start["parameters"] = model.parameter_count();
+  start["ranks"] = ranks;
+  start["data"] = {{"dir", corpus.dir()}, {"train_sha256", data_hash}, {"valid_sha256", corpus.split("valid").content_hash()}};
+  return start;
+}
+
+// Micro-batches first .. first + count - 1 of `step` into inputs/targets [count, batch, T]: micro-batch
+// k's windows are drawn from derive_seed(seed, step, k), whichever rank draws it.
+void draw_micro_batches(const TextSplit& train, const TrainOptions& o, int T, int64_t step, int first, int count,
+                        int32_t* inputs, int32_t* targets) {
+  const size_t micro = size_t(o.batch) * T;
+  for (int j = 0; j < count; ++j) {
+    Rng rng(derive_seed(o.seed, uint64_t(step), uint64_t(first + j)));
+    for (int b = 0; b < o.batch; ++b) {
+      const size_t row = j * micro + size_t(b) * T;
+      train.window_at(size_t(rng.below(train.size() - size_t(T))), T, inputs + row, targets + row);
+    }
+  }
+}
+
+// Validation after step `done`: its log record, the result's final NLL and a progress note.
+void validate_and_log(Trainable& model, const TextSplit& valid, const TrainOptions& o, int T, int64_t done, std::ostream& log,
+                      Progress& progress, TrainResult& result) {
+  const ValidStats v = model.validate(valid, std::min(o.eval_windows, valid.window_count(T)), o.batch);
+  nlohmann::ordered_json j{{"type", "valid"}, {"step", done}, {"nll", v.nll}, {"bits_per_byte", v.nll / std::log(2.0)},
+                           {"byte_ppl", std::exp(v.nll)}, {"windows", v.windows}};
+  if (v.gate_mass >= 0) j["gate_mass"] = v.gate_mass;
+  log << j.dump() << "\n" << std::flush;
+  result.final_valid_nll = v.nll;
+  if (!o.progress) return;
+  char line[160];
+  std::snprintf(line, sizeof line, "step %ld: valid NLL %.4f nats/byte, %.3f bits/byte", long(done), v.nll, v.nll / std::log(2.0));
+  std::string text = line;
+  if (v.gate_mass >= 0) text += ", gate mass " + std::to_string(v.gate_mass).substr(0, 5);
+  progress.note(text);
+}
+
+}  // namespace
+
+TrainResult train_model(const TrainOptions& options, const Corpus& corpus) {
+  // Rank 0 alone validates and writes the log and the checkpoints.
+  const Communicator& comm = options.communicator != nullptr ? *options.communicator : single_process();
+  const TrainOptions o = rank_options(options, comm);
   std::unique_ptr<Trainable> model = make_trainable(o);
   const TrainFamily& family = train_family_named(o.arch);
   const CheckpointFiles files = family.files(o.out);
@@ -189,13 +245,7 @@ TrainResult train_model(const TrainOptions& options, const Corpus& corpus) {
   train.window_count(T);  // both splits must hold at least one window: fail before training
   valid.window_count(T);
   const std::string data_hash = train.content_hash();
-  int64_t first_step = 0;
-  size_t phases_done = 0;
-  if (o.resume) {
-    const Resumed resumed = load_checkpoint(o, files, *model);
-    first_step = resumed.step;
-    phases_done = resumed.phases_done;
-  }
+  const Resumed resumed = o.resume ? load_checkpoint(o, files, *model) : Resumed{};
 
   const std::string log_path = o.log_path.empty() ? files.log : o.log_path;
   // A folder checkpoint is created if missing.
@@ -205,39 +255,19 @@ TrainResult train_model(const TrainOptions& options, const Corpus& corpus) {
   if (comm.root()) {
     log.open(log_path, o.resume ? std::ios::app : std::ios::trunc);
     if (!log) throw Error(log_path + ": cannot open the training log for writing");
-  }
-  if (comm.root()) {
-    nlohmann::ordered_json start;
-    start["type"] = o.resume ? "resume" : "start";
-    start["step"] = first_step;
-    start["provenance"] = provenance_base();
-    // The family and its label, for the report (which reads them rather than guessing from a config).
-    start["family"] = o.arch;
-    start["label"] = family_named(o.arch).label(model->config_json());
-    start["options"] = options_json(o, *model);
-    start["parameters"] = model->parameter_count();
-    start["ranks"] = comm.size();
-    start["data"] = {{"dir", corpus.dir()}, {"train_sha256", data_hash}, {"valid_sha256", valid.content_hash()}};
-    log << start.dump() << "\n" << std::flush;
+    log << start_record(o, *model, corpus, resumed.step, data_hash, comm.size()).dump() << "\n" << std::flush;
   }
 
+  const int64_t first_step = resumed.step;
   const int64_t last_step = o.stop_after > 0 ? std::min(o.steps, first_step + o.stop_after) : o.steps;
-  const size_t micro = size_t(o.batch) * T;
   const int local_micro_batches = comm.size() > 1 ? 1 : o.grad_accum;
-  std::vector<int32_t> inputs(micro * local_micro_batches), targets(micro * local_micro_batches);
+  std::vector<int32_t> inputs(size_t(o.batch) * T * local_micro_batches), targets(inputs.size());
   TrainResult result;
   Progress progress("train", last_step - first_step, "step");
   const auto start = std::chrono::steady_clock::now();
   double loss = 0;
   for (int64_t step = first_step; step < last_step; ++step) {
-    for (int j = 0; j < local_micro_batches; ++j) {
-      const int k = comm.size() > 1 ? rank_micro_batch : j;
-      Rng rng(derive_seed(o.seed, uint64_t(step), uint64_t(k)));
-      for (int b = 0; b < o.batch; ++b) {
-        const size_t row = j * micro + size_t(b) * T;
-        train.window_at(size_t(rng.below(train.size() - size_t(T))), T, inputs.data() + row, targets.data() + row);
-      }
-    }
+    draw_micro_batches(train, o, T, step, comm.size() > 1 ? comm.rank() : 0, local_micro_batches, inputs.data(), targets.data());
     const double lr = learning_rate(step, o.steps, o.warmup, o.lr, o.min_lr_ratio);
     StepStats stats;
     try {
@@ -259,22 +289,7 @@ TrainResult train_model(const TrainOptions& options, const Corpus& corpus) {
                                {"tokens_per_s", tokens_per_s}, {"elapsed_s", elapsed}};
       log << j.dump() << "\n" << std::flush;
     }
-    if ((o.eval_every > 0 && done % o.eval_every == 0) || done == o.steps) {
-      const ValidStats v = model->validate(valid, std::min(o.eval_windows, valid.window_count(T)), o.batch);
-      nlohmann::ordered_json j{{"type", "valid"}, {"step", done}, {"nll", v.nll}, {"bits_per_byte", v.nll / std::log(2.0)},
-                               {"byte_ppl", std::exp(v.nll)}, {"windows", v.windows}};
-      if (v.gate_mass >= 0) j["gate_mass"] = v.gate_mass;
-      log << j.dump() << "\n" << std::flush;
-      result.final_valid_nll = v.nll;
-      if (o.progress) {
-        char line[160];
-        std::snprintf(line, sizeof line, "step %ld: valid NLL %.4f nats/byte, %.3f bits/byte", long(done), v.nll,
-                      v.nll / std::log(2.0));
-        std::string text = line;
-        if (v.gate_mass >= 0) text += ", gate mass " + std::to_string(v.gate_mass).substr(0, 5);
-        progress.note(text);
-      }
-    }
+    if ((o.eval_every > 0 && done % o.eval_every == 0) || done == o.steps) validate_and_log(*model, valid, o, T, done, log, progress, result);
     if ((o.checkpoint_every > 0 && done % o.checkpoint_every == 0) || done == last_step)
       save_checkpoint(o, files, *model, done, data_hash);
   }
@@ -287,7 +302,7 @@ TrainResult train_model(const TrainOptions& options, const Corpus& corpus) {
     std::snprintf(detail, sizeof detail, "loss %.4f", loss);
     progress.finish(detail);
   }
-  if (last_step == o.steps) run_later_phases(o, files, *model, train, valid, phases_done, data_hash, log, comm);
+  if (last_step == o.steps) run_later_phases(o, files, *model, train, valid, resumed.phases_done, data_hash, log, comm);
   if (!comm.root()) return result;
   nlohmann::ordered_json end{{"type", "end"}, {"step", last_step}, {"loss", loss}, {"seconds", result.seconds},
                              {"tokens_per_s", result.tokens_per_second}};

@@ -31,6 +31,32 @@ std::string read_nll_and_digest(const SafetensorsReader& a, int B, double* windo
 
 }  // namespace
 
+namespace {
+
+// The coefficient_dtypes answer: one dtype per layer, comma-separated (F32, F64, BF16 or F16).
+std::vector<DType> parse_coefficient_dtypes(const SafetensorsReader& d, int layers) {
+  std::vector<DType> out;
+  const std::string dtypes = answer_text(d, "coefficient_dtypes");
+  size_t begin = 0;
+  while (begin <= dtypes.size()) {
+    const size_t end = std::min(dtypes.find(',', begin), dtypes.size());
+    const std::string name = dtypes.substr(begin, end - begin);
+    if (name != "F32" && name != "F64" && name != "BF16" && name != "F16")
+      throw Error(d.path() + ": coefficient_dtypes entry " + std::to_string(out.size()) + " is \"" + name.substr(0, 16) +
+                  "\", expected F32, F64, BF16 or F16");
+    if (int(out.size()) == layers)
+      throw Error(d.path() + ": coefficient_dtypes names more dtypes than the " + std::to_string(layers) + " layers");
+    out.push_back(name == "F32" ? DType::F32 : name == "F64" ? DType::F64 : name == "BF16" ? DType::BF16 : DType::F16);
+    begin = end + 1;
+  }
+  if (int(out.size()) != layers)
+    throw Error(d.path() + ": coefficient_dtypes names " + std::to_string(out.size()) + " dtypes, expected one per layer (" +
+                std::to_string(layers) + ")");
+  return out;
+}
+
+}  // namespace
+
 ExternalDescription parse_describe(const SafetensorsReader& d) {
   ExternalDescription m;
   m.family = answer_text(d, "family");
@@ -88,22 +114,7 @@ ExternalDescription parse_describe(const SafetensorsReader& d) {
     throw Error(d.path() + ": structure_removed \"" + m.structure_removed +
                 "\"; for continuous records fca computes \"GlobalMean\" or \"SourceUniformMean\"");
   }
-  const std::string dtypes = answer_text(d, "coefficient_dtypes");
-  size_t begin = 0;
-  while (begin <= dtypes.size()) {
-    const size_t end = std::min(dtypes.find(',', begin), dtypes.size());
-    const std::string name = dtypes.substr(begin, end - begin);
-    if (name != "F32" && name != "F64" && name != "BF16" && name != "F16")
-      throw Error(d.path() + ": coefficient_dtypes entry " + std::to_string(m.coefficient_dtypes.size()) + " is \"" +
-                  name.substr(0, 16) + "\", expected F32, F64, BF16 or F16");
-    if (int(m.coefficient_dtypes.size()) == s.layers)
-      throw Error(d.path() + ": coefficient_dtypes names more dtypes than the " + std::to_string(s.layers) + " layers");
-    m.coefficient_dtypes.push_back(name == "F32" ? DType::F32 : name == "F64" ? DType::F64 : name == "BF16" ? DType::BF16 : DType::F16);
-    begin = end + 1;
-  }
-  if (int(m.coefficient_dtypes.size()) != s.layers)
-    throw Error(d.path() + ": coefficient_dtypes names " + std::to_string(m.coefficient_dtypes.size()) +
-                " dtypes, expected one per layer (" + std::to_string(s.layers) + ")");
+  m.coefficient_dtypes = parse_coefficient_dtypes(d, s.layers);
   const int64_t coordinates = int64_t(s.layers) * s.streams * s.sources;
   const TensorInfo& mask = answer_tensor(d, "mask", DType::U8, {s.layers, s.streams, s.sources});
   m.mask.assign(mask.data, mask.data + coordinates);

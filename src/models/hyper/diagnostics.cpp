@@ -39,18 +39,24 @@ double hyper_column_sum_deviation(const HyperConfig& c, const CoefficientView& A
   return worst;
 }
 
-nlohmann::ordered_json hyper_cache_diagnostics(const HyperConfig& c, const CoefficientView& A) {
-  check_shape(c, A.shape);
-  const int n = c.streams, S = c.square(), P = c.sites(), Tn = A.shape.tokens, W = A.windows;
-  if (W <= 0 || Tn <= 0) throw Error("hyper diagnostics: the cache is empty");
-  const double tokens_total = double(W) * Tn;
-  // Composite gain.
+namespace {
+
+// The sums over every window and token that the diagnostics divide: the composite gain's extremes,
+// the connection matrix (readers 0..P-1 the sites and P the head; writers 0 the embedding and 1 + j
+// site j) and the mixing's distance from the identity.
+struct DiagnosticSums {
   double forward_max = 0, backward_max = 0, min_colsum = std::numeric_limits<double>::infinity(), max_abs_log = 0;
   double forward_window_max = 0, backward_window_max = 0;
-  // Connection matrix: readers 0..P-1 (sites) and P (head); writers 0 (embedding) and 1 + j (site j).
-  std::vector<double> connection(size_t(P + 1) * (P + 1), 0.0);
-  // Distance from the identity.
-  std::vector<double> dist_sum(size_t(P), 0.0), dist_max(size_t(P), 0.0), mean_mix(size_t(P) * n * n, 0.0);
+  std::vector<double> connection, dist_sum, dist_max, mean_mix;
+};
+
+DiagnosticSums diagnostic_sums(const HyperConfig& c, const CoefficientView& A) {
+  const int n = c.streams, S = c.square(), P = c.sites(), Tn = A.shape.tokens, W = A.windows;
+  DiagnosticSums d;
+  d.connection.assign(size_t(P + 1) * (P + 1), 0.0);
+  d.dist_sum.assign(size_t(P), 0.0);
+  d.dist_max.assign(size_t(P), 0.0);
+  d.mean_mix.assign(size_t(P) * n * n, 0.0);
   std::vector<double> composite(size_t(n) * n), next(size_t(n) * n);
   std::vector<double> carried(size_t(P + 1) * n), moved(static_cast<size_t>(n));  // per writer: M ... write_j
   for (int w = 0; w < W; ++w) {
@@ -67,7 +73,7 @@ nlohmann::ordered_json hyper_cache_diagnostics(const HyperConfig& c, const Coeff
         for (int j = 0; j <= p; ++j) {
           double v = 0;
           for (int i = 0; i < n; ++i) v += double(C[1 + i]) * carried[size_t(j) * n + i];
-          connection[size_t(p) * (P + 1) + j] += v;
+          d.connection[size_t(p) * (P + 1) + j] += v;
         }
         // Every carried vector and the composite through M_p; then site p's write joins.
         for (int j = 0; j <= p; ++j) {
@@ -90,17 +96,17 @@ nlohmann::ordered_json hyper_cache_diagnostics(const HyperConfig& c, const Coeff
         for (int r = 0; r < n; ++r)
           for (int i = 0; i < n; ++i) {
             const double m = C[(1 + r) * S + 1 + i];
-            mean_mix[(size_t(p) * n + r) * n + i] += m;
+            d.mean_mix[(size_t(p) * n + r) * n + i] += m;
             frob += (m - (r == i ? 1.0 : 0.0)) * (m - (r == i ? 1.0 : 0.0));
           }
-        dist_sum[size_t(p)] += std::sqrt(frob);
-        dist_max[size_t(p)] = std::max(dist_max[size_t(p)], std::sqrt(frob));
+        d.dist_sum[size_t(p)] += std::sqrt(frob);
+        d.dist_max[size_t(p)] = std::max(d.dist_max[size_t(p)], std::sqrt(frob));
       }
       // The head: the sum over the final streams.
       for (int j = 0; j <= P; ++j) {
         double v = 0;
         for (int i = 0; i < n; ++i) v += carried[size_t(j) * n + i];
-        connection[size_t(P) * (P + 1) + j] += v;
+        d.connection[size_t(P) * (P + 1) + j] += v;
       }
       double row_max = 0, col_max = 0;
       for (int r = 0; r < n; ++r) {
@@ -108,24 +114,35 @@ nlohmann::ordered_json hyper_cache_diagnostics(const HyperConfig& c, const Coeff
         for (int i = 0; i < n; ++i) row += composite[size_t(r) * n + i], col += composite[size_t(i) * n + r];
         row_max = std::max(row_max, std::abs(row));
         col_max = std::max(col_max, std::abs(col));
-        min_colsum = std::min(min_colsum, col);
-        max_abs_log = std::max(max_abs_log, col > 0 ? std::abs(std::log(col)) : std::numeric_limits<double>::infinity());
+        d.min_colsum = std::min(d.min_colsum, col);
+        d.max_abs_log = std::max(d.max_abs_log, col > 0 ? std::abs(std::log(col)) : std::numeric_limits<double>::infinity());
       }
-      forward_max = std::max(forward_max, row_max);
-      backward_max = std::max(backward_max, col_max);
+      d.forward_max = std::max(d.forward_max, row_max);
+      d.backward_max = std::max(d.backward_max, col_max);
       forward_window += row_max;
       backward_window += col_max;
     }
-    forward_window_max = std::max(forward_window_max, forward_window / Tn);
-    backward_window_max = std::max(backward_window_max, backward_window / Tn);
+    d.forward_window_max = std::max(d.forward_window_max, forward_window / Tn);
+    d.backward_window_max = std::max(d.backward_window_max, backward_window / Tn);
   }
+  return d;
+}
+
+}  // namespace
+
+nlohmann::ordered_json hyper_cache_diagnostics(const HyperConfig& c, const CoefficientView& A) {
+  check_shape(c, A.shape);
+  const int n = c.streams, P = c.sites();
+  if (A.windows <= 0 || A.shape.tokens <= 0) throw Error("hyper diagnostics: the cache is empty");
+  const double tokens_total = double(A.windows) * A.shape.tokens;
+  const DiagnosticSums d = diagnostic_sums(c, A);
   nlohmann::ordered_json j;
-  j["composite_gain"] = {{"forward_max_abs_row_sum", forward_max},
-                         {"backward_max_abs_column_sum", backward_max},
-                         {"min_column_sum", min_colsum},
-                         {"max_abs_log_column_sum", finite_or_null(max_abs_log)},
-                         {"forward_window_mean_max", forward_window_max},
-                         {"backward_window_mean_max", backward_window_max}};
+  j["composite_gain"] = {{"forward_max_abs_row_sum", d.forward_max},
+                         {"backward_max_abs_column_sum", d.backward_max},
+                         {"min_column_sum", d.min_colsum},
+                         {"max_abs_log_column_sum", finite_or_null(d.max_abs_log)},
+                         {"forward_window_mean_max", d.forward_window_max},
+                         {"backward_window_mean_max", d.backward_window_max}};
   nlohmann::ordered_json readers = nlohmann::ordered_json::array(), writers = nlohmann::ordered_json::array({"embedding"});
   for (int p = 0; p < P; ++p) {
     const std::string site = "site " + std::to_string(p) + (p % 2 == 0 ? " (attention)" : " (mlp)");
@@ -136,20 +153,20 @@ nlohmann::ordered_json hyper_cache_diagnostics(const HyperConfig& c, const Coeff
   nlohmann::ordered_json rows = nlohmann::ordered_json::array();
   for (int k = 0; k <= P; ++k) {
     nlohmann::ordered_json row = nlohmann::ordered_json::array();
-    for (int w = 0; w <= P; ++w) row.push_back(w <= k ? nlohmann::ordered_json(connection[size_t(k) * (P + 1) + w] / tokens_total) : nullptr);
+    for (int w = 0; w <= P; ++w) row.push_back(w <= k ? nlohmann::ordered_json(d.connection[size_t(k) * (P + 1) + w] / tokens_total) : nullptr);
     rows.push_back(row);
   }
   j["connection_matrix"] = {{"readers", readers}, {"writers", writers}, {"mean", rows}};
   nlohmann::ordered_json mean_dist = nlohmann::ordered_json::array(), max_dist = nlohmann::ordered_json::array(),
                          of_mean = nlohmann::ordered_json::array();
   for (int p = 0; p < P; ++p) {
-    mean_dist.push_back(dist_sum[size_t(p)] / tokens_total);
-    max_dist.push_back(dist_max[size_t(p)]);
+    mean_dist.push_back(d.dist_sum[size_t(p)] / tokens_total);
+    max_dist.push_back(d.dist_max[size_t(p)]);
     double frob = 0;
     for (int r = 0; r < n; ++r)
       for (int i = 0; i < n; ++i) {
-        const double d = mean_mix[(size_t(p) * n + r) * n + i] / tokens_total - (r == i ? 1.0 : 0.0);
-        frob += d * d;
+        const double e = d.mean_mix[(size_t(p) * n + r) * n + i] / tokens_total - (r == i ? 1.0 : 0.0);
+        frob += e * e;
       }
     of_mean.push_back(std::sqrt(frob));
   }

@@ -536,16 +536,21 @@ class Loader {
 
 }  // namespace
 
-BpeTokenizer BpeTokenizer::load(const std::string& path) {
-  const Loader loader(path);
-  const json root = loader.parse();
-  auto impl = std::make_unique<Impl>();
+namespace {
 
+using Vocab = std::unordered_map<std::string, int32_t>;
+
+// The pipeline around the model: no truncation or padding, NFC or no normalizer, the ByteLevel
+// pre-tokenizer without a prefix space, ByteLevel post-processing and decoding; a plain BPE model.
+// (A ByteLevel post-processor only adjusts offsets; others would add BOS/EOS ids.) Templates over
+// the tokenizer's private state, which they fill.
+template <typename State>
+void check_pipeline(const Loader& loader, const json& root, State& impl) {
   for (const char* key : {"truncation", "padding"}) {
     const auto it = root.find(key);
     if (it != root.end() && !it->is_null()) loader.fail(key, "must be null: truncation and padding are not supported");
   }
-  impl->normalize_nfc = loader.component_type(root, "normalizer", {"NFC"}) == "NFC";
+  impl.normalize_nfc = loader.component_type(root, "normalizer", {"NFC"}) == "NFC";
   if (loader.component_type(root, "pre_tokenizer", {"ByteLevel"}).empty())
     loader.fail("pre_tokenizer", "missing: a byte-level BPE needs the ByteLevel pre-tokenizer");
   const json& pre = root.at("pre_tokenizer");
@@ -553,7 +558,6 @@ BpeTokenizer BpeTokenizer::load(const std::string& path) {
     loader.fail("pre_tokenizer.add_prefix_space", "unsupported true (expected false)");
   if (!loader.boolean(pre, "use_regex", "pre_tokenizer.use_regex", true))
     loader.fail("pre_tokenizer.use_regex", "unsupported false (expected true)");
-  // A ByteLevel post-processor only adjusts offsets; others would add BOS/EOS ids.
   loader.component_type(root, "post_processor", {"ByteLevel"});
   loader.component_type(root, "decoder", {"ByteLevel"});
 
@@ -570,26 +574,34 @@ BpeTokenizer BpeTokenizer::load(const std::string& path) {
     const std::string field = std::string("model.") + key;
     if (loader.boolean(model, key, field, false)) loader.fail(field, "unsupported true (expected false)");
   }
+}
 
-  // Vocabulary: token string -> id; the bytes of every id, for decode.
+// Vocabulary: token string -> id; the bytes of every id, for decode.
+template <typename State>
+Vocab read_vocab(const Loader& loader, const json& model, const std::string& path, State& impl) {
   const json& vocab_json = loader.member(model, "vocab", "model.vocab");
   if (!vocab_json.is_object()) loader.fail("model.vocab", cat("expected an object, found ", vocab_json.type_name()));
-  std::unordered_map<std::string, int32_t> vocab;
+  Vocab vocab;
   vocab.reserve(vocab_json.size());
   for (const auto& [token, value] : vocab_json.items()) {
     const std::string field = cat("model.vocab[\"", token, "\"]");
     const int32_t id = loader.token_id(value, field);
     const std::u32string chars = decode_utf8(token, 0, path + " " + field);
-    if (!impl->id_bytes.emplace(id, token_bytes(token, chars)).second)
+    if (!impl.id_bytes.emplace(id, token_bytes(token, chars)).second)
       loader.fail(field, cat("id ", std::to_string(id), " is used by another token too"));
     vocab.emplace(token, id);
-    impl->vocab_size = std::max(impl->vocab_size, id + 1);
+    impl.vocab_size = std::max(impl.vocab_size, id + 1);
   }
-  // Every byte that valid UTF-8 can hold needs a token, so that encode never meets an unknown
-  // symbol (Hugging Face would silently drop it). The 13 others, 0xC0, 0xC1 and 0xF5..0xFF, may
-  // be missing, and are in GPT-NeoX-20B; they keep the id -1, which encode never reads.
+  return vocab;
+}
+
+// Every byte that valid UTF-8 can hold needs a token, so that encode never meets an unknown
+// symbol (Hugging Face would silently drop it). The 13 others, 0xC0, 0xC1 and 0xF5..0xFF, may
+// be missing, and are in GPT-NeoX-20B; they keep the id -1, which encode never reads.
+template <typename State>
+void read_byte_ids(const Loader& loader, const Vocab& vocab, State& impl) {
   const auto characters = byte_characters();
-  impl->byte_ids.fill(-1);
+  impl.byte_ids.fill(-1);
   for (int b = 0; b < 256; ++b) {
     if (b == 0xC0 || b == 0xC1 || b >= 0xF5) continue;
     std::string token;
@@ -598,14 +610,17 @@ BpeTokenizer BpeTokenizer::load(const std::string& path) {
     if (it == vocab.end())
       loader.fail("model.vocab", cat("no token \"", token, "\" for byte ", hex_byte(static_cast<unsigned char>(b)),
                                      " (a byte-level vocabulary needs every byte that UTF-8 text can hold)"));
-    impl->byte_ids[b] = it->second;
+    impl.byte_ids[b] = it->second;
   }
+}
 
-  // Merges, as "left right" strings (older files) or ["left", "right"] pairs (newer ones); the
-  // rank is the position. A repeated pair keeps its last rank, as Hugging Face's map does.
+// Merges, as "left right" strings (older files) or ["left", "right"] pairs (newer ones); the
+// rank is the position. A repeated pair keeps its last rank, as Hugging Face's map does.
+template <typename State>
+void read_merges(const Loader& loader, const json& model, const Vocab& vocab, State& impl) {
   const json& merges = loader.member(model, "merges", "model.merges");
   if (!merges.is_array()) loader.fail("model.merges", cat("expected an array, found ", merges.type_name()));
-  impl->merges.reserve(merges.size());
+  impl.merges.reserve(merges.size());
   for (size_t rank = 0; rank < merges.size(); ++rank) {
     const std::string field = cat("model.merges[", std::to_string(rank), "]");
     const json& m = merges[rank];
@@ -627,10 +642,13 @@ BpeTokenizer BpeTokenizer::load(const std::string& path) {
       return it->second;
     };
     const int32_t left_id = lookup(left), right_id = lookup(right), merged_id = lookup(left + right);
-    impl->merges[pair_key(left_id, right_id)] = {static_cast<int32_t>(rank), merged_id};
+    impl.merges[pair_key(left_id, right_id)] = {static_cast<int32_t>(rank), merged_id};
   }
+}
 
-  // Added tokens: matched before (normalized: false) or after (true) NFC, never split further.
+// Added tokens: matched before (normalized: false) or after (true) NFC, never split further.
+template <typename State>
+void read_added_tokens(const Loader& loader, const json& root, const Vocab& vocab, const std::string& path, State& impl) {
   if (root.contains("added_tokens") && !root.at("added_tokens").is_null()) {
     const json& added = root.at("added_tokens");
     if (!added.is_array()) loader.fail("added_tokens", cat("expected an array, found ", added.type_name()));
@@ -648,15 +666,29 @@ BpeTokenizer BpeTokenizer::load(const std::string& path) {
       if (const auto it = vocab.find(content); it != vocab.end() && it->second != id)
         loader.fail(field + ".id", cat(std::to_string(id), " but model.vocab gives \"", content, "\" id ", std::to_string(it->second)));
       const std::u32string chars = decode_utf8(content, 0, path + " " + field + ".content");
-      impl->id_bytes[id] = token_bytes(content, chars);
-      impl->vocab_size = std::max(impl->vocab_size, id + 1);
+      impl.id_bytes[id] = token_bytes(content, chars);
+      impl.vocab_size = std::max(impl.vocab_size, id + 1);
       if (normalized) {
-        impl->normalized_tokens.add(impl->normalize_nfc ? nfc(chars) : chars, id);
+        impl.normalized_tokens.add(impl.normalize_nfc ? nfc(chars) : chars, id);
       } else {
-        impl->raw_tokens.add(content, id);
+        impl.raw_tokens.add(content, id);
       }
     }
   }
+}
+
+}  // namespace
+
+BpeTokenizer BpeTokenizer::load(const std::string& path) {
+  const Loader loader(path);
+  const json root = loader.parse();
+  auto impl = std::make_unique<Impl>();
+  check_pipeline(loader, root, *impl);
+  const json& model = loader.member(root, "model", "model");
+  const Vocab vocab = read_vocab(loader, model, path, *impl);
+  read_byte_ids(loader, vocab, *impl);
+  read_merges(loader, model, vocab, *impl);
+  read_added_tokens(loader, root, vocab, path, *impl);
   return BpeTokenizer(std::move(impl));
 }
 

@@ -66,84 +66,93 @@ nlohmann::ordered_json eval_figures(const ExitConfig& c, const std::vector<int32
   return j;
 }
 
-nlohmann::ordered_json measure_exit(const std::string& path, const Corpus& corpus, const ExecOptions& o, TimedModes& timed) {
-  const auto model = std::make_shared<const ExitModel<float>>(ExitModel<float>::load(path));
-  if (o.batch < 2)
-    throw Error(path + ": exec of an exit model needs --batch >= 2 (cross_input replays another window's depths), found " +
-                std::to_string(o.batch));
-  const ExitConfig& c = model->config();
-  const int T = c.seq_len, B = o.batch, L = c.n_layer;
-  const auto timing = std::make_shared<const TokenWindows>(load_token_windows(corpus.split("test"), T, B));
-  const TokenWindows eval = load_token_windows(corpus.split("test"), T, o.eval_windows);
-  const auto rs = std::make_shared<ExitRunState<float>>(c, B, T);
-  nlohmann::ordered_json modes = nlohmann::ordered_json::array();
+// The modes of one exit checkpoint: each counted on the timing windows (its counters checked against
+// the family's formulas for the depths it ran) with its NLL and depths on the evaluation windows.
+class ExitModes {
+ public:
+  ExitModes(const std::string& path, const Corpus& corpus, const ExecOptions& o, TimedModes& timed)
+      : model_(std::make_shared<const ExitModel<float>>(ExitModel<float>::load(path))),
+        c_(model_->config()),
+        T_(c_.seq_len),
+        B_(o.batch),
+        timing_(std::make_shared<const TokenWindows>(load_token_windows(corpus.split("test"), T_, B_))),
+        eval_(load_token_windows(corpus.split("test"), T_, o.eval_windows)),
+        rs_(std::make_shared<ExitRunState<float>>(c_, B_, T_)),
+        timed_(timed) {}
 
-  // The evaluation windows' NLL and depths under a source built per batch (first window w0).
-  auto evaluate = [&](const std::function<std::unique_ptr<ExitDepthSource<float>>(CoefficientTensor&)>& source_for,
-                      CoefficientTensor& record) {
-    return mean_window_nll(eval.count, B, [&](int w0, int n, double* out) {
-      auto source = source_for(record);
-      exit_forward(*model, *rs, eval.inputs.data() + int64_t(w0) * T, n, T, *source, w0);
-      exit_loss(*rs, eval.targets.data() + int64_t(w0) * T, out);
-    });
-  };
+  const ExitConfig& config() const { return c_; }
+  int batch() const { return B_; }
+  int eval_count() const { return eval_.count; }
+  std::shared_ptr<const TokenWindows> timing() const { return timing_; }
+  nlohmann::ordered_json& modes() { return modes_; }
+
   // A replayed configuration: counted on the timing windows, NLL on the evaluation windows.
-  auto replayed_mode = [&](const std::string& name, std::shared_ptr<CoefficientTensor> timing_record,
-                           std::shared_ptr<CoefficientTensor> eval_record, nlohmann::ordered_json extra) {
+  void replayed(const std::string& name, std::shared_ptr<CoefficientTensor> timing_record,
+                std::shared_ptr<CoefficientTensor> eval_record, nlohmann::ordered_json extra) {
     const std::vector<int32_t> d = depths_of(*timing_record);
-    const auto source = make_shared_owning<ExitReplayedDepth<float>>(timing_record, c, *timing_record);
-    const double nll = evaluate([&](CoefficientTensor&) { return std::make_unique<ExitReplayedDepth<float>>(c, *eval_record); },
-                                *eval_record);
-    extra["nll"] = nll;
-    extra.update(eval_figures(c, depths_of(*eval_record), eval.count, T, false));
-    count_mode(modes, timed, name, [model, rs, source, timing, B, T] { exit_forward(*model, *rs, timing->inputs.data(), B, T, *source); },
-               exit_expected_counts(exit_pass_figures(c, d.data(), B, T, false)), L, B * T, extra);
-  };
-  // A live configuration at threshold lambda: recorded first (its depths give the expected counts).
-  auto live_mode = [&](const std::string& name, double lambda) {
-    const auto timing_record = std::make_shared<CoefficientTensor>(B, exit_record_shape(c, T));
-    ExitRecordingDepth<float> recording(*model, lambda, *timing_record);
-    exit_forward(*model, *rs, timing->inputs.data(), B, T, recording);
-    const std::vector<int32_t> d = depths_of(*timing_record);
-    auto eval_record = std::make_shared<CoefficientTensor>(eval.count, exit_record_shape(c, T));
-    nlohmann::ordered_json extra{{"threshold", lambda}};
-    extra["nll"] = evaluate([&](CoefficientTensor& r) { return std::make_unique<ExitRecordingDepth<float>>(*model, lambda, r); },
+    const auto source = make_shared_owning<ExitReplayedDepth<float>>(timing_record, c_, *timing_record);
+    extra["nll"] = evaluate([&](CoefficientTensor&) { return std::make_unique<ExitReplayedDepth<float>>(c_, *eval_record); },
                             *eval_record);
-    extra.update(eval_figures(c, depths_of(*eval_record), eval.count, T, true));
-    const auto source = std::make_shared<ExitLiveDepth<float>>(*model, lambda);
-    count_mode(modes, timed, name, [model, rs, source, timing, B, T] { exit_forward(*model, *rs, timing->inputs.data(), B, T, *source); },
-               exit_expected_counts(exit_pass_figures(c, d.data(), B, T, true)), L, B * T, extra);
-    return std::make_pair(timing_record, eval_record);
-  };
-
-  // 0 live, 1 replay, 2 full_depth, then fixed_depth_N (N = m..L-1), the sweep, cross_input, dense.
-  const auto [live_timing, live_eval] = live_mode("live", c.exit_threshold);
-  replayed_mode("replay", live_timing, live_eval, {{"threshold", c.exit_threshold}});
-  replayed_mode("full_depth", constant_record(c, B, T, L), constant_record(c, eval.count, T, L), {{"fixed_depth", L}});
-  const size_t full_depth = 2;
-  std::vector<size_t> curve{full_depth};
-  for (int N = c.min_exit; N < L; ++N) {
-    curve.push_back(modes.size());
-    replayed_mode("fixed_depth_" + std::to_string(N), constant_record(c, B, T, N), constant_record(c, eval.count, T, N),
-                  {{"fixed_depth", N}});
+    extra.update(eval_figures(c_, depths_of(*eval_record), eval_.count, T_, false));
+    count(name, source, exit_expected_counts(exit_pass_figures(c_, d.data(), B_, T_, false)), extra);
   }
-  std::vector<size_t> dynamic{0};
-  for (double lambda : o.exit_thresholds) {
-    char name[48];
-    std::snprintf(name, sizeof name, "exit_sweep_%g", lambda);
-    dynamic.push_back(modes.size());
-    live_mode(name, lambda);
+  // A live configuration at threshold lambda: recorded first (its depths give the expected counts);
+  // the records of the timing and the evaluation windows.
+  std::pair<std::shared_ptr<CoefficientTensor>, std::shared_ptr<CoefficientTensor>> live(const std::string& name, double lambda) {
+    const auto timing_record = std::make_shared<CoefficientTensor>(B_, exit_record_shape(c_, T_));
+    ExitRecordingDepth<float> recording(*model_, lambda, *timing_record);
+    exit_forward(*model_, *rs_, timing_->inputs.data(), B_, T_, recording);
+    const std::vector<int32_t> d = depths_of(*timing_record);
+    auto eval_record = std::make_shared<CoefficientTensor>(eval_.count, exit_record_shape(c_, T_));
+    nlohmann::ordered_json extra{{"threshold", lambda}};
+    extra["nll"] = evaluate([&](CoefficientTensor& r) { return std::make_unique<ExitRecordingDepth<float>>(*model_, lambda, r); },
+                            *eval_record);
+    extra.update(eval_figures(c_, depths_of(*eval_record), eval_.count, T_, true));
+    count(name, std::make_shared<ExitLiveDepth<float>>(*model_, lambda), exit_expected_counts(exit_pass_figures(c_, d.data(), B_, T_, true)),
+          extra);
+    return {timing_record, eval_record};
   }
-  const auto crossed_timing = std::make_shared<CoefficientTensor>(B, exit_record_shape(c, T));
-  for (int b = 0; b < B; ++b) crossed_timing->copy_window(b, live_timing->view(), (b + 1) % B);
-  const auto crossed_eval = std::make_shared<CoefficientTensor>(eval.count, exit_record_shape(c, T));
-  for (int w = 0; w < eval.count; ++w) crossed_eval->copy_window(w, live_eval->view(), (w + 1) % eval.count);
-  replayed_mode("cross_input", crossed_timing, crossed_eval,
-                {{"threshold", c.exit_threshold}, {"note", "each window replays the next window's live depths"}});
-  dense_same_shape(modes, timed, L, c.d_model, c.n_head, T, timing, B);
 
-  // NLL minus the fixed-depth curve linearly interpolated at the same FLOPs per token (evaluation
-  // windows); null outside the curve's range.
+ private:
+  // The evaluation windows' NLL and depths under a source built per batch.
+  double evaluate(const std::function<std::unique_ptr<ExitDepthSource<float>>(CoefficientTensor&)>& source_for,
+                  CoefficientTensor& record) {
+    return mean_window_nll(eval_.count, B_, [&](int w0, int n, double* out) {
+      auto source = source_for(record);
+      exit_forward(*model_, *rs_, eval_.inputs.data() + int64_t(w0) * T_, n, T_, *source, w0);
+      exit_loss(*rs_, eval_.targets.data() + int64_t(w0) * T_, out);
+    });
+  }
+  void count(const std::string& name, std::shared_ptr<ExitDepthSource<float>> source, const ExpectedCounts& expected,
+             const nlohmann::ordered_json& extra) {
+    count_mode(modes_, timed_, name,
+               [model = model_, rs = rs_, source, timing = timing_, B = B_, T = T_] {
+                 exit_forward(*model, *rs, timing->inputs.data(), B, T, *source);
+               },
+               expected, c_.n_layer, B_ * T_, extra);
+  }
+
+  std::shared_ptr<const ExitModel<float>> model_;
+  const ExitConfig& c_;
+  const int T_, B_;
+  std::shared_ptr<const TokenWindows> timing_;
+  const TokenWindows eval_;
+  std::shared_ptr<ExitRunState<float>> rs_;
+  TimedModes& timed_;
+  nlohmann::ordered_json modes_ = nlohmann::ordered_json::array();
+};
+
+// `record` with window w holding window (w + 1) mod windows's records: cross_input.
+std::shared_ptr<CoefficientTensor> next_window_records(const CoefficientTensor& record, int windows, const ExitConfig& c, int T) {
+  const auto crossed = std::make_shared<CoefficientTensor>(windows, exit_record_shape(c, T));
+  for (int w = 0; w < windows; ++w) crossed->copy_window(w, record.view(), (w + 1) % windows);
+  return crossed;
+}
+
+// Each dynamic mode's NLL minus the fixed-depth curve linearly interpolated at the same FLOPs per
+// token (evaluation windows); null outside the curve's range. Its saving is against full depth.
+void compare_with_fixed_depths(nlohmann::ordered_json& modes, const std::vector<size_t>& curve, const std::vector<size_t>& dynamic,
+                               size_t full_depth, TimedModes& timed) {
   std::vector<std::pair<double, double>> points;
   for (size_t i : curve) points.push_back({modes[i]["eval_gflop_per_token"].get<double>(), modes[i]["nll"].get<double>()});
   std::sort(points.begin(), points.end());
@@ -161,8 +170,37 @@ nlohmann::ordered_json measure_exit(const std::string& path, const Corpus& corpu
     modes[i]["nll_minus_fixed_depth_at_equal_flops"] = diff;
     timed.add_saving(i, full_depth);
   }
+}
+
+nlohmann::ordered_json measure_exit(const std::string& path, const Corpus& corpus, const ExecOptions& o, TimedModes& timed) {
+  if (o.batch < 2)
+    throw Error(path + ": exec of an exit model needs --batch >= 2 (cross_input replays another window's depths), found " +
+                std::to_string(o.batch));
+  ExitModes x(path, corpus, o, timed);
+  const ExitConfig& c = x.config();
+  const int T = c.seq_len, B = x.batch(), L = c.n_layer, E = x.eval_count();
+  // 0 live, 1 replay, 2 full_depth, then fixed_depth_N (N = m..L-1), the sweep, cross_input, dense.
+  const auto [live_timing, live_eval] = x.live("live", c.exit_threshold);
+  x.replayed("replay", live_timing, live_eval, {{"threshold", c.exit_threshold}});
+  x.replayed("full_depth", constant_record(c, B, T, L), constant_record(c, E, T, L), {{"fixed_depth", L}});
+  const size_t full_depth = 2;
+  std::vector<size_t> curve{full_depth}, dynamic{0};
+  for (int N = c.min_exit; N < L; ++N) {
+    curve.push_back(x.modes().size());
+    x.replayed("fixed_depth_" + std::to_string(N), constant_record(c, B, T, N), constant_record(c, E, T, N), {{"fixed_depth", N}});
+  }
+  for (double lambda : o.exit_thresholds) {
+    char name[48];
+    std::snprintf(name, sizeof name, "exit_sweep_%g", lambda);
+    dynamic.push_back(x.modes().size());
+    x.live(name, lambda);
+  }
+  x.replayed("cross_input", next_window_records(*live_timing, B, c, T), next_window_records(*live_eval, E, c, T),
+             {{"threshold", c.exit_threshold}, {"note", "each window replays the next window's live depths"}});
+  dense_same_shape(x.modes(), timed, L, c.d_model, c.n_head, T, x.timing(), B);
+  compare_with_fixed_depths(x.modes(), curve, dynamic, full_depth, timed);
   nlohmann::ordered_json m = exec_model_entry(path, sha256_file(path), "exit", nlohmann::json::parse(c.to_json()), B * T);
-  m["modes"] = modes;
+  m["modes"] = x.modes();
   m["latency_note"] = "window-pass (prefill-like) latency; decode latency is not measured";
   if (!o.skip_thresholds.empty()) m["skip_sweep_note"] = "not applicable: exit models skip blocks per token already";
   return m;

@@ -17,6 +17,37 @@ double moe_controller_flops(int L, int64_t N, int E, int k) {
   return double(L) * (double(N) * (4.0 * E + k + (k > 1 ? k : 0)) + double(E) * (double(N) + 4.0) + 1.0);
 }
 
+// Expert rows per layer and expert of the pass that ran last in a run state.
+nlohmann::ordered_json expert_rows(const MoeRunState<float>& s, int E) {
+  nlohmann::ordered_json rows = nlohmann::ordered_json::array();
+  for (const auto& layer : s.layers) {
+    std::vector<int64_t> per_expert;
+    for (int e = 0; e < E; ++e) per_expert.push_back(layer.offsets[e + 1] - layer.offsets[e]);
+    rows.push_back(per_expert);
+  }
+  return rows;
+}
+
+// dense_total_params: the Dense model with the MoE's total expert parameters, one expert of width
+// E F that every token runs (initialised weights: latency and FLOPs only).
+void count_dense_total_params(nlohmann::ordered_json& modes, TimedModes& timed, const MoeConfig& c,
+                              std::shared_ptr<const TokenWindows> timing, int B) {
+  const int T = c.seq_len, L = c.n_layer, D = c.d_model, E = c.n_expert, F = c.hidden();
+  MoeConfig wide = c;
+  wide.n_expert = 1;
+  wide.top_k = 1;
+  wide.expert_hidden = E * F;
+  const auto dense_wide = std::make_shared<const MoeModel<float>>(MoeModel<float>::initialized(wide, 1));
+  const auto rs_wide = std::make_shared<MoeRunState<float>>(wide, B, T, false);
+  const auto wide_live = std::make_shared<MoeLiveRouting<float>>(*dense_wide);
+  const double wide_formula = L * attention_half_flops(B, T, D) + 2.0 * B * T * D * 1 * L +
+                              2.0 * 2.0 * double(L) * B * T * D * (E * F) + 2.0 * B * T * D * 256;
+  count_mode(modes, timed, "dense_total_params",
+             [dense_wide, rs_wide, wide_live, timing, B, T] { moe_forward(*dense_wide, *rs_wide, timing->inputs.data(), B, T, *wide_live); },
+             {L, wide_formula, moe_controller_flops(L, int64_t(B) * T, 1, 1), 2.0 * L * double(B) * T * D, L, int64_t(L) * B * T},
+             L, B * T, {{"note", "baseline with initialised weights (an MLP of width E*F every token runs): latency and FLOPs only"}});
+}
+
 nlohmann::ordered_json measure_moe(const std::string& path, const Corpus& corpus, const ExecOptions& o, TimedModes& timed) {
   const auto model = std::make_shared<const MoeModel<float>>(MoeModel<float>::load(path));
   if (o.batch < 2)
@@ -39,16 +70,7 @@ nlohmann::ordered_json measure_moe(const std::string& path, const Corpus& corpus
     return ExpectedCounts{L, formula(expert_rows, router), router ? moe_controller_flops(L, int64_t(B) * T, E, c.top_k) : 0.0,
                           2.0 * double(expert_rows) * D, router ? L : 0, expert_rows};
   };
-  // Expert rows per layer and expert of the pass that ran last in a run state.
-  auto loads = [&](const MoeRunState<float>& s) {
-    nlohmann::ordered_json rows = nlohmann::ordered_json::array();
-    for (const auto& layer : s.layers) {
-      std::vector<int64_t> per_expert;
-      for (int e = 0; e < E; ++e) per_expert.push_back(layer.offsets[e + 1] - layer.offsets[e]);
-      rows.push_back(per_expert);
-    }
-    return rows;
-  };
+  auto loads = [E](const MoeRunState<float>& s) { return expert_rows(s, E); };
   // The timed pass of a routing source on a run state.
   auto pass = [&](std::shared_ptr<MoeRoutingSource<float>> source, std::shared_ptr<MoeRunState<float>> state) {
     return [model, state, source, timing, B, T] { moe_forward(*model, *state, timing->inputs.data(), B, T, *source); };
@@ -81,22 +103,7 @@ nlohmann::ordered_json measure_moe(const std::string& path, const Corpus& corpus
     moe_loss(*rs_dense, eval.targets.data() + int64_t(w0) * T, out);
   });
   dense_same_shape(modes, timed, L, D, c.n_head, T, timing, B);
-  {  // Dense with the MoE's total expert parameters: one expert of width E F that every token runs.
-    MoeConfig wide = c;
-    wide.n_expert = 1;
-    wide.top_k = 1;
-    wide.expert_hidden = E * F;
-    const auto dense_wide = std::make_shared<const MoeModel<float>>(MoeModel<float>::initialized(wide, 1));
-    const auto rs_wide = std::make_shared<MoeRunState<float>>(wide, B, T, false);
-    const auto wide_live = std::make_shared<MoeLiveRouting<float>>(*dense_wide);
-    const double wide_formula = L * attention_half_flops(B, T, D) + 2.0 * B * T * D * 1 * L +
-                                2.0 * 2.0 * double(L) * B * T * D * (E * F) + 2.0 * B * T * D * 256;
-    count_mode(modes, timed, "dense_total_params",
-               [dense_wide, rs_wide, wide_live, timing, B, T] { moe_forward(*dense_wide, *rs_wide, timing->inputs.data(), B, T, *wide_live); },
-               {L, wide_formula, moe_controller_flops(L, int64_t(B) * T, 1, 1), 2.0 * L * double(B) * T * D, L, int64_t(L) * B * T},
-               L, B * T,
-               {{"note", "baseline with initialised weights (an MLP of width E*F every token runs): latency and FLOPs only"}});
-  }
+  count_dense_total_params(modes, timed, c, timing, B);
   nlohmann::ordered_json m = exec_model_entry(path, sha256_file(path), "moe", nlohmann::json::parse(c.to_json()), B * T);
   m["modes"] = modes;
   // The experts' share: grouped MLP FLOPs per token = k/E of dense_experts by construction of the
