@@ -22,6 +22,7 @@
 #include "study/study.h"
 #include "train/evaluate.h"
 #include "train/trainer.h"
+#include "models/base/stream.h"
 
 namespace fca {
 namespace {
@@ -260,7 +261,7 @@ void StudyRun::study_given_checkpoint(const StudyVariant& v) {
     provenance["model_sha256"] = m->content_hash();
     if (external) provenance["adapter_command"] = v.command;
     auto doc = eval_document({model_path(*m), external ? "external" : m->family(), m->description(),
-                              nlohmann::json::parse(m->config_json()), m->vocab() != 256 ? "token" : "byte"},
+                              nlohmann::json::parse(m->config_json()), m->vocab() != kByteVocab ? "token" : "byte"},
                              "test", T, r, provenance);
     doc["variant"] = v.name;
     write_json(eval_path, doc);
@@ -278,7 +279,7 @@ void StudyRun::study_given_checkpoint(const StudyVariant& v) {
   ensure_audit_markdown(audit_dir);
   report_.audits.push_back(audit_dir + "/audit.json");
   if (external) exec_externals_.push_back(v.command);
-  else if (open_model(v.path, 1, v.seq)->vocab() == 256) exec_models_.push_back(v.path);
+  else if (open_model(v.path, 1, v.seq)->vocab() == kByteVocab) exec_models_.push_back(v.path);
   else stage("measure execution of " + v.name + ": not measured (fca exec times byte-level models on text windows; this checkpoint is token-level)");
 }
 

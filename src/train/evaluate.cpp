@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/progress.h"
+#include "models/base/stream.h"
 
 namespace fca {
 
@@ -27,7 +28,7 @@ EvalResult evaluate_auditable(AuditableModel& model, const TextSplit& split, int
                 std::to_string(model.max_tokens()) + " positions");
   const auto start = std::chrono::steady_clock::now();
   const std::vector<int32_t> tokens = model.tokenize(split.name(), {split.bytes(), split.size()});
-  const std::string unit = model.vocab() == 256 ? "bytes" : "tokens";
+  const std::string unit = model.vocab() == kByteVocab ? "bytes" : "tokens";
   if (tokens.size() < size_t(T) + 1)
     throw Error(split.path() + ": the " + split.name() + " split has " + std::to_string(tokens.size()) + " " + unit +
                 ", shorter than one window of T+1 = " + std::to_string(T + 1) + " " + unit);

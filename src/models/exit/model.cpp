@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "core/parse.h"
 #include "core/json.h"
+#include "models/base/stream.h"
 
 namespace fca {
 
@@ -59,7 +60,7 @@ std::vector<TensorSlot> exit_tensor_layout(const ExitConfig& c) {
   // then the classifiers.
   LayoutBuilder b;
   const int64_t D = c.d_model;
-  b.add("wte", {256, D});
+  b.add("wte", {kByteVocab, D});
   b.add("wpe", {c.seq_len, D});
   for (int l = 0; l < c.n_layer; ++l) {
     const std::string p = "blocks." + std::to_string(l) + ".";

@@ -13,6 +13,7 @@
 #include "ops/gemm.h"
 #include "ops/layernorm.h"
 #include "ops/rows.h"
+#include "models/base/stream.h"
 
 namespace fca {
 
@@ -90,7 +91,7 @@ void mod_forward(const ModModel<T>& model, ModRunState<T>& rs, const int32_t* to
 
 template <typename T>
 double mod_loss(ModRunState<T>& rs, const int32_t* targets, double* window_nll) {
-  return language_model_loss(rs.losses, rs.targets, rs.logits, targets, rs.batch, rs.tokens, 256, window_nll);
+  return language_model_loss(rs.losses, rs.targets, rs.logits, targets, rs.batch, rs.tokens, kByteVocab, window_nll);
 }
 
 template <typename T>

@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "core/parse.h"
 #include "core/safetensors.h"
+#include "models/base/stream.h"
 
 namespace fca {
 
@@ -48,7 +49,7 @@ ModConfig ModConfig::from_json(const std::string& text, const std::string& where
 std::vector<TensorSlot> mod_tensor_layout(const ModConfig& c) {
   LayoutBuilder b;
   const int64_t D = c.d_model;
-  b.add("wte", {256, D});
+  b.add("wte", {kByteVocab, D});
   b.add("wpe", {c.seq_len, D});
   for (int l = 0; l < c.n_layer; ++l) {
     const std::string p = "blocks." + std::to_string(l) + ".";

@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "core/parse.h"
 #include "core/safetensors.h"
+#include "models/base/stream.h"
 
 namespace fca {
 
@@ -55,7 +56,7 @@ MoeConfig MoeConfig::from_json(const std::string& text, const std::string& where
 std::vector<TensorSlot> moe_tensor_layout(const MoeConfig& c) {
   LayoutBuilder b;
   const int64_t D = c.d_model, E = c.n_expert, F = c.hidden();
-  b.add("wte", {256, D});
+  b.add("wte", {kByteVocab, D});
   b.add("wpe", {c.seq_len, D});
   for (int l = 0; l < c.n_layer; ++l) {
     const std::string p = "blocks." + std::to_string(l) + ".";

@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "core/sha256.h"
 #include "models/hyper/forward.h"
+#include "models/base/stream.h"
 
 namespace fca {
 
@@ -12,7 +13,7 @@ double hyper_gemm_flops(const HyperConfig& c, int B, int T) {
   const double N = double(B) * T, D = c.d_model;
   // Per block: the attention half (qkv, proj, the executed QK^T and PV pairs) and the MLP (fc and
   // proj, 8 D^2 multiply-adds per row); the tied head over the 256 bytes.
-  return c.n_layer * (attention_half_flops(B, T, c.d_model) + 2.0 * N * 8.0 * D * D) + 2.0 * N * D * 256;
+  return c.n_layer * (attention_half_flops(B, T, c.d_model) + 2.0 * N * 8.0 * D * D) + 2.0 * N * D * kByteVocab;
 }
 
 double hyper_mixing_flops(const HyperConfig& c, int B, int T) {

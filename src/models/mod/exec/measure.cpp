@@ -7,6 +7,7 @@
 #include "core/exec_counters.h"
 #include "core/sha256.h"
 #include "models/mod/forward.h"
+#include "models/base/stream.h"
 
 namespace fca {
 namespace {
@@ -22,7 +23,7 @@ nlohmann::ordered_json measure_mod(const std::string& path, const Corpus& corpus
   const TokenWindows eval = load_token_windows(corpus.split("test"), T, o.eval_windows);
   const auto rs = std::make_shared<ModRunState<float>>(c, B, T, false);
   // Dense blocks over T tokens; routed blocks over their K tokens (the block's own attention pairs).
-  double formula = 2.0 * B * T * D * 256;
+  double formula = 2.0 * B * T * D * kByteVocab;
   for (int l = 0; l < L; ++l) {
     const int n = c.routed(l) ? K : T;
     formula += attention_half_flops(B, n, D) + 2.0 * B * n * 8.0 * D * D;

@@ -7,6 +7,7 @@
 #include "core/exec_counters.h"
 #include "core/sha256.h"
 #include "models/moe/forward.h"
+#include "models/base/stream.h"
 
 namespace fca {
 namespace {
@@ -41,7 +42,7 @@ void count_dense_total_params(nlohmann::ordered_json& modes, TimedModes& timed, 
   const auto rs_wide = std::make_shared<MoeRunState<float>>(wide, B, T, false);
   const auto wide_live = std::make_shared<MoeLiveRouting<float>>(*dense_wide);
   const double wide_formula = L * attention_half_flops(B, T, D) + 2.0 * B * T * D * 1 * L +
-                              2.0 * 2.0 * double(L) * B * T * D * (E * F) + 2.0 * B * T * D * 256;
+                              2.0 * 2.0 * double(L) * B * T * D * (E * F) + 2.0 * B * T * D * kByteVocab;
   count_mode(modes, timed, "dense_total_params",
              [dense_wide, rs_wide, wide_live, timing, B, T] { moe_forward(*dense_wide, *rs_wide, timing->inputs.data(), B, T, *wide_live); },
              {L, wide_formula, moe_controller_flops(L, int64_t(B) * T, 1, 1), 2.0 * L * double(B) * T * D, L, int64_t(L) * B * T},
@@ -62,7 +63,7 @@ nlohmann::ordered_json measure_moe(const std::string& path, const Corpus& corpus
   // GEMM FLOPs of one pass: attention halves, the router (live), expert rows x (fc + proj), head.
   auto formula = [&](int64_t expert_rows, bool router) {
     return L * attention_half_flops(B, T, D) + (router ? 2.0 * B * T * D * E * L : 0.0) + 2.0 * 2.0 * double(expert_rows) * D * F +
-           2.0 * B * T * D * 256;
+           2.0 * B * T * D * kByteVocab;
   };
   // Counts of a pass: the router's arithmetic and one router evaluation per block when it runs, the
   // weighted combination of every routed row (2 D each), and the rows themselves.

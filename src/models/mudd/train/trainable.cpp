@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "models/base/stream.h"
 
 namespace fca {
 
@@ -17,7 +18,7 @@ MuddConfig config_of(const ModelShape& shape, const nlohmann::json&, const std::
   m.dim = shape.dim;
   m.n_head = shape.heads;
   m.head_dim = shape.heads > 0 ? shape.dim / shape.heads : 0;
-  m.vocab_size = 256;
+  m.vocab_size = kByteVocab;
   m.block_size = shape.seq;
   m.intermediate_size = 4 * shape.dim;
   if (m.n_layer < 2) throw Error(where + ": the mudd family needs at least 2 layers, found " + std::to_string(m.n_layer));
