@@ -12,7 +12,11 @@
 #include <sstream>
 #include <string>
 
+#include "core/error.h"
+#include "models/capabilities.h"
 #include "models/registry.h"
+#include "test_util.h"
+#include "train/train_family.h"
 
 namespace fca {
 namespace {
@@ -137,6 +141,39 @@ TEST(AddingAFamily, TheAuditInterfaceDoesNotGrow) {
   const auto count = std::distance(std::sregex_iterator(body.begin(), body.end(), virtual_word), std::sregex_iterator());
   EXPECT_LE(count, 32) << "AuditableModel has " << count << " virtual functions; extend the audit through a record kind, traits or a capability";
   EXPECT_GE(count, 10) << "the count is not reading the class";
+}
+
+// What only some families offer is a capability (models/capabilities.h), found by type on the
+// families that offer it and absent elsewhere: exit has a controller setting and record-dependent
+// compute, hyper ablation groups, and a gated model neither; setting a controller setting on a model
+// without one is an error naming its family and the key.
+TEST(AddingAFamily, CapabilitiesAreFoundByTypeAndAbsentElsewhere) {
+  testing::TempDir dir;
+  const auto fresh = [&](const std::string& arch) {
+    const TrainFamily& family = train_family_named(arch);
+    const std::string path = checkpoint_path(family, dir.file(arch));
+    family.make({2, 16, 2, 16}, resolve_settings(family, nlohmann::json::object(), "test"), TrainableArgs{1, 2, {}, 1.0}, "test")
+        ->save(path, {});
+    return open_model(path, 1, 16);
+  };
+  const auto gated = fresh("gated"), hyper = fresh("hyper"), exit = fresh("exit");
+  EXPECT_EQ(capability<ControllerSetting>(*gated), nullptr);
+  EXPECT_EQ(capability<AblationGroups>(*gated), nullptr);
+  EXPECT_EQ(capability<RecordDependentCompute>(*gated), nullptr);
+  EXPECT_NE(capability<AblationGroups>(*hyper), nullptr);
+  EXPECT_NE(capability<CoefficientConstraint>(*hyper), nullptr);
+  EXPECT_NE(capability<ControllerSetting>(*exit), nullptr);
+  EXPECT_NE(capability<RecordDependentCompute>(*exit), nullptr);
+  EXPECT_EQ(controller_setting_of(*gated), "");
+  EXPECT_NE(controller_setting_of(*exit).find("exit_threshold"), std::string::npos) << controller_setting_of(*exit);
+  try {
+    set_controller_setting(*gated, "exit_threshold", 0.5);
+    ADD_FAILURE() << "a gated model took a controller setting";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("gated models have no controller setting \"exit_threshold\""), std::string::npos) << e.what();
+  }
+  set_controller_setting(*exit, "exit_threshold", 0.5);
+  EXPECT_NE(controller_setting_of(*exit).find("0.5"), std::string::npos) << controller_setting_of(*exit);
 }
 
 // The toy family (tests/toy_family/) is written against the public family API only: it includes
