@@ -85,15 +85,17 @@ for name, _, weights, state, log, _ in runs(work):
 def exec_figures(p):
     keep = ("mode", "nll", "executed_blocks", "controller_evaluations_per_pass", "routed_rows_per_pass", "gemm_calls_per_pass",
             "gflop_per_pass", "gflop_per_token", "gflop_per_pass_by_kind", "counters_match_graph", "expert_rows", "threshold",
-            "removed_blocks", "total_blocks", "propagated_rows_per_pass", "mean_depth", "exit_histogram", "fixed_depth",
+            "removed_blocks", "total_blocks", "mean_depth", "exit_histogram", "fixed_depth",
             "eval_gflop_per_token", "nll_minus_fixed_depth_at_equal_flops")
+    # Every counter of a pass, the families' own counters (exec/exec_family.h: "<name>_per_pass") included.
+    counted = lambda k: k in keep or k.endswith("_per_pass")
     out = []
     for m in json.load(open(p))["models"]:
         # The model's label is a name, not a figure (exec.json's "gate" before issue 44, "label" after).
         entry = {k: m[k] for k in m if k in ("family", "config", "tokens_per_pass", "calibrated_static_gates",
                                               "skip_sweep_note", "selected_tokens_per_window", "expert_gflop_per_token")}
-        entry["modes"] = [{k: x[k] for k in x if k in keep} for x in m["modes"]]
-        entry["skip_sweep"] = [{k: x[k] for k in x if k in keep} for x in m.get("skip_sweep", [])]
+        entry["modes"] = [{k: x[k] for k in x if counted(k)} for x in m["modes"]]
+        entry["skip_sweep"] = [{k: x[k] for k in x if counted(k)} for x in m.get("skip_sweep", [])]
         out.append(entry)
     return out
 

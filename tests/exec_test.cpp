@@ -206,6 +206,10 @@ TEST(ExecCounters, TheGatedCheckFailsAndCountersMatchGraphIsComputed) {
       {"mixing FLOPs", [](ExpectedCounts& e) { e.mixing_flops -= 1; }},
       {"controller evaluations", [](ExpectedCounts& e) { e.controller_evaluations = 0; }},
       {"routed rows", [](ExpectedCounts& e) { e.routed_rows = 1; }},
+      // A family counter (exit's, registered at installation) that this pass never counts, and
+      // one that no family declares: each expected but not counted.
+      {"propagated_rows", [](ExpectedCounts& e) { e.family["propagated_rows"] = 1; }},
+      {"undeclared_rows", [](ExpectedCounts& e) { e.family["undeclared_rows"] = 2; }},
   };
   for (const auto& [what, perturb] : wrong) {
     ExpectedCounts e = right;

@@ -126,7 +126,7 @@ TEST(ExitExec, FullDepthIsTheDenseFormulaAndAWrongRecordFailsTheCheck) {
   }
   EXPECT_THROW(check_counters("wrong record", counters, exit_expected_counts(exit_pass_figures(c, full.data(), B, T, false))), Error);
   EXPECT_NO_THROW(check_counters("its record", counters, exit_expected_counts(exit_pass_figures(c, d.data(), B, T, false))));
-  EXPECT_EQ(counters.propagated_rows.load(), c.n_layer - 1);  // token 5 of window 0, at blocks 2..L
+  EXPECT_EQ(counters.family[size_t(family_counter_index(kPropagatedRows))].load(), c.n_layer - 1);  // token 5 of window 0, at blocks 2..L
 }
 
 }  // namespace

@@ -1,8 +1,10 @@
 // Every test runs with the families installed, as every program does at start-up (families/families.h),
-// and with the toy family (toy_family/toy_family.h) after them.
+// and with the test binary's families after them: the toy (toy_family/toy_family.h) and skip
+// (toy_family/skip_family.h).
 #include <gtest/gtest.h>
 
 #include "families/families.h"
+#include "toy_family/skip_family.h"
 #include "toy_family/toy_family.h"
 
 namespace fca {
@@ -13,6 +15,7 @@ class FamiliesEnvironment : public ::testing::Environment {
   void SetUp() override {
     install_families();
     toy::install_toy_family();
+    toy::install_skip_family();
   }
 };
 

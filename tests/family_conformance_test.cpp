@@ -39,6 +39,7 @@
 #include "models/registry.h"
 #include "report/report.h"
 #include "test_util.h"
+#include "toy_family/skip_family.h"
 #include "toy_family/toy_family.h"
 #include "train/train_family.h"
 #include "train/trainer.h"
@@ -52,6 +53,7 @@ namespace {
 std::vector<std::string> installed_family_names() {
   install_families();
   toy::install_toy_family();
+  toy::install_skip_family();
   std::vector<std::string> names;
   for (const auto& f : model_families()) names.push_back(f.name);
   return names;

@@ -20,9 +20,14 @@
 namespace fca {
 namespace {
 
+// fca's four kinds, then any a family installed (the test binary's skip family: block_skip).
 TEST(RecordKinds, EveryKindHasOneRowFoundByKindAndByName) {
   std::set<std::string> names;
-  for (RecordKind kind : {RecordKind::continuous, RecordKind::expert_routing, RecordKind::token_selection, RecordKind::exit_depth}) {
+  for (RecordKind kind : {RecordKind::continuous, RecordKind::expert_routing, RecordKind::token_selection, RecordKind::exit_depth})
+    EXPECT_EQ(record_kind_row(kind).kind, kind);
+  ASSERT_NE(record_kind_named("block_skip"), nullptr) << "the skip family's kind is not installed";
+  for (const RecordKindRow& installed : record_kind_rows()) {
+    const RecordKind kind = installed.kind;
     const RecordKindRow& row = record_kind_row(kind);
     EXPECT_EQ(row.kind, kind);
     EXPECT_TRUE(names.insert(row.name).second) << row.name << " names two rows";

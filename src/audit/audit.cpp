@@ -122,6 +122,7 @@ AuditSetup prepare_audit(AuditableModel& model, const Corpus& corpus, const Audi
   AuditSetup s;
   AuditOptions& o = s.options = options;
   o.progress = o.progress && comm.root();
+  for (const auto& [key, value] : o.family_settings) set_controller_setting(model, key, value);
   s.tokens = o.tokens > 0 ? o.tokens : model.max_tokens();
   const int T = s.tokens;
   if (T > model.max_tokens())

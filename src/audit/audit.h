@@ -6,6 +6,7 @@
 #pragma once
 #include <cstdint>
 #include "core/json.h"
+#include <map>
 #include <string>
 #include <vector>
 
@@ -53,6 +54,10 @@ struct AuditOptions {
   int stop_after_batches = 0;
   // The ranks this audit runs on (core/communicator.h); null: this process alone.
   const Communicator* communicator = nullptr;
+  // The model family's own audit settings (ModelFamily::audit_settings) by key, given by flag or
+  // study key: run_audit hands each to the model (set_controller_setting) before anything runs; a
+  // model without the setting is an Error naming its family and the key.
+  std::map<std::string, double> family_settings;
 };
 
 // Runs the audit and writes its outputs; returns the audit.json document (or, with plan_only, the plan).

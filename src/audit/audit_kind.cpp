@@ -6,10 +6,25 @@
 
 namespace fca {
 
-const std::vector<AuditKindRow>& audit_kind_rows() {
-  static const std::vector<AuditKindRow> rows{continuous_audit_kind(), expert_routing_audit_kind(),
-                                              token_selection_audit_kind(), exit_depth_audit_kind()};
-  return rows;
+namespace {
+
+std::vector<AuditKindRow>& rows() {
+  static std::vector<AuditKindRow> table{continuous_audit_kind(), expert_routing_audit_kind(), token_selection_audit_kind(),
+                                         exit_depth_audit_kind()};
+  return table;
+}
+
+}  // namespace
+
+const std::vector<AuditKindRow>& audit_kind_rows() { return rows(); }
+
+void add_audit_kind(AuditKindRow row) {
+  const std::string name = record_kind_name(row.kind);  // Error when the models' table has no such kind
+  for (const AuditKindRow& r : rows())
+    if (r.kind == row.kind) throw Error("the audit's record-kind table has a row for \"" + name + "\" already");
+  if (row.prepare == nullptr || row.skipped == nullptr || row.condition_names.empty() || row.condition_names.front() != "correct")
+    throw Error("audit row of record kind \"" + name + "\": it needs prepare, skipped and a condition list opening with \"correct\"");
+  rows().push_back(std::move(row));
 }
 
 const AuditKindRow& audit_kind_row(RecordKind kind) {

@@ -60,7 +60,11 @@ struct AuditKindRow {
   bool is_randomized(const std::string& name) const;
 };
 
-// The row of a kind, and every row in RecordKind's order.
+// A kind a family brings (models/record_kind.h's add_record_kind) gets its audit row here, at
+// start-up; refuses a kind that has a row or that the models' table lacks. Not thread-safe.
+void add_audit_kind(AuditKindRow row);
+
+// The row of a kind, and every row in installation order.
 const AuditKindRow& audit_kind_row(RecordKind kind);
 const std::vector<AuditKindRow>& audit_kind_rows();
 

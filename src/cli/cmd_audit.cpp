@@ -29,7 +29,7 @@ struct AuditFlags {
   bool no_progress = false;
   bool no_prefix_reuse = false;
   bool plan_only = false;
-  std::optional<double> exit_threshold;
+  RunSettingFlags family_settings;
 };
 
 void add_audit_flags(CLI::App* cmd, AuditFlags& f) {
@@ -61,10 +61,7 @@ void add_audit_flags(CLI::App* cmd, AuditFlags& f) {
   cmd->add_option("--replay-tolerance", a.replay_tolerance, "Allowed replay difference (0 = bitwise; for other backends only)")
       ->check(non_negative_number)->capture_default_str();
   cmd->add_option("--out", a.out_dir, "Output folder (audit.json, windows.csv, audit.md); required except with --plan");
-  cmd->add_option("--exit-threshold", f.exit_threshold,
-                  "Early-exit models: the threshold lambda in [0, 1] the live pass and its records use (default: the "
-                  "checkpoint's); one audit per threshold, recorded in the cache")
-      ->check(number_in(0, 1));
+  f.family_settings.add_to(*cmd, declared_audit_settings());
   cmd->add_flag("--no-progress", f.no_progress, "No progress bar");
   cmd->add_flag("--plan", f.plan_only,
                 "Print the plan (passes, tokens, FLOPs, memory, time estimated from a short probe) and stop");
@@ -96,9 +93,10 @@ void run_audit_command(const AuditFlags& f) {
   std::unique_ptr<AuditableModel> model;
   if (f.external.empty()) {
     model = open_model(options.model_path, std::max(1, options.batch), max_tokens);
-    if (f.exit_threshold) set_controller_setting(*model, "exit_threshold", *f.exit_threshold);
+    for (const auto& [key, values] : f.family_settings.values()) options.family_settings[key] = values.front();
   } else {
-    if (f.exit_threshold) throw Error("audit: --exit-threshold applies to fca's early-exit models, not to --external");
+    if (!f.family_settings.given_flags().empty())
+      throw Error("audit: " + f.family_settings.given_flags() + " applies to fca's own families' models, not to --external");
     // The adapter learns its place among the ranks (fca_adapter.rank(), local_rank()), so that a node
     // with several GPUs audits one model replica per GPU (docs/audit-your-model.md).
     ::setenv("FCA_RANK", std::to_string(world().rank()).c_str(), 1);

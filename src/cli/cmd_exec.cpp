@@ -18,7 +18,7 @@ void add_exec_command(CLI::App& app) {
     std::string data, thresholds;
     int threads = 0;
     bool no_progress = false;
-    std::string exit_thresholds;
+    RunSettingFlags family_settings;
   };
   auto f = std::make_shared<Flags>();
   ExecOptions& e = f->exec;
@@ -42,8 +42,7 @@ void add_exec_command(CLI::App& app) {
       ->check(number_in(1e-6, 0.999999))->capture_default_str();
   cmd->add_option("--warmup", e.warmup, "Warm-up runs")->check(whole_number(0))->capture_default_str();
   cmd->add_option("--skip-threshold", f->thresholds, "Comma-separated thresholds in [0, 1] for the real skip sweep (--model only)");
-  cmd->add_option("--exit-thresholds", f->exit_thresholds,
-                  "Early-exit models: comma-separated thresholds in [0, 1] of the exit sweep (default 0.5,0.7,0.8,0.9,0.95,0.99)");
+  f->family_settings.add_to(*cmd, declared_exec_settings());
   cmd->add_option("--calib-windows", e.calib_windows, "Valid-split windows for the calibrated static gates")
       ->check(whole_number(1))->capture_default_str();
   cmd->add_option("--eval-windows", e.eval_windows, "Test-split windows for NLL")->check(whole_number(1))->capture_default_str();
@@ -60,12 +59,7 @@ void add_exec_command(CLI::App& app) {
     for (std::string item; std::getline(list, item, ',');) {
       options.skip_thresholds.push_back(parse_number(item, "--skip-threshold: an entry", 0.0, 1.0));
     }
-    if (!f->exit_thresholds.empty()) {
-      options.exit_thresholds.clear();
-      std::stringstream exits(f->exit_thresholds);
-      for (std::string item; std::getline(exits, item, ',');)
-        options.exit_thresholds.push_back(parse_number(item, "--exit-thresholds: an entry", 0.0, 1.0));
-    }
+    options.family_settings = f->family_settings.values();
     check_exec_options(options);  // a bad flag is named before the corpus is looked for
     Corpus corpus(resolve_data_dir(f->data));
     const auto j = run_exec(corpus, options);

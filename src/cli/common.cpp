@@ -5,12 +5,16 @@
 #include <cmath>
 #include <cstdio>
 #include <functional>
+#include <sstream>
 
 #include "core/error.h"
 #include "core/file_io.h"
 #include "core/memory.h"
 #include "core/threads.h"
+#include "core/parse.h"
 #include "data/corpus.h"
+#include "exec/exec_family.h"
+#include "models/registry.h"
 
 namespace fca::cli {
 namespace {
@@ -77,6 +81,56 @@ const CLI::Validator unsigned_integer(
       return std::string();
     },
     "UINT");
+
+void RunSettingFlags::add_to(CLI::App& app, const std::vector<std::pair<std::string, RunSetting>>& declared) {
+  for (const auto& [family, setting] : declared) {
+    if (settings_.count(setting.key) != 0) continue;
+    settings_[setting.key] = setting;
+    std::string defaults;
+    for (double v : setting.default_values) defaults += (defaults.empty() ? "" : ",") + format_bound(v);
+    auto* option = app.add_option(run_setting_flag(setting.key), text_[setting.key], setting.help);
+    option->type_name(setting.list ? "LIST" : "NUMBER");
+    if (!defaults.empty()) option->default_str(defaults);
+    if (!setting.list) option->check(number_in(setting.low, setting.high));
+  }
+}
+
+std::map<std::string, std::vector<double>> RunSettingFlags::values() const {
+  std::map<std::string, std::vector<double>> out;
+  for (const auto& [key, text] : text_) {
+    if (text.empty()) continue;
+    const RunSetting& setting = settings_.at(key);
+    const std::string flag = run_setting_flag(key);
+    std::vector<double>& values = out[key];
+    std::stringstream items(text);
+    for (std::string item; std::getline(items, item, ',');)
+      values.push_back(parse_number(item, flag + (setting.list ? ": an entry" : ""), setting.low, setting.high));
+    if (values.empty()) throw Error(flag + ": no value given");
+    if (!setting.list && values.size() > 1) throw Error(flag + " takes one number, found \"" + text + "\"");
+  }
+  return out;
+}
+
+std::string RunSettingFlags::given_flags() const {
+  std::string flags;
+  for (const auto& [key, text] : text_)
+    if (!text.empty()) flags += (flags.empty() ? "" : ", ") + run_setting_flag(key);
+  return flags;
+}
+
+std::vector<std::pair<std::string, RunSetting>> declared_audit_settings() {
+  std::vector<std::pair<std::string, RunSetting>> out;
+  for (const ModelFamily& f : model_families())
+    for (const RunSetting& s : f.audit_settings) out.emplace_back(f.name, s);
+  return out;
+}
+
+std::vector<std::pair<std::string, RunSetting>> declared_exec_settings() {
+  std::vector<std::pair<std::string, RunSetting>> out;
+  for (const ExecFamily& f : exec_families())
+    for (const RunSetting& s : f.exec_settings) out.emplace_back(f.name, s);
+  return out;
+}
 
 void FamilyFlags::add_to(CLI::App& app, const std::string& arch_help) {
   arch = train_families().front().name;

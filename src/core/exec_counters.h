@@ -2,8 +2,11 @@
 // evaluations), so that "what ran" is measured rather than derived from a config. Off by default:
 // with no counters installed, instrumented code pays one pointer test per GEMM call or block.
 #pragma once
+#include <array>
 #include <atomic>
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "core/error.h"
 
@@ -25,10 +28,12 @@ struct ExecCounters {
   std::atomic<int64_t> blocks_executed{0};         // transformer blocks run
   std::atomic<int64_t> controller_evaluations{0};  // controller calls (one per layer per pass)
   std::atomic<int64_t> routed_rows{0};  // rows a routed computation ran: expert rows (MoE), selected tokens (MoD)
-  std::atomic<int64_t> propagated_rows{0};  // early exit: K/V rows projected for exited tokens (docs/exit.md)
+  // The counters families declare for work only they do (exit's propagated_rows), by the index
+  // family_counter_index gives their names.
+  std::array<std::atomic<int64_t>, 8> family{};
   void reset() {
     routed_rows = 0;
-    propagated_rows = 0;
+    for (auto& c : family) c = 0;
     gemm_flops = 0;
     controller_flops = 0;
     mixing_flops = 0;
@@ -41,6 +46,20 @@ struct ExecCounters {
 namespace detail {
 inline std::atomic<ExecCounters*> installed_counters{nullptr};
 }
+
+// A counter a family declares (exec/exec_family.h's ExecFamily::counters): its name, the key
+// "<name>_per_pass" of exec.json's modes, and what it counts, the line exec.md prints beside it.
+struct FamilyCounter {
+  std::string name;         // "propagated_rows"
+  std::string description;  // "K/V rows projected for exited tokens (docs/exit.md)"
+};
+// Registers a family's counter once at start-up (add_exec_family does); refuses a name taken by
+// another description, and more counters than ExecCounters::family holds. Not thread-safe.
+void add_family_counter(const FamilyCounter& counter);
+// The registered counters in registration order, and one's index into ExecCounters::family (Error
+// naming the registered ones when `name` is not among them).
+const std::vector<FamilyCounter>& family_counters();
+int family_counter_index(const std::string& name);
 
 // The installed counters, or null when counting is off.
 inline ExecCounters* exec_counters() { return detail::installed_counters.load(std::memory_order_relaxed); }
@@ -75,6 +94,10 @@ inline void count_controller_flops(int64_t flops) {
 }
 inline void count_mixing_flops(int64_t flops) {
   if (ExecCounters* c = exec_counters()) c->mixing_flops.fetch_add(flops, std::memory_order_relaxed);
+}
+// Adds `n` to the family counter `name` (looked up only while counting is on).
+inline void count_family(const char* name, int64_t n) {
+  if (ExecCounters* c = exec_counters()) c->family[size_t(family_counter_index(name))].fetch_add(n, std::memory_order_relaxed);
 }
 
 // Installs counters for the lifetime of the guard. Scopes do not nest: a second scope while one is

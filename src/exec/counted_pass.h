@@ -4,6 +4,7 @@
 // A pass that reaches a controller it should not, skips a block or runs a kernel twice fails here.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <string>
 
 #include "core/exec_counters.h"
@@ -27,17 +28,19 @@ struct ExpectedCounts {
   double mixing_flops = 0;
   int64_t controller_evaluations = 0;  // calls into controller code (0 for every replayed source)
   int64_t routed_rows = 0;             // expert rows (MoE), selected tokens (MoD), block rows (exit); 0 elsewhere
-  int64_t propagated_rows = 0;         // early exit: K/V rows projected for exited tokens; 0 elsewhere
+  // The family counters (core/exec_counters.h) by name; a counter not named here is expected at 0.
+  std::map<std::string, int64_t> family = {};
 };
 
 // True when every counter equals its expected value: blocks, GEMM, controller and mixing FLOPs,
-// controller evaluations, routed and propagated rows.
+// controller evaluations, routed rows and every family counter (registered or expected).
 bool counters_agree(const ExecCounters& counters, const ExpectedCounts& expected);
 // Throws "execution counters disagree with the graph (<mode>): ..." naming each counter that differs
 // with its counted and expected value.
 void check_counters(const std::string& mode, const ExecCounters& counters, const ExpectedCounts& expected);
 // The counter fields of one mode in exec.json: executed_blocks, controller_evaluations_per_pass,
-// routed_rows_per_pass, propagated_rows_per_pass (only where a pass propagates), gemm_calls_per_pass, gflop_per_pass and gflop_per_token (all kinds),
+// routed_rows_per_pass, <family counter>_per_pass (each family counter, in registration order, only
+// where it counted or was expected to count), gemm_calls_per_pass, gflop_per_pass and gflop_per_token (all kinds),
 // gflop_per_pass_by_kind, and counters_match_graph, computed here by counters_agree.
 nlohmann::ordered_json counter_fields(const ExecCounters& counters, const ExpectedCounts& expected, int64_t tokens_per_pass);
 

@@ -117,6 +117,7 @@ nlohmann::ordered_json exec_settings_json(const ExecOptions& o) {
                                      {"skip_thresholds", o.skip_thresholds},
                                      {"calib_windows", o.calib_windows},
                                      {"eval_windows", o.eval_windows}};
+  if (!o.family_settings.empty()) settings["family_settings"] = o.family_settings;
   if (!o.externals.empty()) {
     settings["externals"] = o.externals;
     settings["external_timeout_s"] = o.external_timeout_s;
@@ -437,6 +438,24 @@ void exec_markdown_savings(std::ostream& md, const nlohmann::ordered_json& e) {
   }
 }
 
+// The families' own counters (core/exec_counters.h), each mode's count per pass where the mode has
+// one: one line per counter and model, after what the counter counts.
+void exec_markdown_family_counters(std::ostream& md, const nlohmann::ordered_json& e) {
+  for (const FamilyCounter& counter : family_counters()) {
+    const std::string key = counter.name + "_per_pass";
+    bool described = false;
+    for (const auto& m : e["models"]) {
+      std::string counts;
+      for (const auto& mode : m["modes"])
+        if (mode.contains(key)) counts += (counts.empty() ? "" : ", ") + mode["mode"].get<std::string>() + " " + mode[key].dump();
+      if (counts.empty()) continue;
+      if (!described) md << "\n" << counter.name << " per pass (" << counter.description << "):\n";
+      described = true;
+      md << "- " << m["label"].get<std::string>() << " (" << m["path"].get<std::string>() << "): " << counts << "\n";
+    }
+  }
+}
+
 void exec_markdown_legend(std::ostream& md, const nlohmann::ordered_json& e, bool any_native, bool any_external) {
   if (any_native)
     md << "\nlive: the controller computes the gates; replay: recorded gates supplied, controller off; gates_forced_to_1: "
@@ -470,6 +489,7 @@ std::string exec_markdown(const nlohmann::ordered_json& e) {
   exec_markdown_externals(md, e);
   exec_markdown_skips(md, e);
   exec_markdown_savings(md, e);
+  exec_markdown_family_counters(md, e);
   exec_markdown_legend(md, e, any_native, any_external);
   return md.str();
 }

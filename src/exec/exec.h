@@ -7,6 +7,7 @@
 // Writes exec.json and exec.md.
 #pragma once
 #include "core/json.h"
+#include <map>
 #include <string>
 #include <vector>
 
@@ -29,8 +30,9 @@ struct ExecOptions {
   double margin = 0.05;     // practical latency margin: no "faster"/"slower" within it
   int warmup = 3;
   std::vector<double> skip_thresholds;  // each in [0, 1]
-  // Early-exit models: the thresholds of the exit sweep (docs/exit.md, "Execution"), each in [0, 1].
-  std::vector<double> exit_thresholds{0.5, 0.7, 0.8, 0.9, 0.95, 0.99};
+  // The families' own settings (ExecFamily::exec_settings) given by flag or study key, by key, each
+  // value checked against its declared range; a family reads its own with exec_setting.
+  std::map<std::string, std::vector<double>> family_settings;
   int calib_windows = 64;   // valid-split windows for the calibrated static gates
   int eval_windows = 64;    // test-split windows for NLL
   std::string out_dir;

@@ -17,7 +17,19 @@ std::vector<ExecFamily>& table() {
 void add_exec_family(ExecFamily family) {
   for (const auto& f : table())
     if (f.name == family.name) throw Error("exec family \"" + family.name + "\" is installed twice");
+  for (const FamilyCounter& c : family.counters) add_family_counter(c);
   table().push_back(std::move(family));
+}
+
+const std::vector<ExecFamily>& exec_families() { return table(); }
+
+std::vector<double> exec_setting(const ExecOptions& options, const ExecFamily& family, const std::string& key) {
+  for (const RunSetting& s : family.exec_settings) {
+    if (s.key != key) continue;
+    const auto given = options.family_settings.find(key);
+    return given == options.family_settings.end() ? s.default_values : given->second;
+  }
+  throw Error("internal error: the " + family.name + " family declares no exec setting \"" + key + "\"");
 }
 
 const ExecFamily& exec_family_named(const std::string& name) {

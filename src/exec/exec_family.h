@@ -15,6 +15,7 @@
 #include "exec/counted_pass.h"
 #include "exec/exec.h"
 #include "exec/timed_modes.h"
+#include "models/run_setting.h"
 #include "train/train_family.h"
 
 namespace fca {
@@ -71,12 +72,24 @@ struct ExecFamily {
   std::function<void(nlohmann::ordered_json& modes, TimedModes& timed, int L, int D, int H, int T,
                      std::shared_ptr<const TokenWindows> timing, int B)>
       same_shape_dense = nullptr;
+  // The family's own counters (core/exec_counters.h), registered by add_exec_family: work only this
+  // family does, counted where it happens (count_family) and expected by its formulas
+  // (ExpectedCounts::family). exec.json's modes carry "<name>_per_pass" and exec.md prints them.
+  std::vector<FamilyCounter> counters = {};
+  // The family's own exec settings (models/run_setting.h): `fca exec` flags and study "exec" keys,
+  // in ExecOptions::family_settings when given; measure reads them with exec_setting.
+  std::vector<RunSetting> exec_settings = {};
 };
 
 // Installs a family's entry (families/families.cpp, once at start-up); refuses a name used twice.
 void add_exec_family(ExecFamily family);
+const std::vector<ExecFamily>& exec_families();
 // The family of this name; throws Error naming the families exec can measure.
 const ExecFamily& exec_family_named(const std::string& name);
+
+// The values of the family's exec setting `key`: the options' when given, else its declared
+// default. Error when the family declares no such setting.
+std::vector<double> exec_setting(const ExecOptions& options, const ExecFamily& family, const std::string& key);
 
 // The fields every model's entry of exec.json opens with, in this order: path, model_sha256,
 // family, config and tokens_per_pass (one timed pass: windows x tokens). A family's measure adds its

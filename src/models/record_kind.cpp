@@ -6,10 +6,25 @@
 
 namespace fca {
 
-const std::vector<RecordKindRow>& record_kind_rows() {
-  static const std::vector<RecordKindRow> rows{continuous_record_kind(), expert_routing_record_kind(),
-                                               token_selection_record_kind(), exit_depth_record_kind()};
-  return rows;
+namespace {
+
+std::vector<RecordKindRow>& rows() {
+  static std::vector<RecordKindRow> table{continuous_record_kind(), expert_routing_record_kind(),
+                                          token_selection_record_kind(), exit_depth_record_kind()};
+  return table;
+}
+
+}  // namespace
+
+const std::vector<RecordKindRow>& record_kind_rows() { return rows(); }
+
+RecordKind add_record_kind(RecordKindRow row) {
+  if (row.name == nullptr || *row.name == '\0') throw Error("a record kind needs a name");
+  if (record_kind_named(row.name) != nullptr) throw Error(std::string("record kind \"") + row.name + "\" is installed twice");
+  if (row.dense_view == nullptr) throw Error(std::string("record kind \"") + row.name + "\" has no dense view");
+  row.kind = RecordKind(int(rows().size()));  // the next value after every kind installed so far
+  rows().push_back(row);
+  return row.kind;
 }
 
 const RecordKindRow& record_kind_row(RecordKind kind) {

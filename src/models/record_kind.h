@@ -45,7 +45,12 @@ struct RecordKindRow {
   std::string (*probe_words)(const CoefficientShape& shape);
 };
 
-// The row of a kind; the table of every kind, in declaration order; the row named `name` (null
+// A kind a family brings (tests/toy_family/skip_family.cpp): installs its row at start-up and
+// returns the kind's value, the next after every kind installed so far (the enum names fca's own
+// kinds only); `row.kind` is ignored. Refuses a name that is taken. Not thread-safe.
+RecordKind add_record_kind(RecordKindRow row);
+
+// The row of a kind; the table of every kind, in installation order; the row named `name` (null
 // when none is).
 const RecordKindRow& record_kind_row(RecordKind kind);
 const std::vector<RecordKindRow>& record_kind_rows();

@@ -12,6 +12,7 @@
 #include "core/json.h"
 #include "models/auditable.h"
 #include "models/external/auditable.h"
+#include "models/run_setting.h"
 
 namespace fca {
 
@@ -32,6 +33,10 @@ struct ModelFamily {
   // inference can use in place, and returns a one-line summary. Null: the family's checkpoints
   // need no conversion.
   std::function<std::string(const std::string& path, const std::string& out)> convert;
+  // The family's own audit settings (models/run_setting.h): `fca audit` flags and study "audit" keys,
+  // each handed to the opened model through its ControllerSetting capability (models/capabilities.h)
+  // under its key. Empty: none.
+  std::vector<RunSetting> audit_settings = {};
 };
 
 // Installs a family's entry (families/families.cpp, once at start-up); refuses a name used twice.

@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "core/undefined_statistic.h"
 #include "report/report.h"
+#include "report/report_kind.h"
 #include "report/report_util.h"
 #include "report/svg.h"
 
@@ -178,7 +179,7 @@ std::string figure_variance(const ReportData& d) {
 
 // A figure's matrix must be a non-empty rectangular array of numbers: anything else in a result
 // file is an error naming it (indexing a ragged array would read out of bounds).
-void require_matrix(const nlohmann::json& m, const std::string& path, const char* what) {
+void require_matrix(const nlohmann::json& m, const std::string& path, const std::string& what) {
   bool ok = m.is_array() && !m.empty() && m[0].is_array() && !m[0].empty();
   for (size_t r = 0; ok && r < m.size(); ++r) {
     ok = m[r].is_array() && m[r].size() == m[0].size();
@@ -189,7 +190,7 @@ void require_matrix(const nlohmann::json& m, const std::string& path, const char
 
 // Depth records (early exit): the share of evaluation tokens at each depth, and the mean depth by
 // position, from the audit's live records.
-std::string figure_depths(const ReportData& d, const ReportData::Named& a) {
+std::string depth_figure(const ReportData& d, const ReportData::Named& a) {
   const auto& r = a.doc["routing"];
   const auto& h = r["exit_histogram"];
   const auto& by_position = r["mean_depth_by_position"];
@@ -231,31 +232,30 @@ std::string figure_depths(const ReportData& d, const ReportData::Named& a) {
 
 namespace {
 
-// Routed records: expert load (layer x expert) or selection frequency (routed block x position).
-std::string routing_profile(const ReportData& d, const ReportData::Named& a) {
-  const bool experts = a.doc["routing"].contains("expert_load");
-  const auto& m = experts ? a.doc["routing"]["expert_load"] : a.doc["routing"]["selection_frequency"];
-  require_matrix(m, a.path, experts ? "routing.expert_load" : "routing.selection_frequency");
+// Routed records' load table from audit.json's routing.<key>: rows (`row_word` l) x columns
+// (`column_word` c), each cell `cell_w` wide (0: the table spread over 640 px).
+std::string load_profile(const ReportData& d, const ReportData::Named& a, const std::string& key, const std::string& what,
+                         const std::string& row_word, const std::string& column_word, int cell_w) {
+  const auto& m = a.doc["routing"][key];
+  require_matrix(m, a.path, "routing." + key);
   const int L = int(m.size()), C = int(m[0].size());
   double mx = 1e-12;
   for (const auto& row : m)
     for (const auto& x : row) mx = std::max(mx, x.get<double>());
-  const int cell_w = experts ? 36 : std::max(1, 640 / C), cell_h = 18, left = 90, top = 30;
-  const std::string what = experts ? "expert load, layer x expert (share of token-slot assignments)"
-                                   : "selection frequency, routed block x position (share of windows)";
+  if (cell_w <= 0) cell_w = std::max(1, 640 / C);
+  const int cell_h = 18, left = 90, top = 30;
   svg::Canvas cv(std::max(left + cell_w * C + 130, 760), top + cell_h * L + 50, "Routing: " + report_util::audit_heading(d, a.doc));
   cv.text(left, 16, report_util::audit_heading(d, a.doc) + ": " + what, "start", 11, "#333", true);
   for (int l = 0; l < L; ++l) {
-    cv.text(left - 6, top + cell_h * (l + 0.7), (experts ? "layer " : "routed ") + std::to_string(l), "end", 10);
+    cv.text(left - 6, top + cell_h * (l + 0.7), row_word + " " + std::to_string(l), "end", 10);
     for (int c = 0; c < C; ++c) {
       const double x = m[size_t(l)][size_t(c)];
       cv.rect(left + cell_w * c, top + cell_h * l, cell_w, cell_h, svg::sequential(x / mx),
-              (experts ? "layer " + std::to_string(l) + ", expert " : "routed block " + std::to_string(l) + ", position ") +
-                  std::to_string(c) + ": " + fmt("%.4f", x));
+              row_word + " " + std::to_string(l) + ", " + column_word + " " + std::to_string(c) + ": " + fmt("%.4f", x));
     }
   }
-  cv.text(left, top + cell_h * L + 14, experts ? "expert 0" : "position 0", "start", 10);
-  cv.text(left + cell_w * C, top + cell_h * L + 14, (experts ? "expert " : "position ") + std::to_string(C - 1), "end", 10);
+  cv.text(left, top + cell_h * L + 14, column_word + " 0", "start", 10);
+  cv.text(left + cell_w * C, top + cell_h * L + 14, column_word + " " + std::to_string(C - 1), "end", 10);
   for (int k = 0; k <= 4; ++k) {
     cv.rect(left + cell_w * C + 20, top + 12.0 * k, 14, 12, svg::sequential(1.0 - k / 4.0));
     cv.text(left + cell_w * C + 38, top + 12.0 * k + 10, fmt("%.3f", mx * (1.0 - k / 4.0)), "start", 9);
@@ -346,14 +346,32 @@ std::string mixing_profile(const ReportData& d, const ReportData::Named& a) {
 
 }  // namespace
 
+std::string expert_load_figure(const ReportData& d, const ReportData::Named& a) {
+  return load_profile(d, a, "expert_load", "expert load, layer x expert (share of token-slot assignments)", "layer", "expert", 36);
+}
+
+std::string selection_frequency_figure(const ReportData& d, const ReportData::Named& a) {
+  return load_profile(d, a, "selection_frequency", "selection frequency, routed block x position (share of windows)",
+                      "routed block", "position", 0);
+}
+
+// Continuous records: the calibrated gate (layer x position) where the record is one scalar per
+// layer and token, else the static mixing profile per stream.
+std::string continuous_profile_figure(const ReportData& d, const ReportData::Named& a) {
+  return a.doc["profiles"].contains("layer_position_mean") ? gate_profile(d, a) : mixing_profile(d, a);
+}
+
 std::string figure_profiles(const ReportData& d) {
   std::string out;
-  for (const auto& a : d.audits) {
-    if (a.doc.contains("routing") && a.doc["routing"].contains("exit_histogram")) out += figure_depths(d, a);  // depths
-    else if (a.doc.contains("routing")) out += routing_profile(d, a);
-    else if (a.doc["profiles"].contains("layer_position_mean")) out += gate_profile(d, a);
-    else out += mixing_profile(d, a);
-  }
+  for (const auto& a : d.audits)
+    if (const std::string kind = a.doc.at("model").at("record_kind").get<std::string>(); const ReportKindRow* row = report_kind_row(kind)) {
+      out += row->profile_figure(d, a);
+    } else {  // a kind of a family this build does not have
+      svg::Canvas cv(760, 40, "Profile: " + report_util::audit_heading(d, a.doc));
+      cv.text(10, 24, report_util::audit_heading(d, a.doc) + ": no figure for its record kind \"" + kind +
+                          "\" (no family of this build draws it)", "start", 11, "#333");
+      out += cv.str();
+    }
   return out;
 }
 

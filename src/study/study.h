@@ -6,6 +6,7 @@
 #include <cstdint>
 #include "core/json.h"
 #include "report/report.h"
+#include <map>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,10 @@ struct StudyConfig {
   double exec_time_budget_s = 60, exec_margin = 0.05;  // exec/exec.h
   std::vector<double> exec_skip_thresholds;
   int exec_eval_windows = 64, exec_calib_windows = 64;
+  // The families' own audit and exec settings (models/run_setting.h), keys of the "audit" and "exec"
+  // sections; an audit setting reaches the models of the families that declare it.
+  std::map<std::string, double> audit_family_settings;
+  std::map<std::string, std::vector<double>> exec_family_settings;
 };
 
 // Reads a study config (`where` names it in errors); throws Error on anything it does not accept.

@@ -81,7 +81,9 @@ bool exec_measured(const std::string& exec_dir, const std::vector<std::string>& 
 }
 
 // The study's options for each tool, copied from its config in one place each.
-AuditOptions study_audit_options(const StudyConfig& c, const std::string& model_path, const std::string& out_dir, bool progress) {
+// `family`: the audited model's ("external" for an adapter's), whose declared settings it takes.
+AuditOptions study_audit_options(const StudyConfig& c, const std::string& model_path, const std::string& family,
+                                 const std::string& out_dir, bool progress) {
   AuditOptions a;
   a.model_path = model_path;
   a.eval_windows = c.audit_eval_windows;
@@ -91,6 +93,11 @@ AuditOptions study_audit_options(const StudyConfig& c, const std::string& model_
   a.seed = c.audit_seed;
   a.out_dir = out_dir;
   a.progress = progress;
+  for (const ModelFamily& f : model_families())
+    if (f.name == family)
+      for (const RunSetting& s : f.audit_settings)
+        if (const auto given = c.audit_family_settings.find(s.key); given != c.audit_family_settings.end())
+          a.family_settings[s.key] = given->second;
   return a;
 }
 
@@ -125,6 +132,7 @@ ExecOptions study_exec_options(const StudyConfig& c, std::vector<std::string> mo
   e.warmup = c.exec_warmup;
   e.batch = c.exec_batch;
   e.skip_thresholds = c.exec_skip_thresholds;
+  e.family_settings = c.exec_family_settings;
   e.eval_windows = c.exec_eval_windows;
   e.calib_windows = c.exec_calib_windows;
   e.out_dir = out_dir;
@@ -181,7 +189,7 @@ class StudyRun {
       evaluate_checkpoint(v, seed, path, stem + ".eval-test.json");
       const std::string audit_dir = stem + "-audit";
       unless_done(audit_dir + "/audit.json", "audit " + v.name + " seed " + std::to_string(seed), [&] {
-        const AuditOptions a = study_audit_options(c_, path, audit_dir, progress_);
+        const AuditOptions a = study_audit_options(c_, path, v.arch, audit_dir, progress_);
         run_audit(*open_model(path, std::max(1, a.batch), v.seq), corpus_, a);
       });
       ensure_audit_markdown(audit_dir);
@@ -270,7 +278,7 @@ void StudyRun::study_given_checkpoint(const StudyVariant& v) {
   const std::string audit_dir = stem + "-audit";
   unless_done(audit_dir + "/audit.json", "audit " + what, [&] {
     const auto m = open();
-    AuditOptions a = study_audit_options(c_, model_path(*m), audit_dir, progress_);
+    AuditOptions a = study_audit_options(c_, model_path(*m), external ? "external" : m->family(), audit_dir, progress_);
     a.tokens = v.seq;
     if (v.audit_reps > 0) a.reps = v.audit_reps;
     if (external) a.adapter_command = v.command;

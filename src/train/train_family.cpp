@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "core/error.h"
+#include "models/run_setting.h"
 #include "core/parse.h"
 
 namespace fca {
@@ -111,12 +112,7 @@ const TrainFamily& train_family_named(const std::string& name) {
   throw Error("unknown --arch \"" + name + "\" (trainable families: " + known_names() + ")");
 }
 
-std::string setting_flag(const std::string& key) {
-  std::string flag = "--" + key;
-  for (char& ch : flag)
-    if (ch == '_') ch = '-';
-  return flag;
-}
+std::string setting_flag(const std::string& key) { return run_setting_flag(key); }
 
 nlohmann::json resolve_settings(const TrainFamily& family, const nlohmann::json& given, const std::string& where,
                                 SettingSource source) {

@@ -95,7 +95,7 @@ nlohmann::ordered_json measure_toy(const std::string& path, const Corpus& corpus
   const auto timing = std::make_shared<const TokenWindows>(load_token_windows(corpus.split("test"), T, B));
   const TokenWindows eval = load_token_windows(corpus.split("test"), T, o.eval_windows);
   const auto rs = std::make_shared<ToyRunState<float>>(c, B, T, false);
-  const ExpectedCounts live_counts{L, toy_gemm_flops(c, B, T), toy_controller_flops(c, B, T), toy_mixing_flops(c, B, T), L, 0, 0};
+  const ExpectedCounts live_counts{L, toy_gemm_flops(c, B, T), toy_controller_flops(c, B, T), toy_mixing_flops(c, B, T), L, 0};
   ExpectedCounts replay_counts = live_counts;
   replay_counts.controller_flops = 0;
   replay_counts.controller_evaluations = 0;

@@ -24,7 +24,7 @@ std::string ExitAuditable::controller_setting() const {
 }
 
 void ExitAuditable::set_controller_setting(const std::string& key, double value) {
-  if (key != "exit_threshold") throw Error("exit models have no controller setting \"" + key + "\" (theirs: exit_threshold)");
+  if (key != kExitThreshold) throw Error("exit models have no controller setting \"" + key + "\" (theirs: exit_threshold)");
   if (!(value >= 0.0 && value <= 1.0)) throw Error("exit_threshold must be in [0, 1], found " + number_text(value));
   threshold_ = value;
 }
@@ -60,7 +60,7 @@ RecordCompute ExitAuditable::record_compute(const CoefficientView& records, int 
 }
 
 ModelFamily exit_model_family() {
-  return {"exit", kExitFormat,
+  ModelFamily family{"exit", kExitFormat,
           [](const std::string&, const std::string& format) { return format == kExitFormat; },
           [](const std::string& path, int batch, int tokens) -> std::unique_ptr<AuditableModel> {
             return std::make_unique<ExitAuditable>(path, batch, tokens);
@@ -71,6 +71,11 @@ ModelFamily exit_model_family() {
             return std::string(buf);
           },
           nullptr, nullptr};
+  family.audit_settings = {{kExitThreshold,
+                            "Early-exit models: the threshold lambda in [0, 1] the live pass and its records use (default: "
+                            "the checkpoint's); one audit per threshold, recorded in the cache",
+                            0.0, 1.0}};
+  return family;
 }
 
 }  // namespace fca

@@ -131,7 +131,7 @@ void exit_forward(const ExitModel<T>& model, ExitRunState<T>& rs, const int32_t*
     const int64_t np = propagation_rows(rs, B, Tn, D);
     rs.propagated_rows[size_t(k - 1)] = np;
     if (np > 0) {
-      if (counters != nullptr) counters->propagated_rows.fetch_add(np, std::memory_order_relaxed);
+      count_family(kPropagatedRows, np);
 #pragma omp parallel for schedule(static)
       for (int64_t j = 0; j < np; ++j)
         std::memcpy(a.ln2_out + j * D, rs.frozen + int64_t(rs.propagated[j]) * D, sizeof(T) * size_t(D));

@@ -14,6 +14,12 @@
 namespace fca {
 
 inline constexpr const char* kExitFormat = "fca-exit-v1";
+// The family's own execution counter (core/exec_counters.h, declared by exit_exec_family): K/V rows
+// projected for exited tokens, summed over blocks.
+inline constexpr const char* kPropagatedRows = "propagated_rows";
+// The family's run-time settings (models/run_setting.h): the audit's live threshold, and exec's sweep.
+inline constexpr const char* kExitThreshold = "exit_threshold";
+inline constexpr const char* kExitThresholds = "exit_thresholds";
 
 struct ExitConfig {
   int n_layer = 6;   // L

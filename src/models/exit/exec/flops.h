@@ -14,7 +14,8 @@ inline ExpectedCounts exit_expected_counts(const ExitPassFigures& f) {
   e.mixing_flops = 0;
   e.controller_evaluations = f.controller_evaluations;
   for (int64_t a : f.active) e.routed_rows += a;
-  for (int64_t p : f.propagated) e.propagated_rows += p;
+  int64_t& propagated = e.family[kPropagatedRows];
+  for (int64_t p : f.propagated) propagated += p;
   return e;
 }
 

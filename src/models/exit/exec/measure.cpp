@@ -189,7 +189,7 @@ nlohmann::ordered_json measure_exit(const std::string& path, const Corpus& corpu
     curve.push_back(x.modes().size());
     x.replayed("fixed_depth_" + std::to_string(N), constant_record(c, B, T, N), constant_record(c, E, T, N), {{"fixed_depth", N}});
   }
-  for (double lambda : o.exit_thresholds) {
+  for (double lambda : exec_setting(o, exec_family_named("exit"), kExitThresholds)) {
     char name[48];
     std::snprintf(name, sizeof name, "exit_sweep_%g", lambda);
     dynamic.push_back(x.modes().size());
@@ -208,6 +208,13 @@ nlohmann::ordered_json measure_exit(const std::string& path, const Corpus& corpu
 
 }  // namespace
 
-ExecFamily exit_exec_family() { return {"exit", measure_exit, nullptr, nullptr, nullptr}; }
+ExecFamily exit_exec_family() {
+  ExecFamily family{"exit", measure_exit, nullptr, nullptr, nullptr};
+  family.exec_settings = {{kExitThresholds, "Early-exit models: comma-separated thresholds lambda in [0, 1] of the exit sweep",
+                           0.0, 1.0, true, {0.5, 0.7, 0.8, 0.9, 0.95, 0.99}}};
+  family.counters = {{kPropagatedRows, "K/V rows projected for tokens that exited earlier, so that later tokens attend to "
+                                       "them (docs/exit.md)"}};
+  return family;
+}
 
 }  // namespace fca
