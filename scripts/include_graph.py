@@ -1,6 +1,9 @@
 """The include graph of src/ against the layers (docs/architecture.md): each file belongs to one
-layer, and no include runs from a lower layer into a higher one. (That no family includes another
-is AddingAFamily.NoFamilyIncludesAnother's.)
+layer, and no include runs from a lower layer into a higher one. Within a layer, no include runs
+back up either: the units (a header and its source, e.g. exec/exec.h and exec/exec.cpp) include
+one another without a cycle, so that what a folder's lower pieces need (an options struct) lives
+below the orchestration that uses them, not in its header. (That no family includes another is
+AddingAFamily.NoFamilyIncludesAnother's.)
 
 The layers, bottom to top, are CMakeLists.txt's FCA_LAYERS, then cli (the program). A file's layer
 is its folder under src/, except that everything in a family folder, src/models/<family>/ (every
@@ -8,7 +11,8 @@ folder of src/models but base/ and external/), is in the layer model_families, i
 exec/ sub-folders included.
 
   include_graph.py [--root DIR]           print the arrows between layers, with a count each
-  include_graph.py --check [--root DIR]   exit 1 on an include that runs up the layers
+  include_graph.py --check [--root DIR]   exit 1 on an include that runs up the layers, or on a
+                                          cycle of units
 
 The test SourceShape.NoIncludeRunsUpTheLayers (tests/source_shape_test.cpp) runs --check.
 """
@@ -56,6 +60,60 @@ def arrows(root):
     return out
 
 
+def unit_cycles(graph):
+    """The include cycles between units (a path without its extension), one per strongly connected
+    set of units, each as a closed path [u0, u1, ..., u0]."""
+    unit = lambda path: os.path.splitext(path)[0]
+    edges = collections.defaultdict(set)
+    for rel, target, _, _ in graph:
+        if unit(rel) != unit(target):
+            edges[unit(rel)].add(unit(target))
+    index, low, stack, on, sccs = {}, {}, [], set(), []
+
+    def strong(v):  # Tarjan's algorithm (recursion depth: the longest include chain)
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(edges[v]):
+            if w not in index:
+                strong(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = set()
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.add(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                sccs.append(comp)
+
+    for v in sorted(set(edges)):
+        if v not in index:
+            strong(v)
+    cycles = []
+    for comp in sccs:  # a shortest way back to the first unit, by breadth-first search inside the set
+        start = min(comp)
+        previous, frontier = {start: None}, [start]
+        while frontier and start not in [w for v in frontier for w in edges[v]]:
+            nxt = []
+            for v in frontier:
+                for w in sorted(edges[v] & comp):
+                    if w not in previous:
+                        previous[w] = v
+                        nxt.append(w)
+            frontier = nxt
+        last = next(v for v in frontier if start in edges[v])
+        path = [last]
+        while previous[path[-1]] is not None:
+            path.append(previous[path[-1]])
+        cycles.append(list(reversed(path)) + [start])
+    return cycles
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--root", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
@@ -71,6 +129,9 @@ def main():
                        f"(layers: {' '.join(order)})")
         elif rank[lb] > rank[la]:
             bad.append(f"src/{rel}: includes {target}, which runs up from layer {la} to layer {lb}")
+    for cycle in unit_cycles(graph):
+        bad.append("include cycle between units: " + " -> ".join(cycle) +
+                   " (an include runs back up inside a layer: move what the lower unit needs into a header of its own)")
     if not a.check:
         counts = collections.Counter((la, lb) for _, _, la, lb in graph if la != lb)
         for (la, lb), n in sorted(counts.items(), key=lambda x: (rank.get(x[0][0], -1), rank.get(x[0][1], -1))):

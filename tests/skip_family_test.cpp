@@ -97,6 +97,8 @@ TEST(SkipFamily, ExecRunsItsSweepAndPrintsItsCounter) {
   const std::string md = exec_markdown(exec);
   EXPECT_NE(md.find("skipped_rows per pass (rows whose block the skip gate left out"), std::string::npos) << md;
   EXPECT_NE(md.find("skip_gate_1 " + std::to_string(rows)), std::string::npos) << md;
+  EXPECT_NE(md.find("Skip models (the test binary's family): every_block replays"), std::string::npos) << "no legend of its modes";
+  EXPECT_EQ(md.find("Early-exit models:"), std::string::npos) << "the legend explains a family that was not measured";
 }
 
 // The audit hands the setting to the model (its ControllerSetting), the cache records it, and a

@@ -95,5 +95,29 @@ TEST(SourceShape, TheIncludeCheckFindsAnArrowUp) {
   EXPECT_NE(output.find("folder tools is in no layer"), std::string::npos) << output;
 }
 
+// Inside a layer, an include that runs back up (a folder's lower piece including the header of the
+// orchestration that includes it, as exec_family.h did with exec.h for ExecOptions) is a cycle of
+// units, and the check names it.
+TEST(SourceShape, TheIncludeCheckFindsACycleInsideALayer) {
+  testing::TempDir dir;
+  const std::string root = dir.path();
+  std::ofstream(root + "/CMakeLists.txt") << "set(FCA_LAYERS core exec)\n";
+  const auto write = [&](const std::string& rel, const std::string& include) {
+    std::filesystem::create_directories(std::filesystem::path(root + "/src/" + rel).parent_path());
+    std::ofstream(root + "/src/" + rel) << (include.empty() ? "" : "#include \"" + include + "\"\n");
+  };
+  write("core/a.h", "");
+  write("exec/exec_options.h", "core/a.h");
+  write("exec/exec_family.h", "exec/exec_options.h");
+  write("exec/exec.h", "exec/exec_options.h");
+  write("exec/exec.cpp", "exec/exec_family.h");
+  auto [code, output] = testing::run_shell(include_check(root));
+  EXPECT_EQ(code, 0) << output;
+  write("exec/exec_family.h", "exec/exec.h");  // the options taken from the orchestration's header
+  std::tie(code, output) = testing::run_shell(include_check(root));
+  EXPECT_NE(code, 0) << output;
+  EXPECT_NE(output.find("include cycle between units: exec/exec -> exec/exec_family -> exec/exec"), std::string::npos) << output;
+}
+
 }  // namespace
 }  // namespace fca

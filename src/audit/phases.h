@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "audit/audit.h"
+#include "audit/audit_options.h"
 #include "audit/audit_kind.h"
 #include "audit/cache.h"
 #include "audit/conditions.h"

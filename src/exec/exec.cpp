@@ -69,16 +69,6 @@ nlohmann::ordered_json saving(const nlohmann::ordered_json& mode, const nlohmann
   return s;
 }
 
-TokenWindows load_token_windows(const TextSplit& split, int T, int wanted) {
-  TokenWindows w;
-  const auto idx = evenly_spaced_windows(split.window_count(T), wanted, split.name());
-  w.count = int(idx.size());
-  w.inputs.resize(idx.size() * size_t(T));
-  w.targets.resize(idx.size() * size_t(T));
-  for (size_t i = 0; i < idx.size(); ++i) split.window(idx[i], T, w.inputs.data() + i * T, w.targets.data() + i * T);
-  return w;
-}
-
 void check_exec_options(const ExecOptions& o) {
   if (o.models.empty() && o.externals.empty()) throw Error("exec needs at least one --model or --external");
   if (o.runs < 1 || o.warmup < 0 || o.batch < 1) throw Error("exec: --runs and --batch must be positive");
@@ -456,19 +446,22 @@ void exec_markdown_family_counters(std::ostream& md, const nlohmann::ordered_jso
   }
 }
 
+// The modes every native model has, then each measured family's own (ExecFamily::legend, in the
+// order the families are installed).
+void exec_markdown_native_legend(std::ostream& md, const nlohmann::ordered_json& e) {
+  md << "\nlive: the controller computes the coefficients (gates, mixing weights, routes, depths); replay: the recorded "
+        "coefficients supplied, controller off; dense_same_shape: the Dense model of the same L, D, H with initialised "
+        "weights (latency and FLOPs only).";
+  for (const ExecFamily& family : exec_families()) {
+    const bool measured = std::any_of(e["models"].begin(), e["models"].end(),
+                                      [&](const nlohmann::ordered_json& m) { return m["family"] == family.name; });
+    if (measured && !family.legend.empty()) md << " " << family.legend;
+  }
+  md << " NLL in nats/byte on the evaluation windows.\n";
+}
+
 void exec_markdown_legend(std::ostream& md, const nlohmann::ordered_json& e, bool any_native, bool any_external) {
-  if (any_native)
-    md << "\nlive: the controller computes the gates; replay: recorded gates supplied, controller off; gates_forced_to_1: "
-        "every g = 1; skip tau: calibrated static gates, blocks whose static gate is below tau removed from the graph "
-        "(tau = 0 removes nothing); identity_mixing: MUDD streams take only the newest source, hyper-connection squares are the "
-        "identity of their initialisation (plain Pre-Norm; the mixing still runs in both). Routed models (moe, mod): replay and cross_input supply recorded routing (cross_input: the routing of "
-        "another window), dense_experts runs every expert on every token and zeroes the unselected, dense_same_shape is "
-        "the Dense model of the same L, D, H and dense_total_params the Dense model whose MLP has the MoE's expert "
-        "parameters (both with initialised weights: latency and FLOPs only). Early-exit models: live runs the exit "
-        "classifiers at the checkpoint's threshold and exit_sweep_<lambda> at lambda; replay and cross_input replay recorded "
-        "depths (cross_input: the next window's); full_depth and fixed_depth_N replay constant depths, the static truncation "
-        "curve of the same weights (their mean depth, depth histogram, FLOPs by kind and NLL minus the curve at equal FLOPs "
-        "are in exec.json). NLL in nats/byte on the evaluation windows.\n";
+  if (any_native) exec_markdown_native_legend(md, e);
   if (any_external)
     md << "\nExternal models (--external): the adapter runs, counts and times each pass in its own process, on its own device "
           "(FLOPs: " << e["flop_convention_external"].get<std::string>() << "; executed blocks: rows of the blocks unit per "

@@ -13,7 +13,7 @@
 #include "core/json.h"
 #include "data/corpus.h"
 #include "exec/counted_pass.h"
-#include "exec/exec.h"
+#include "exec/exec_options.h"
 #include "exec/timed_modes.h"
 #include "models/run_setting.h"
 #include "train/train_family.h"
@@ -79,6 +79,9 @@ struct ExecFamily {
   // The family's own exec settings (models/run_setting.h): `fca exec` flags and study "exec" keys,
   // in ExecOptions::family_settings when given; measure reads them with exec_setting.
   std::vector<RunSetting> exec_settings = {};
+  // What the family's own modes are, for exec.md's legend (printed for each family among the
+  // measured models, after the modes every family has: live, replay, dense_same_shape).
+  std::string legend = "";
 };
 
 // Installs a family's entry (families/families.cpp, once at start-up); refuses a name used twice.

@@ -11,7 +11,7 @@
 #include "core/json.h"
 #include "core/safetensors.h"
 #include "data/corpus.h"
-#include "exec/exec.h"
+#include "exec/exec_options.h"
 #include "exec/timed_modes.h"
 
 namespace fca {

@@ -1,18 +1,11 @@
 #include "models/coefficient_tensor.h"
 
-#include "models/record_kind.h"
-
 #include <cstring>
 #include <vector>
 
-
 namespace fca {
 
-std::string CoefficientShape::to_string() const {
-  std::string s = "[layer " + std::to_string(layers) + ", token " + std::to_string(tokens) + ", stream " +
-                  std::to_string(streams) + ", source " + std::to_string(sources) + "]";
-  return s + record_kind_row(kind).shape_words(*this);
-}
+// CoefficientShape::to_string is record_kind.cpp's: the words after the axes are the kind's row's.
 
 void CoefficientTensor::copy_window(int to, const CoefficientView& source, int from) {
   std::memcpy(window_data(to), source.window_data(from), sizeof(float) * size_t(shape_.per_window()));

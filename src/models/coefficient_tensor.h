@@ -33,7 +33,9 @@ struct CoefficientShape {
   int64_t per_window() const { return int64_t(layers) * tokens * streams * sources; }
   int64_t discrete_per_window() const { return int64_t(layers) * tokens * slots; }
   bool operator==(const CoefficientShape&) const = default;
-  std::string to_string() const;  // "[layer 6, token 256, stream 1, source 1]"
+  // "[layer 6, token 256, stream 1, source 1]" and the kind's words (defined beside the kinds' table,
+  // record_kind.cpp).
+  std::string to_string() const;
 };
 
 // A read-only view of coefficients for `windows` windows, laid out as CoefficientTensor stores them,

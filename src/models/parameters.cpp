@@ -21,6 +21,8 @@ void LayoutBuilder::add(std::string name, std::vector<int64_t> shape, bool weigh
   offset_ += (n + 15) / 16 * 16;
 }
 
+std::string block_prefix(int layer) { return "blocks." + std::to_string(layer) + "."; }
+
 void LayoutBuilder::add_attention_half(const std::string& p, int64_t D) {
   add(p + "ln1.weight", {D});
   add(p + "ln1.bias", {D});

@@ -14,9 +14,23 @@
 
 #include "core/safetensors.h"
 #include "models/base/block.h"  // BlockWeights
+#include "models/base/stream.h"  // kByteVocab
 #include "models/base/tensor_slot.h"
 
 namespace fca {
+
+// "blocks.{l}.": the prefix of block l's tensors in every family.
+std::string block_prefix(int layer);
+
+// The trunk's tensors of LayoutBuilder::add_byte_trunk bound into a family's weights struct (its
+// members wte, wpe, ln_f_weight, ln_f_bias), each looked up by name with `at` (name -> T*).
+template <typename Weights, typename At>
+void bind_byte_trunk(Weights& w, At at) {
+  w.wte = at("wte");
+  w.wpe = at("wpe");
+  w.ln_f_weight = at("ln_f.weight");
+  w.ln_f_bias = at("ln_f.bias");
+}
 
 // Builds a layout: slots in the order added, AdamW decay on rank-2 tensors (docs/model.md).
 class LayoutBuilder {
@@ -28,6 +42,17 @@ class LayoutBuilder {
   // The attention half and the dense MLP (mlp.fc [4D, D], mlp.proj [D, 4D] and their biases): the
   // gated family's Dense block, in its order.
   void add_dense_block(const std::string& prefix, int64_t D);
+  // The byte-level trunk every pre-norm family shares, in one order: wte [256, D], wpe [positions,
+  // D], each block's tensors, block(*this, block_prefix(l), l) for l < layers, then ln_f.weight and
+  // ln_f.bias [D]. A family adds its own tensors after it (gates, classifiers, hyper-connections).
+  template <typename Block>
+  void add_byte_trunk(int layers, int64_t D, int64_t positions, Block block) {
+    add("wte", {kByteVocab, D});
+    add("wpe", {positions, D});
+    for (int l = 0; l < layers; ++l) block(*this, block_prefix(l), l);
+    add("ln_f.weight", {D});
+    add("ln_f.bias", {D});
+  }
   std::vector<TensorSlot> slots;
 
  private:

@@ -41,6 +41,12 @@ const RecordKindRow* record_kind_named(const std::string& name) {
 
 const char* record_kind_name(RecordKind kind) { return record_kind_row(kind).name; }
 
+std::string CoefficientShape::to_string() const {
+  std::string s = "[layer " + std::to_string(layers) + ", token " + std::to_string(tokens) + ", stream " +
+                  std::to_string(streams) + ", source " + std::to_string(sources) + "]";
+  return s + record_kind_row(kind).shape_words(*this);
+}
+
 CoefficientTensor record_values(const CoefficientView& v) {
   const CoefficientShape& s = v.shape;
   CoefficientTensor out(v.windows, CoefficientShape{s.layers, s.tokens, s.streams, s.sources});

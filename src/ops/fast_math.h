@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "ops/fast_math_constants.h"
 #include "ops/simd.h"
 
 namespace fca {
@@ -42,7 +43,7 @@ inline float exp_approx(float x) {
 // it, |x| beyond 44 makes the quotient (or the exponential) subnormal, and on x86 each subnormal
 // result costs a microcode assist: GELU over the fc layer of a model with weights N(0, 1) ran 3x
 // slower (fca_kernels_bench BM_GeluForward/16 against /1).
-inline constexpr float kTanhSaturation = 10.0f;
+// kTanhSaturation = 10 (ops/fast_math_constants.h).
 inline float tanh_approx_unclamped(float x) { return 1.0f - 2.0f / (exp_approx(2.0f * x) + 1.0f); }
 inline float tanh_approx(float x) {
   return tanh_approx_unclamped(std::min(std::max(x, -kTanhSaturation), kTanhSaturation));
@@ -55,9 +56,7 @@ inline float tanh_approx(float x) {
 // select). The polynomial comes from scripts/fit_erf.py (relative error 6.4e-8 with its float
 // coefficients); the float evaluation stays within a few ulp of 1 + erf, relative also for
 // negative z, where 1 + erf is small (tests/simd_test.cpp).
-inline constexpr float kErfc[] = {-5.8793625612e-06f, 2.8221297264e-01f, 2.8122648597e-01f, 2.4888369441e-01f,
-                                  1.8488083780e-01f,  8.3187390119e-03f, 2.3422504961e-01f, -4.5316937566e-01f,
-                                  2.6969495416e-01f,  -5.6267492473e-02f};
+// Its coefficients are kErfc (ops/fast_math_constants.h).
 
 inline float one_plus_erf_approx(float z) {
   const float a = z < 0.0f ? -z : z;

@@ -14,7 +14,7 @@
 #include <utility>
 
 #include "core/error.h"
-#include "ops/fast_math.h"
+#include "ops/fast_math_constants.h"
 #include "ops/simd.h"
 
 HWY_BEFORE_NAMESPACE();

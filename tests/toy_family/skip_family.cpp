@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/sha256.h"
 #include "exec/exec_family.h"
+#include "families/families.h"
 #include "models/capabilities.h"
 #include "models/family_auditable.h"
 #include "models/registry.h"
@@ -185,6 +186,9 @@ ModelFamily skip_model_family() {
 
 ExecFamily skip_exec_family() {
   ExecFamily family{"skip", measure_skip};
+  family.legend =
+      "Skip models (the test binary's family): every_block replays the record's gates with every ran flag 1, and "
+      "skip_gate_<tau> runs the live gate at tau (--skip-gate-thresholds).";
   family.counters = {{kSkippedRows, "rows whose block the skip gate left out, summed over blocks (tests/toy_family/skip_model.h)"}};
   family.exec_settings = {{kSkipGateThresholds, "Skip models (the test binary's family): comma-separated gate thresholds tau in "
                                                 "[0, 1] of the skip sweep",
@@ -199,7 +203,6 @@ void install_skip_family() {
   if (installed) return;
   installed = true;
   install_block_skip_kind();
-  add_model_family(skip_model_family());
   TrainFamily train;
   train.name = "skip";
   train.description = "skip: the test binary's second family, with its own record kind, setting and counter (tests/toy_family/)";
@@ -207,8 +210,7 @@ void install_skip_family() {
   set_constructors<SkipConfig>(train, config_of, [](const SkipConfig& c, const TrainableArgs& args) {
     return std::unique_ptr<Trainable>(std::make_unique<FlatTrainable<SkipTrainFamily>>(c, args.seed, args.batch, args.adamw, args.clip));
   });
-  add_train_family(std::move(train));
-  add_exec_family(skip_exec_family());
+  install_family({skip_model_family(), std::move(train), skip_exec_family()});
 }
 
 }  // namespace fca::toy

@@ -1,5 +1,5 @@
 // The toy family's entries in the three family tables (models/registry.h, train/train_family.h,
-// exec/exec_family.h) and its AuditableModel, each written from the public pieces a family of
+// exec/exec_family.h), installed with one call (families/families.h), and its AuditableModel, each written from the public pieces a family of
 // fca's own would use: ByteLevelAuditable (names from traits, runs from FamilyAuditable), FlatTrainable
 // (optimizer steps, validation, checkpoints), count_mode / dense_same_shape / mean_window_nll
 // (exec), and the generic recording and replayed sources (models/base/recorded_source.h).
@@ -9,6 +9,7 @@
 
 #include "core/sha256.h"
 #include "exec/exec_family.h"
+#include "families/families.h"
 #include "models/family_auditable.h"
 #include "models/registry.h"
 #include "toy_family/toy_model.h"
@@ -134,11 +135,6 @@ void install_toy_family() {
   static bool installed = false;
   if (installed) return;
   installed = true;
-  add_model_family({"toy", kToyFormat, [](const std::string&, const std::string& format) { return format == kToyFormat; },
-                    [](const std::string& path, int batch, int tokens) -> std::unique_ptr<AuditableModel> {
-                      return std::make_unique<ToyAuditable>(path, batch, tokens);
-                    },
-                    [](const nlohmann::json&) { return std::string("toy"); }, nullptr, nullptr});
   TrainFamily train;
   train.name = "toy";
   train.description = "toy: the test binary's family written against the public family API (tests/toy_family/)";
@@ -146,8 +142,13 @@ void install_toy_family() {
   set_constructors<ToyConfig>(train, config_of, [](const ToyConfig& c, const TrainableArgs& args) {
     return std::unique_ptr<Trainable>(std::make_unique<FlatTrainable<ToyTrainFamily>>(c, args.seed, args.batch, args.adamw, args.clip));
   });
-  add_train_family(std::move(train));
-  add_exec_family({"toy", measure_toy, nullptr, nullptr, nullptr});
+  install_family({{"toy", kToyFormat, [](const std::string&, const std::string& format) { return format == kToyFormat; },
+                   [](const std::string& path, int batch, int tokens) -> std::unique_ptr<AuditableModel> {
+                     return std::make_unique<ToyAuditable>(path, batch, tokens);
+                   },
+                   [](const nlohmann::json&) { return std::string("toy"); }, nullptr, nullptr},
+                  std::move(train),
+                  {.name = "toy", .measure = measure_toy, .legend = "Toy models (the test binary's family): gates_forced_to_1 sets every g = 1."}});
 }
 
 }  // namespace fca::toy

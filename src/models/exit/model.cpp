@@ -60,14 +60,7 @@ std::vector<TensorSlot> exit_tensor_layout(const ExitConfig& c) {
   // then the classifiers.
   LayoutBuilder b;
   const int64_t D = c.d_model;
-  b.add("wte", {kByteVocab, D});
-  b.add("wpe", {c.seq_len, D});
-  for (int l = 0; l < c.n_layer; ++l) {
-    const std::string p = "blocks." + std::to_string(l) + ".";
-    b.add_dense_block(p, D);
-  }
-  b.add("ln_f.weight", {D});
-  b.add("ln_f.bias", {D});
+  b.add_byte_trunk(c.n_layer, D, c.seq_len, [&](LayoutBuilder& block, const std::string& p, int) { block.add_dense_block(p, D); });
   b.add("exit.weight", {c.exit_points(), D}, false);  // phase 2 trains it without weight decay
   b.add("exit.bias", {c.exit_points()}, false);
   return b.slots;
@@ -76,11 +69,8 @@ std::vector<TensorSlot> exit_tensor_layout(const ExitConfig& c) {
 template <typename T>
 ExitWeights<T> ExitSpec::bind(ParameterBuffer<T>& params, const ExitConfig& c) {
   ExitWeights<T> w;
-  w.wte = params.find("wte");
-  w.wpe = params.find("wpe");
-  for (int l = 0; l < c.n_layer; ++l) w.blocks.push_back(params.block("blocks." + std::to_string(l) + "."));
-  w.ln_f_weight = params.find("ln_f.weight");
-  w.ln_f_bias = params.find("ln_f.bias");
+  bind_byte_trunk(w, [&](const std::string& name) { return params.at(name); });
+  for (int l = 0; l < c.n_layer; ++l) w.blocks.push_back(params.block(block_prefix(l)));
   w.exit_weight = params.find("exit.weight");
   w.exit_bias = params.find("exit.bias");
   return w;

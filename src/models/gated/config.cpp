@@ -70,45 +70,19 @@ GatedConfig GatedConfig::from_json(const std::string& text, const std::string& w
 }
 
 std::vector<TensorSlot> gated_tensor_layout(const GatedConfig& c) {
-  std::vector<TensorSlot> slots;
-  size_t offset = 0;
-  // docs/model.md decays "2-D weight matrices only": exactly the tensors of rank 2 (wte, wpe, Linear
-  // weights and, by the same rule, featuregate's gate.weight [L, 4]).
-  auto add = [&](std::string name, std::vector<int64_t> shape) {
-    const bool decay = shape.size() == 2;
-    size_t n = 1;
-    for (int64_t d : shape) n *= size_t(d);
-    // Each tensor starts on a 16-element boundary so that rows of every matrix stay aligned.
-    slots.push_back({std::move(name), std::move(shape), offset, n, decay});
-    offset += (n + 15) / 16 * 16;
-  };
+  // docs/model.md decays "2-D weight matrices only": exactly the tensors of rank 2 (LayoutBuilder's
+  // rule: wte, wpe, Linear weights and featuregate's gate.weight [L, 4]); each tensor starts on a
+  // 16-element boundary so that rows of every matrix stay aligned.
+  LayoutBuilder b;
   const int64_t D = c.d_model, L = c.n_layer;
-  add("wte", {kByteVocab, D});
-  add("wpe", {c.seq_len, D});
-  for (int l = 0; l < L; ++l) {
-    const std::string p = "blocks." + std::to_string(l) + ".";
-    add(p + "ln1.weight", {D});
-    add(p + "ln1.bias", {D});
-    add(p + "attn.qkv.weight", {3 * D, D});
-    add(p + "attn.qkv.bias", {3 * D});
-    add(p + "attn.proj.weight", {D, D});
-    add(p + "attn.proj.bias", {D});
-    add(p + "ln2.weight", {D});
-    add(p + "ln2.bias", {D});
-    add(p + "mlp.fc.weight", {4 * D, D});
-    add(p + "mlp.fc.bias", {4 * D});
-    add(p + "mlp.proj.weight", {D, 4 * D});
-    add(p + "mlp.proj.bias", {D});
-  }
-  add("ln_f.weight", {D});
-  add("ln_f.bias", {D});
-  if (c.gate == GateKind::uniform) add("gate.logit", {1});
-  if (c.gate == GateKind::layerstatic) add("gate.logit", {L});
+  b.add_byte_trunk(c.n_layer, D, c.seq_len, [&](LayoutBuilder& block, const std::string& p, int) { block.add_dense_block(p, D); });
+  if (c.gate == GateKind::uniform) b.add("gate.logit", {1});
+  if (c.gate == GateKind::layerstatic) b.add("gate.logit", {L});
   if (c.gate == GateKind::featuregate) {
-    add("gate.weight", {L, 4});
-    add("gate.bias", {L});
+    b.add("gate.weight", {L, 4});
+    b.add("gate.bias", {L});
   }
-  return slots;
+  return b.slots;
 }
 
 size_t gated_parameter_count(const GatedConfig& config) {

@@ -18,17 +18,14 @@ GatedWeights<T> bind_gated_weights(const GatedConfig& config, const std::vector<
     return it == by_name.end() ? nullptr : it->second;
   };
   GatedWeights<T> w;
-  w.wte = at("wte");
-  w.wpe = at("wpe");
+  bind_byte_trunk(w, at);
   for (int l = 0; l < config.n_layer; ++l) {
-    const std::string p = "blocks." + std::to_string(l) + ".";
+    const std::string p = block_prefix(l);
     w.blocks.push_back({at(p + "ln1.weight"), at(p + "ln1.bias"), at(p + "attn.qkv.weight"), at(p + "attn.qkv.bias"),
                         at(p + "attn.proj.weight"), at(p + "attn.proj.bias"), at(p + "ln2.weight"), at(p + "ln2.bias"),
                         at(p + "mlp.fc.weight"), at(p + "mlp.fc.bias"), at(p + "mlp.proj.weight"),
                         at(p + "mlp.proj.bias")});
   }
-  w.ln_f_weight = at("ln_f.weight");
-  w.ln_f_bias = at("ln_f.bias");
   w.gate_logit = at("gate.logit");
   w.gate_weight = at("gate.weight");
   w.gate_bias = at("gate.bias");

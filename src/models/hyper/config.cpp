@@ -99,18 +99,7 @@ std::vector<TensorSlot> hyper_tensor_layout(const HyperConfig& c) {
   const int64_t D = c.d_model, n = c.streams, S = c.square();
   // The dense layout first, in the gated family's order, so that a hyper model drawn from a seed
   // has the block weights of the dense model drawn from it (the hc tensors draw nothing).
-  layout.add("wte", {kByteVocab, D});
-  layout.add("wpe", {c.seq_len, D});
-  for (int l = 0; l < c.n_layer; ++l) {
-    const std::string p = "blocks." + std::to_string(l) + ".";
-    layout.add_attention_half(p, D);
-    layout.add(p + "mlp.fc.weight", {4 * D, D});
-    layout.add(p + "mlp.fc.bias", {4 * D});
-    layout.add(p + "mlp.proj.weight", {D, 4 * D});
-    layout.add(p + "mlp.proj.bias", {D});
-  }
-  layout.add("ln_f.weight", {D});
-  layout.add("ln_f.bias", {D});
+  layout.add_byte_trunk(c.n_layer, D, c.seq_len, [&](LayoutBuilder& block, const std::string& p, int) { block.add_dense_block(p, D); });
   for (int p = 0; p < c.sites(); ++p) {
     const std::string h = "hc." + std::to_string(p) + ".";
     layout.add(h + "static", {S, S}, false);

@@ -9,11 +9,8 @@ namespace fca {
 template <typename T>
 HyperWeights<T> HyperSpec::bind(ParameterBuffer<T>& params, const HyperConfig& c) {
   HyperWeights<T> w;
-  w.wte = params.at("wte");
-  w.wpe = params.at("wpe");
-  for (int l = 0; l < c.n_layer; ++l) w.blocks.push_back(params.block("blocks." + std::to_string(l) + "."));
-  w.ln_f_weight = params.at("ln_f.weight");
-  w.ln_f_bias = params.at("ln_f.bias");
+  bind_byte_trunk(w, [&](const std::string& name) { return params.at(name); });
+  for (int l = 0; l < c.n_layer; ++l) w.blocks.push_back(params.block(block_prefix(l)));
   for (int p = 0; p < c.sites(); ++p) {
     const std::string h = "hc." + std::to_string(p) + ".";
     w.sites.push_back({params.at(h + "static"), params.find(h + "dyn.weight"), params.find(h + "dyn.scale")});

@@ -49,34 +49,26 @@ ModConfig ModConfig::from_json(const std::string& text, const std::string& where
 std::vector<TensorSlot> mod_tensor_layout(const ModConfig& c) {
   LayoutBuilder b;
   const int64_t D = c.d_model;
-  b.add("wte", {kByteVocab, D});
-  b.add("wpe", {c.seq_len, D});
-  for (int l = 0; l < c.n_layer; ++l) {
-    const std::string p = "blocks." + std::to_string(l) + ".";
-    b.add_dense_block(p, D);
+  b.add_byte_trunk(c.n_layer, D, c.seq_len, [&](LayoutBuilder& block, const std::string& p, int l) {
+    block.add_dense_block(p, D);
     if (c.routed(l)) {
-      b.add(p + "router.weight", {D}, false);
-      b.add(p + "router.bias", {1}, false);
+      block.add(p + "router.weight", {D}, false);
+      block.add(p + "router.bias", {1}, false);
     }
-  }
-  b.add("ln_f.weight", {D});
-  b.add("ln_f.bias", {D});
+  });
   return b.slots;
 }
 
 template <typename T>
 ModWeights<T> ModSpec::bind(ParameterBuffer<T>& params, const ModConfig& c) {
   ModWeights<T> w;
-  w.wte = params.find("wte");
-  w.wpe = params.find("wpe");
+  bind_byte_trunk(w, [&](const std::string& name) { return params.at(name); });
   for (int l = 0; l < c.n_layer; ++l) {
-    const std::string p = "blocks." + std::to_string(l) + ".";
+    const std::string p = block_prefix(l);
     w.blocks.push_back(params.block(p));
     w.router_weight.push_back(params.find(p + "router.weight"));
     w.router_bias.push_back(params.find(p + "router.bias"));
   }
-  w.ln_f_weight = params.find("ln_f.weight");
-  w.ln_f_bias = params.find("ln_f.bias");
   return w;
 }
 

@@ -56,36 +56,28 @@ MoeConfig MoeConfig::from_json(const std::string& text, const std::string& where
 std::vector<TensorSlot> moe_tensor_layout(const MoeConfig& c) {
   LayoutBuilder b;
   const int64_t D = c.d_model, E = c.n_expert, F = c.hidden();
-  b.add("wte", {kByteVocab, D});
-  b.add("wpe", {c.seq_len, D});
-  for (int l = 0; l < c.n_layer; ++l) {
-    const std::string p = "blocks." + std::to_string(l) + ".";
-    b.add_attention_half(p, D);
-    b.add(p + "router.weight", {E, D});
+  b.add_byte_trunk(c.n_layer, D, c.seq_len, [&](LayoutBuilder& block, const std::string& p, int) {
+    block.add_attention_half(p, D);
+    block.add(p + "router.weight", {E, D});
     // Expert matrices are stacked [E, out, in]: each expert's slice is a Linear weight, decayed.
-    b.add(p + "experts.fc.weight", {E, F, D}, true);
-    b.add(p + "experts.fc.bias", {E, F}, false);
-    b.add(p + "experts.proj.weight", {E, D, F}, true);
-    b.add(p + "experts.proj.bias", {E, D}, false);
-  }
-  b.add("ln_f.weight", {D});
-  b.add("ln_f.bias", {D});
+    block.add(p + "experts.fc.weight", {E, F, D}, true);
+    block.add(p + "experts.fc.bias", {E, F}, false);
+    block.add(p + "experts.proj.weight", {E, D, F}, true);
+    block.add(p + "experts.proj.bias", {E, D}, false);
+  });
   return b.slots;
 }
 
 template <typename T>
 MoeWeights<T> MoeSpec::bind(ParameterBuffer<T>& params, const MoeConfig& c) {
   MoeWeights<T> w;
-  w.wte = params.find("wte");
-  w.wpe = params.find("wpe");
+  bind_byte_trunk(w, [&](const std::string& name) { return params.at(name); });
   for (int l = 0; l < c.n_layer; ++l) {
-    const std::string p = "blocks." + std::to_string(l) + ".";
+    const std::string p = block_prefix(l);
     w.blocks.push_back({params.block(p), params.find(p + "router.weight"), params.find(p + "experts.fc.weight"),
                         params.find(p + "experts.fc.bias"), params.find(p + "experts.proj.weight"),
                         params.find(p + "experts.proj.bias")});
   }
-  w.ln_f_weight = params.find("ln_f.weight");
-  w.ln_f_bias = params.find("ln_f.bias");
   return w;
 }
 

@@ -214,6 +214,11 @@ ExecFamily exit_exec_family() {
                            0.0, 1.0, true, {0.5, 0.7, 0.8, 0.9, 0.95, 0.99}}};
   family.counters = {{kPropagatedRows, "K/V rows projected for tokens that exited earlier, so that later tokens attend to "
                                        "them (docs/exit.md)"}};
+  family.legend =
+      "Early-exit models: live runs the exit classifiers at the checkpoint's threshold and exit_sweep_<lambda> at lambda; "
+      "replay and cross_input replay recorded depths (cross_input: the next window's); full_depth and fixed_depth_N replay "
+      "constant depths, the static truncation curve of the same weights (their mean depth, depth histogram, FLOPs by kind "
+      "and NLL minus the curve at equal FLOPs are in exec.json).";
   return family;
 }
 

@@ -164,12 +164,16 @@ void same_shape_dense(nlohmann::ordered_json& modes, TimedModes& timed, int L, i
 }  // namespace
 
 ExecFamily gated_exec_family() {
-  return {"gated", measure_gated,
+  ExecFamily family{"gated", measure_gated,
           [](const std::string& path) {
             const GateKind g = read_gated_config(path).gate;
             return g == GateKind::uniform || g == GateKind::layerstatic || g == GateKind::featuregate;
           },
           gated_bench_forward, gated_bench_train, same_shape_dense};
+  family.legend =
+      "Gated models: gates_forced_to_1 sets every g = 1; skip tau runs calibrated static gates with the blocks whose "
+      "static gate is below tau removed from the graph (tau = 0 removes nothing).";
+  return family;
 }
 
 }  // namespace fca

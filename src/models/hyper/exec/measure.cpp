@@ -92,6 +92,12 @@ nlohmann::ordered_json measure_hyper(const std::string& path, const Corpus& corp
 
 }  // namespace
 
-ExecFamily hyper_exec_family() { return {"hyper", measure_hyper, nullptr, nullptr, nullptr}; }
+ExecFamily hyper_exec_family() {
+  ExecFamily family{"hyper", measure_hyper, nullptr, nullptr, nullptr};
+  family.legend =
+      "Hyper-connection models: identity_mixing makes every square the identity of its initialisation (plain Pre-Norm; "
+      "the mixing still runs).";
+  return family;
+}
 
 }  // namespace fca

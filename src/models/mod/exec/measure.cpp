@@ -71,6 +71,11 @@ nlohmann::ordered_json measure_mod(const std::string& path, const Corpus& corpus
 
 }  // namespace
 
-ExecFamily mod_exec_family() { return {"mod", measure_mod, nullptr, nullptr, nullptr}; }
+ExecFamily mod_exec_family() {
+  ExecFamily family{"mod", measure_mod, nullptr, nullptr, nullptr};
+  family.legend =
+      "MoD models: replay and cross_input supply a recorded token selection (cross_input: another window's).";
+  return family;
+}
 
 }  // namespace fca

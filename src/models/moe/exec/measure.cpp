@@ -118,6 +118,13 @@ nlohmann::ordered_json measure_moe(const std::string& path, const Corpus& corpus
 
 }  // namespace
 
-ExecFamily moe_exec_family() { return {"moe", measure_moe, nullptr, nullptr, nullptr}; }
+ExecFamily moe_exec_family() {
+  ExecFamily family{"moe", measure_moe, nullptr, nullptr, nullptr};
+  family.legend =
+      "MoE models: replay and cross_input supply recorded routing (cross_input: another window's), dense_experts runs "
+      "every expert on every token and zeroes the unselected, and dense_total_params is the Dense model whose MLP has the "
+      "MoE's expert parameters (initialised weights: latency and FLOPs only).";
+  return family;
+}
 
 }  // namespace fca

@@ -74,6 +74,11 @@ nlohmann::ordered_json measure_mudd(const std::string& path, const Corpus& corpu
 
 }  // namespace
 
-ExecFamily mudd_exec_family() { return {"mudd", measure_mudd, nullptr, nullptr, nullptr}; }
+ExecFamily mudd_exec_family() {
+  ExecFamily family{"mudd", measure_mudd, nullptr, nullptr, nullptr};
+  family.legend =
+      "MUDD models: identity_mixing lets every stream take only the newest source (the mixing still runs).";
+  return family;
+}
 
 }  // namespace fca
