@@ -23,18 +23,24 @@
 namespace fca::toy {
 namespace {
 
-struct SkipAuditTraits {
+// The family's one traits struct: what ByteLevelAuditable and FlatTrainable read, written once.
+struct SkipTraits {
   using Model = SkipModel;
+  using Config = SkipConfig;
   using RunState = SkipRunState;
   using Live = SkipLiveGates;
   using Recording = SkipRecordingGates;
   using Replayed = SkipReplayedGates;
   static RunState run_state(const Model& m, int B, int T) { return RunState(m.config(), B, T, false); }
   static Replayed replayed(const Model& m, const CoefficientTensor& c) { return Replayed(m.config(), c); }
-  static void forward(const Model& m, RunState& rs, const int32_t* x, int B, int T, SkipSource& s, int first) {
+  static void forward(const Model& m, RunState& rs, const int32_t* x, int B, int T, SkipSource& s, int first = 0) {
     skip_forward(m, rs, x, B, T, s, first);
   }
-  static void loss(RunState& rs, const int32_t* y, double* nll) { toy_loss(rs, y, nll); }
+  static double loss(RunState& rs, const int32_t* y, double* window_nll) { return toy_loss(rs, y, window_nll); }
+  static double loss(RunState& rs, const int32_t* y) { return toy_loss(rs, y, nullptr); }
+  static double nll(RunState& rs, const int32_t* y, double* window_nll) { return toy_loss(rs, y, window_nll); }
+  static void backward(const Model& m, RunState& rs, Model& grads, float scale) { skip_backward(m, rs, grads, scale); }
+  static int seq_len(const Config& c) { return c.seq_len; }
   static constexpr const char* kFamily = "skip";
   static constexpr const char* kStaticProfile = "LayerRunMajority";
   static constexpr const char* kStructureRemoved = "RandomRuns";
@@ -49,7 +55,7 @@ std::string number_text_exact(double v) {
 }
 
 // The threshold as its controller setting (recorded in the cache), and the compute its records select.
-class SkipAuditable : public ByteLevelAuditable<SkipAuditTraits>, public ControllerSetting, public RecordDependentCompute {
+class SkipAuditable : public ByteLevelAuditable<SkipTraits>, public ControllerSetting, public RecordDependentCompute {
  public:
   using ByteLevelAuditable::ByteLevelAuditable;
   std::string controller_setting() const override { return std::string(kSkipGateThreshold) + " " + number_text_exact(threshold_); }
@@ -97,20 +103,6 @@ class SkipAuditable : public ByteLevelAuditable<SkipAuditTraits>, public Control
 
  private:
   double threshold_ = kDefaultSkipThreshold;
-};
-
-struct SkipTrainFamily {
-  using Model = SkipModel;
-  using Config = SkipConfig;
-  using RunState = SkipRunState;
-  using Live = SkipLiveGates;
-  static void forward(const Model& m, RunState& rs, const int32_t* tokens, int B, int T, Live& live) {
-    skip_forward(m, rs, tokens, B, T, live);
-  }
-  static double loss(RunState& rs, const int32_t* targets) { return toy_loss(rs, targets, nullptr); }
-  static double nll(RunState& rs, const int32_t* targets, double* window_nll) { return toy_loss(rs, targets, window_nll); }
-  static int seq_len(const Config& c) { return c.seq_len; }
-  static void backward(const Model& m, RunState& rs, Model& grads, float scale) { skip_backward(m, rs, grads, scale); }
 };
 
 SkipConfig config_of(const ModelShape& shape, const nlohmann::json&, const std::string& where) {
@@ -208,7 +200,7 @@ void install_skip_family() {
   train.description = "skip: the test binary's second family, with its own record kind, setting and counter (tests/toy_family/)";
   train.files = single_file_checkpoint;
   set_constructors<SkipConfig>(train, config_of, [](const SkipConfig& c, const TrainableArgs& args) {
-    return std::unique_ptr<Trainable>(std::make_unique<FlatTrainable<SkipTrainFamily>>(c, args.seed, args.batch, args.adamw, args.clip));
+    return std::unique_ptr<Trainable>(std::make_unique<FlatTrainable<SkipTraits>>(c, args.seed, args.batch, args.adamw, args.clip));
   });
   install_family({skip_model_family(), std::move(train), skip_exec_family()});
 }

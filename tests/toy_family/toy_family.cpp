@@ -19,18 +19,30 @@
 namespace fca::toy {
 namespace {
 
-struct ToyAuditTraits {
+// The family's one traits struct: what ByteLevelAuditable (the audit interface) and FlatTrainable
+// (training) read, each member written once.
+struct ToyTraits {
   using Model = ToyModel<float>;
+  using Config = ToyConfig;
   using RunState = ToyRunState<float>;
   using Live = ToyLiveGates<float>;
   using Recording = ToyRecordingGates<float>;
   using Replayed = ToyReplayedGates<float>;
   static RunState run_state(const Model& m, int B, int T) { return RunState(m.config(), B, T, false); }
   static Replayed replayed(const Model&, const CoefficientTensor& c) { return Replayed(c); }
-  static void forward(const Model& m, RunState& rs, const int32_t* x, int B, int T, ToyGateSource<float>& s, int first) {
+  static void forward(const Model& m, RunState& rs, const int32_t* x, int B, int T, ToyGateSource<float>& s, int first = 0) {
     toy_forward(m, rs, x, B, T, s, first);
   }
-  static void loss(RunState& rs, const int32_t* y, double* nll) { toy_loss(rs, y, nll); }
+  static double loss(RunState& rs, const int32_t* y, double* window_nll) { return toy_loss(rs, y, window_nll); }
+  static double loss(RunState& rs, const int32_t* y) { return toy_loss(rs, y, nullptr); }
+  static double nll(RunState& rs, const int32_t* y, double* window_nll) { return toy_loss(rs, y, window_nll); }
+  static void backward(const Model& m, RunState& rs, Model& grads, float scale) { toy_backward(m, rs, grads, scale); }
+  static int64_t add_gates(RunState& rs, int B, int T, double& sum) {
+    const int64_t n = int64_t(rs.L) * B * T;
+    for (int64_t i = 0; i < n; ++i) sum += double(rs.gates[size_t(i)]);
+    return n;
+  }
+  static int seq_len(const Config& c) { return c.seq_len; }
   static constexpr const char* kFamily = "toy";
   static constexpr const char* kStaticProfile = "LayerMean";
   static constexpr const char* kStructureRemoved = "GlobalMean";
@@ -40,7 +52,7 @@ struct ToyAuditTraits {
 
 // A continuous record of gates: the identity is g = 1 (every block's full update), structure
 // removed is one scalar (the mean of the layer means), and the gate mass is reported.
-class ToyAuditable : public ByteLevelAuditable<ToyAuditTraits> {
+class ToyAuditable : public ByteLevelAuditable<ToyTraits> {
  public:
   using ByteLevelAuditable::ByteLevelAuditable;
   bool coefficients_are_gates() const override { return true; }
@@ -58,26 +70,6 @@ class ToyAuditable : public ByteLevelAuditable<ToyAuditTraits> {
     for (int l = 0; l <= model_.config().n_layer; ++l)
       out.push_back({"hidden." + std::to_string(l), {B, T, model_.config().d_model}, rs_->h(l)});
     return out;
-  }
-};
-
-// FlatTrainable's view of the family (train/flat_trainable.h).
-struct ToyTrainFamily {
-  using Model = ToyModel<float>;
-  using Config = ToyConfig;
-  using RunState = ToyRunState<float>;
-  using Live = ToyLiveGates<float>;
-  static void forward(const Model& m, RunState& rs, const int32_t* tokens, int B, int T, Live& live) {
-    toy_forward(m, rs, tokens, B, T, live);
-  }
-  static double loss(RunState& rs, const int32_t* targets) { return toy_loss(rs, targets, nullptr); }
-  static double nll(RunState& rs, const int32_t* targets, double* window_nll) { return toy_loss(rs, targets, window_nll); }
-  static int seq_len(const Config& c) { return c.seq_len; }
-  static void backward(const Model& m, RunState& rs, Model& grads, float scale) { toy_backward(m, rs, grads, scale); }
-  static int64_t add_gates(RunState& rs, int B, int T, double& sum) {
-    const int64_t n = int64_t(rs.L) * B * T;
-    for (int64_t i = 0; i < n; ++i) sum += double(rs.gates[size_t(i)]);
-    return n;
   }
 };
 
@@ -119,12 +111,7 @@ nlohmann::ordered_json measure_toy(const std::string& path, const Corpus& corpus
   count_mode(modes, timed, "gates_forced_to_1", pass(make_shared_owning<ToyReplayedGates<float>>(ones, *ones)), replay_counts, L,
              B * T);
   dense_same_shape(modes, timed, L, c.d_model, 1, T, timing, B);
-  nlohmann::ordered_json m;
-  m["path"] = path;
-  m["model_sha256"] = sha256_file(path);
-  m["family"] = "toy";
-  m["config"] = nlohmann::json::parse(c.to_json());
-  m["tokens_per_pass"] = B * T;
+  nlohmann::ordered_json m = exec_model_entry(path, sha256_file(path), "toy", nlohmann::json::parse(c.to_json()), int64_t(B) * T);
   m["modes"] = modes;
   return m;
 }
@@ -140,7 +127,7 @@ void install_toy_family() {
   train.description = "toy: the test binary's family written against the public family API (tests/toy_family/)";
   train.files = single_file_checkpoint;
   set_constructors<ToyConfig>(train, config_of, [](const ToyConfig& c, const TrainableArgs& args) {
-    return std::unique_ptr<Trainable>(std::make_unique<FlatTrainable<ToyTrainFamily>>(c, args.seed, args.batch, args.adamw, args.clip));
+    return std::unique_ptr<Trainable>(std::make_unique<FlatTrainable<ToyTraits>>(c, args.seed, args.batch, args.adamw, args.clip));
   });
   install_family({{"toy", kToyFormat, [](const std::string&, const std::string& format) { return format == kToyFormat; },
                    [](const std::string& path, int batch, int tokens) -> std::unique_ptr<AuditableModel> {
