@@ -13,6 +13,8 @@
 //   the ones it skips; the default list is as committed in tests/data/family_conditions.json;
 // - trace names are stable: the same in every pass and batch, and as committed in
 //   tests/data/family_trace_names.json;
+// - the backward pass matches central finite differences of the family's objective in double
+//   (its TrainFamily::gradient_probe, train/gradient_probe.h), for every configuration;
 // - train, audit, exec and the report run end to end on a tiny checkpoint.
 #include <gtest/gtest.h>
 
@@ -395,6 +397,22 @@ TEST_P(FamilyConformance, TrainAuditExecAndReportRunEndToEnd) {
   const std::string label = family_named(GetParam()).label(nlohmann::json::parse(model->config_json()));
   EXPECT_NE(exec_markdown(exec).find(label + " L" + std::to_string(kShape.layers) + " D"), std::string::npos)
       << "exec.md does not name the model " << label;
+}
+
+// Every family's backward pass, on a model of every configuration away from its initialisation,
+// against central finite differences of the objective it differentiates, in double (step 1e-5,
+// tolerance 1e-7 + 1e-5 |g|: test_util.h's check, on up to 12 elements of every tensor). The family
+// supplies the objective (TrainFamily::gradient_probe); a family without one fails here.
+TEST_P(FamilyConformance, GradientsMatchFiniteDifferences) {
+  ASSERT_TRUE(family().gradient_probe) << GetParam() << " supplies no gradient probe (TrainFamily::gradient_probe)";
+  set_threads(1);  // thousands of tiny passes: threading overhead would dominate
+  for (const auto& settings : configurations()) {
+    SCOPED_TRACE(settings.dump());
+    GradientProbe probe = family().gradient_probe(kShape, settings, 7);
+    probe.backward();
+    testing::expect_gradients_match_finite_differences(probe.layout, probe.parameter, probe.gradient, probe.objective, 5,
+                                                       probe.unread);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryFamily, FamilyConformance, ::testing::ValuesIn(installed_family_names()),

@@ -13,6 +13,7 @@
 
 #include "core/json.h"
 #include "train/adamw.h"
+#include "train/gradient_probe.h"
 #include "train/trainable.h"
 
 namespace fca {
@@ -94,6 +95,9 @@ struct TrainFamily {
       make;
   // Whether a study may match one of its settings to a gate mass, and how (empty: it may not).
   std::optional<GateMassMatching> gate_mass_matching;
+  // The family's training objective in double on a model of this shape and these settings from
+  // `seed` (train/gradient_probe.h): the conformance suite checks its backward pass with it.
+  std::function<GradientProbe(const ModelShape& shape, const nlohmann::json& settings, uint64_t seed)> gradient_probe = nullptr;
 };
 
 // Installs a family's entry (families/families.cpp, once at start-up); refuses a name used twice.

@@ -5,6 +5,7 @@
 // audit`, `fca exec`, a study, exec.json and exec.md take them up with no line of src/ naming them.
 #include "toy_family/skip_family.h"
 
+#include <algorithm>
 #include <charconv>
 #include <memory>
 
@@ -25,15 +26,15 @@ namespace {
 
 // The family's one traits struct: what ByteLevelAuditable and FlatTrainable read, written once.
 struct SkipTraits {
-  using Model = SkipModel;
+  using Model = SkipModel<float>;
   using Config = SkipConfig;
-  using RunState = SkipRunState;
-  using Live = SkipLiveGates;
+  using RunState = SkipRunState<float>;
+  using Live = SkipLiveGates<float>;
   using Recording = SkipRecordingGates;
   using Replayed = SkipReplayedGates;
   static RunState run_state(const Model& m, int B, int T) { return RunState(m.config(), B, T, false); }
   static Replayed replayed(const Model& m, const CoefficientTensor& c) { return Replayed(m.config(), c); }
-  static void forward(const Model& m, RunState& rs, const int32_t* x, int B, int T, SkipSource& s, int first = 0) {
+  static void forward(const Model& m, RunState& rs, const int32_t* x, int B, int T, SkipSource<float>& s, int first = 0) {
     skip_forward(m, rs, x, B, T, s, first);
   }
   static double loss(RunState& rs, const int32_t* y, double* window_nll) { return toy_loss(rs, y, window_nll); }
@@ -75,7 +76,7 @@ class SkipAuditable : public ByteLevelAuditable<SkipTraits>, public ControllerSe
       SkipRecordingGates source(model_, threshold_, *record);
       skip_forward(model_, *rs_, inputs, B, T, source, record_first);
     } else {
-      SkipLiveGates source(model_, threshold_);
+      SkipLiveGates<float> source(model_, threshold_);
       skip_forward(model_, *rs_, inputs, B, T, source, 0);
     }
     toy_loss(*rs_, targets, window_nll);
@@ -111,6 +112,33 @@ SkipConfig config_of(const ModelShape& shape, const nlohmann::json&, const std::
   return c;
 }
 
+// The objective in double for the conformance suite's gradient check: the mean NLL of a fixed batch
+// at tau = 0.5. c = [g >= tau] is a step function of the gate, constant almost everywhere: a
+// perturbation that flips a flag makes the finite difference meaningless (not the gradient wrong),
+// so the objective refuses one, naming it.
+GradientProbe skip_gradient_probe(const ModelShape& shape, const nlohmann::json& settings, uint64_t seed) {
+  const SkipConfig c = config_of(shape, settings, "gradient probe");
+  const auto s = perturbed_probe_state<SkipModel<double>, SkipRunState<double>>(c, c.seq_len, kVocab, seed);
+  const int64_t flags = int64_t(c.n_layer) * s->batch.B * s->batch.T;
+  const auto ran = std::make_shared<std::vector<uint8_t>>();  // of the last backward()
+  auto backward = [s, ran, flags] {
+    SkipLiveGates<double> live(*s->model);
+    skip_forward(*s->model, s->train, s->batch.tokens.data(), s->batch.B, s->batch.T, live);
+    toy_loss(s->train, s->batch.targets.data(), nullptr);
+    ran->assign(s->train.ran.begin(), s->train.ran.begin() + flags);
+    s->zero_gradients();
+    skip_backward(*s->model, s->train, *s->grads, s->mean_scale());
+  };
+  auto objective = [s, ran] {
+    SkipLiveGates<double> live(*s->model);
+    skip_forward(*s->model, s->pass, s->batch.tokens.data(), s->batch.B, s->batch.T, live);
+    if (!std::equal(ran->begin(), ran->end(), s->pass.ran.begin()))
+      throw Error("skip gradient probe: a perturbation flipped a ran flag (the check sits on the threshold)");
+    return toy_loss(s->pass, s->batch.targets.data(), nullptr);
+  };
+  return buffer_gradient_probe(s->model, s->grads, objective, backward);
+}
+
 // What a pass with these ran flags [L][N] must count (live: the controller ran).
 ExpectedCounts expected_counts(const SkipConfig& c, const std::vector<uint8_t>& ran, int B, int T, bool live) {
   const SkipPassFigures f = skip_pass_figures(c, ran.data(), B, T, live);
@@ -127,16 +155,16 @@ ExpectedCounts expected_counts(const SkipConfig& c, const std::vector<uint8_t>& 
 // exec: live at tau = 0.5, replay of its record, every_block (the record's gates, every flag 1),
 // skip_gate_<tau> for each tau of the sweep (--skip-gate-thresholds), and the shared Dense baseline.
 nlohmann::ordered_json measure_skip(const std::string& path, const Corpus& corpus, const ExecOptions& o, TimedModes& timed) {
-  const auto model = std::make_shared<const SkipModel>(SkipModel::load(path));
+  const auto model = std::make_shared<const SkipModel<float>>(SkipModel<float>::load(path));
   const SkipConfig& c = model->config();
   const int T = c.seq_len, B = o.batch, L = c.n_layer;
   const auto timing = std::make_shared<const TokenWindows>(load_token_windows(corpus.split("test"), T, B));
   const TokenWindows eval = load_token_windows(corpus.split("test"), T, o.eval_windows);
-  const auto rs = std::make_shared<SkipRunState>(c, B, T, false);
+  const auto rs = std::make_shared<SkipRunState<float>>(c, B, T, false);
   nlohmann::ordered_json modes = nlohmann::ordered_json::array();
   // One configuration: a pass (run once first for the ran flags its counts are expected from), and
   // its NLL on the evaluation windows.
-  auto mode = [&](const std::string& name, std::shared_ptr<SkipSource> source, bool live) {
+  auto mode = [&](const std::string& name, std::shared_ptr<SkipSource<float>> source, bool live) {
     auto pass = [model, rs, source, timing, B, T] { skip_forward(*model, *rs, timing->inputs.data(), B, T, *source); };
     pass();
     const std::vector<uint8_t> ran(rs->ran.begin(), rs->ran.begin() + int64_t(L) * B * T);
@@ -146,7 +174,7 @@ nlohmann::ordered_json measure_skip(const std::string& path, const Corpus& corpu
       toy_loss(*rs, eval.targets.data() + int64_t(w0) * T, out);
     });
   };
-  mode("live", std::make_shared<SkipLiveGates>(*model), true);
+  mode("live", std::make_shared<SkipLiveGates<float>>(*model), true);
   const auto recorded = std::make_shared<CoefficientTensor>(B, skip_record_shape(c, T));
   SkipRecordingGates recording(*model, kDefaultSkipThreshold, *recorded);
   skip_forward(*model, *rs, timing->inputs.data(), B, T, recording);
@@ -155,7 +183,7 @@ nlohmann::ordered_json measure_skip(const std::string& path, const Corpus& corpu
   std::fill(every->discrete().begin(), every->discrete().end(), 1);
   mode("every_block", make_shared_owning<SkipReplayedGates>(every, c, *every), false);
   for (double tau : exec_setting(o, exec_family_named("skip"), kSkipGateThresholds))
-    mode("skip_gate_" + number_text_exact(tau), std::make_shared<SkipLiveGates>(*model, tau), true);
+    mode("skip_gate_" + number_text_exact(tau), std::make_shared<SkipLiveGates<float>>(*model, tau), true);
   dense_same_shape(modes, timed, L, c.d_model, 1, T, timing, B);
   nlohmann::ordered_json m =
       exec_model_entry(path, sha256_file(path), "skip", nlohmann::json::parse(c.to_json()), int64_t(B) * T);
@@ -199,6 +227,7 @@ void install_skip_family() {
   train.name = "skip";
   train.description = "skip: the test binary's second family, with its own record kind, setting and counter (tests/toy_family/)";
   train.files = single_file_checkpoint;
+  train.gradient_probe = skip_gradient_probe;
   set_constructors<SkipConfig>(train, config_of, [](const SkipConfig& c, const TrainableArgs& args) {
     return std::unique_ptr<Trainable>(std::make_unique<FlatTrainable<SkipTraits>>(c, args.seed, args.batch, args.adamw, args.clip));
   });

@@ -22,32 +22,35 @@ std::string SkipSpec::describe(const ToyConfig& c) {
   return "skip L " + std::to_string(c.n_layer) + ", D " + std::to_string(c.d_model) + ", T " + std::to_string(c.seq_len);
 }
 
-SkipRunState::SkipRunState(const ToyConfig& c, int max_batch_, int max_tokens_, bool training)
-    : ToyRunState<float>(c, max_batch_, max_tokens_, training) {
-  const int64_t N = int64_t(max_batch) * max_tokens;
-  ran.resize(size_t(L * N));
+template <typename T>
+SkipRunState<T>::SkipRunState(const ToyConfig& c, int max_batch_, int max_tokens_, bool training)
+    : ToyRunState<T>(c, max_batch_, max_tokens_, training) {
+  const int64_t N = int64_t(this->max_batch) * this->max_tokens;
+  ran.resize(size_t(this->L * N));
   rows.resize(size_t(N));
-  gathered_in.resize(size_t(N * D));
-  gathered_out.resize(size_t(N * D));
+  gathered_in.resize(size_t(N * this->D));
+  gathered_out.resize(size_t(N * this->D));
 }
 
-size_t SkipRunState::bytes() const {
-  return ToyRunState<float>::bytes() + ran.size() + rows.size() * sizeof(int32_t) +
-         (gathered_in.size() + gathered_out.size()) * sizeof(float);
+template <typename T>
+size_t SkipRunState<T>::bytes() const {
+  return ToyRunState<T>::bytes() + ran.size() + rows.size() * sizeof(int32_t) + (gathered_in.size() + gathered_out.size()) * sizeof(T);
 }
 
-void SkipSource::record(const SkipConfig&, CoefficientTensor& sink, int layer, const BatchPosition& batch, const float*,
-                        float* g, uint8_t* ran) {
+template <typename T>
+void SkipSource<T>::record(const SkipConfig&, CoefficientTensor& sink, int layer, const BatchPosition& batch, const T*, T* g,
+                           uint8_t* ran) {
   for (int b = 0; b < batch.batch; ++b)
     for (int t = 0; t < batch.tokens; ++t) {
       const int64_t n = int64_t(b) * batch.tokens + t;
-      sink.at(batch.first_window + b, layer, t) = g[n];
+      sink.at(batch.first_window + b, layer, t) = float(g[n]);
       sink.discrete_at(batch.first_window + b, layer, t, 0) = ran[n];
     }
 }
 
-void SkipSource::replay(const SkipConfig&, const CoefficientTensor& record, int layer, const BatchPosition& batch, const float*,
-                        float* g, uint8_t* ran) {
+template <typename T>
+void SkipSource<T>::replay(const SkipConfig&, const CoefficientTensor& record, int layer, const BatchPosition& batch, const T*,
+                           T* g, uint8_t* ran) {
   for (int b = 0; b < batch.batch; ++b)
     for (int t = 0; t < batch.tokens; ++t) {
       const int64_t n = int64_t(b) * batch.tokens + t;
@@ -55,22 +58,23 @@ void SkipSource::replay(const SkipConfig&, const CoefficientTensor& record, int 
       if (c != 0 && c != 1)
         throw Error("block_skip record: window " + std::to_string(batch.first_window + b) + ", layer " + std::to_string(layer) + ", token " +
                     std::to_string(t) + " has ran flag " + std::to_string(c) + " (expected 0 or 1)");
-      g[n] = record.at(batch.first_window + b, layer, t);
+      g[n] = T(record.at(batch.first_window + b, layer, t));
       ran[n] = uint8_t(c);
     }
 }
 
-void SkipLiveGates::route(int layer, const BatchPosition& batch, const float* h, float* g, uint8_t* ran) {
+template <typename T>
+void SkipLiveGates<T>::route(int layer, const BatchPosition& batch, const T* h, T* g, uint8_t* ran) {
   count_controller_evaluation(batch);
   const int D = model_.config().d_model;
   const int64_t N = int64_t(batch.batch) * batch.tokens;
-  const float* r = model_.weights().gate_weight[size_t(layer)];
-  const float b = model_.weights().gate_bias[size_t(layer)][0];
+  const T* r = model_.weights().gate_weight[size_t(layer)];
+  const T b = model_.weights().gate_bias[size_t(layer)][0];
   count_controller_flops(N * (2 * D + 4));  // r . h: D multiplies, D adds with b; sigmoid: 4; the comparison: 0
   for (int64_t n = 0; n < N; ++n) {
-    float s = b;
+    T s = b;
     for (int d = 0; d < D; ++d) s += r[d] * h[n * D + d];
-    g[n] = 1.0f / (1.0f + std::exp(-s));
+    g[n] = T(1) / (T(1) + std::exp(-s));
     ran[n] = double(g[n]) >= threshold_ ? 1 : 0;
   }
 }
@@ -86,23 +90,24 @@ namespace {
 
 // Block l on the rows whose flag is set: gathered, one GEMM, tanh, and h_{l+1} = h_l + c g a (a = 0
 // on the rows that did not run). Returns the number of rows that ran.
-int64_t run_block(const SkipModel& m, SkipRunState& rs, int l, int64_t N) {
+template <typename T>
+int64_t run_block(const SkipModel<T>& m, SkipRunState<T>& rs, int l, int64_t N) {
   const int D = m.config().d_model;
   const auto& w = m.weights();
-  const float* h = rs.h(l);
-  float* a = rs.activation.data() + int64_t(l) * N * D;
-  const float* g = rs.gates.data() + int64_t(l) * N;
+  const T* h = rs.h(l);
+  T* a = rs.activation.data() + int64_t(l) * N * D;
+  const T* g = rs.gates.data() + int64_t(l) * N;
   const uint8_t* c = rs.ran.data() + int64_t(l) * N;
-  float* next = rs.h(l + 1);
+  T* next = rs.h(l + 1);
   int64_t n_ran = 0;
   for (int64_t n = 0; n < N; ++n)
     if (c[n]) rs.rows[size_t(n_ran++)] = int32_t(n);
-  for (int64_t i = 0; i < n_ran; ++i) std::memcpy(rs.gathered_in.data() + i * D, h + int64_t(rs.rows[size_t(i)]) * D, sizeof(float) * D);
+  for (int64_t i = 0; i < n_ran; ++i) std::memcpy(rs.gathered_in.data() + i * D, h + int64_t(rs.rows[size_t(i)]) * D, sizeof(T) * D);
   if (n_ran > 0)
     linear_forward(rs.gathered_out.data(), rs.gathered_in.data(), w.fc_weight[size_t(l)], w.fc_bias[size_t(l)], int(n_ran), D, D);
-  std::fill(a, a + N * D, 0.0f);
+  std::fill(a, a + N * D, T(0));
   for (int64_t i = 0; i < n_ran; ++i) {
-    float* row = a + int64_t(rs.rows[size_t(i)]) * D;
+    T* row = a + int64_t(rs.rows[size_t(i)]) * D;
     for (int d = 0; d < D; ++d) row[d] = std::tanh(rs.gathered_out[size_t(i * D + d)]);
   }
   count_mixing_flops(2 * n_ran * D);  // g a and the add, on the rows that ran
@@ -113,13 +118,15 @@ int64_t run_block(const SkipModel& m, SkipRunState& rs, int l, int64_t N) {
 
 }  // namespace
 
-void skip_forward(const SkipModel& m, SkipRunState& rs, const int32_t* tokens, int B, int T, SkipSource& source, int first_window) {
-  check_batch_fits(B, T, m.config().seq_len, rs.max_batch, rs.max_tokens);
+template <typename T>
+void skip_forward(const SkipModel<T>& m, SkipRunState<T>& rs, const int32_t* tokens, int B, int Tn, SkipSource<T>& source,
+                  int first_window) {
+  check_batch_fits(B, Tn, m.config().seq_len, rs.max_batch, rs.max_tokens);
   rs.batch = B;
-  rs.tokens = T;
-  const BatchPosition position{first_window, B, T, &rs.controller_evaluations};
+  rs.tokens = Tn;
+  const BatchPosition position{first_window, B, Tn, &rs.controller_evaluations};
   const int L = m.config().n_layer, D = m.config().d_model;
-  const int64_t N = int64_t(B) * T;
+  const int64_t N = int64_t(B) * Tn;
   const auto& w = m.weights();
   for (int64_t n = 0; n < N; ++n) {
     if (tokens[n] < 0 || tokens[n] >= kVocab)
@@ -132,39 +139,40 @@ void skip_forward(const SkipModel& m, SkipRunState& rs, const int32_t* tokens, i
     source.route(l, position, rs.h(l), rs.gates.data() + int64_t(l) * N, rs.ran.data() + int64_t(l) * N);
     count_family(kSkippedRows, N - run_block(m, rs, l, N));
   }
-  linear_forward(rs.logits, rs.h(L), w.head, static_cast<const float*>(nullptr), int(N), D, kVocab);
+  linear_forward(rs.logits, rs.h(L), w.head, static_cast<const T*>(nullptr), int(N), D, kVocab);
 }
 
-void skip_backward(const SkipModel& m, SkipRunState& rs, SkipModel& grads, float scale) {
+template <typename T>
+void skip_backward(const SkipModel<T>& m, SkipRunState<T>& rs, SkipModel<T>& grads, T scale) {
   const int L = m.config().n_layer, D = m.config().d_model;
   const int64_t N = int64_t(rs.batch) * rs.tokens;
   const auto& w = m.weights();
   auto& dw = grads.weights();
-  std::vector<float> dz(size_t(N * kVocab)), dh(size_t(N * D)), du(size_t(N * D));
+  std::vector<T> dz(size_t(N * kVocab)), dh(size_t(N * D)), du(size_t(N * D));
   for (int64_t n = 0; n < N; ++n) {  // dlogits = scale (softmax - onehot)
-    const float* z = rs.logits + n * kVocab;
+    const T* z = rs.logits + n * kVocab;
     const double top = double(*std::max_element(z, z + kVocab));
     double sum = 0;
     for (int v = 0; v < kVocab; ++v) sum += std::exp(double(z[v]) - top);
-    for (int v = 0; v < kVocab; ++v) dz[size_t(n * kVocab + v)] = float(std::exp(double(z[v]) - top) / sum) * scale;
+    for (int v = 0; v < kVocab; ++v) dz[size_t(n * kVocab + v)] = T(std::exp(double(z[v]) - top) / sum) * scale;
     dz[size_t(n * kVocab + rs.targets[size_t(n)])] -= scale;
   }
-  linear_backward(dh.data(), dw.head, static_cast<float*>(nullptr), dz.data(), rs.h(L), w.head, int(N), D, kVocab);
+  linear_backward(dh.data(), dw.head, static_cast<T*>(nullptr), dz.data(), rs.h(L), w.head, int(N), D, kVocab);
   for (int l = L - 1; l >= 0; --l) {
-    const float* h = rs.h(l);
-    const float* a = rs.activation.data() + int64_t(l) * N * D;
-    const float* g = rs.gates.data() + int64_t(l) * N;
+    const T* h = rs.h(l);
+    const T* a = rs.activation.data() + int64_t(l) * N * D;
+    const T* g = rs.gates.data() + int64_t(l) * N;
     const uint8_t* c = rs.ran.data() + int64_t(l) * N;
-    const float* r = w.gate_weight[size_t(l)];
-    std::vector<float> ds(static_cast<size_t>(N), 0.0f);
+    const T* r = w.gate_weight[size_t(l)];
+    std::vector<T> ds(static_cast<size_t>(N), T(0));
     for (int64_t n = 0; n < N; ++n) {
-      float dg = 0;
+      T dg = 0;
       for (int d = 0; d < D; ++d) {
-        const float up = dh[size_t(n * D + d)];
+        const T up = dh[size_t(n * D + d)];
         dg += up * a[n * D + d];
-        du[size_t(n * D + d)] = c[n] ? up * g[n] * (1.0f - a[n * D + d] * a[n * D + d]) : 0.0f;  // through tanh
+        du[size_t(n * D + d)] = c[n] ? up * g[n] * (T(1) - a[n * D + d] * a[n * D + d]) : T(0);  // through tanh
       }
-      if (c[n]) ds[size_t(n)] = dg * g[n] * (1.0f - g[n]);  // through the sigmoid
+      if (c[n]) ds[size_t(n)] = dg * g[n] * (T(1) - g[n]);  // through the sigmoid
     }
     for (int64_t n = 0; n < N; ++n) {
       dw.gate_bias[size_t(l)][0] += ds[size_t(n)];
@@ -179,6 +187,15 @@ void skip_backward(const SkipModel& m, SkipRunState& rs, SkipModel& grads, float
   for (int64_t n = 0; n < N; ++n)
     for (int d = 0; d < D; ++d) dw.wte[int64_t(rs.inputs[size_t(n)]) * D + d] += dh[size_t(n * D + d)];
 }
+
+#define FCA_SKIP_INSTANTIATE(T)                                                                                      \
+  template struct SkipRunState<T>;                                                                                   \
+  template class SkipSource<T>;                                                                                      \
+  template class SkipLiveGates<T>;                                                                                   \
+  template void skip_forward<T>(const SkipModel<T>&, SkipRunState<T>&, const int32_t*, int, int, SkipSource<T>&, int); \
+  template void skip_backward<T>(const SkipModel<T>&, SkipRunState<T>&, SkipModel<T>&, T);
+FCA_SKIP_INSTANTIATE(float)
+FCA_SKIP_INSTANTIATE(double)
 
 SkipPassFigures skip_pass_figures(const ToyConfig& c, const uint8_t* ran, int B, int T, bool live) {
   const int64_t N = int64_t(B) * T;

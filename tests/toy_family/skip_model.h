@@ -43,58 +43,65 @@ struct SkipSpec : ToySpec {
   static std::string describe(const ToyConfig& c);
 };
 
-using SkipModel = FlatModel<float, SkipSpec>;
+// float for every pass; double for the gradient check (skip_family.cpp's probe).
+template <typename T = float>
+using SkipModel = FlatModel<T, SkipSpec>;
 
 // The toy's buffers, plus the ran flags c [L][N] and the gathered rows of one block.
-struct SkipRunState : ToyRunState<float> {
+template <typename T = float>
+struct SkipRunState : ToyRunState<T> {
   SkipRunState(const ToyConfig& c, int max_batch, int max_tokens, bool training);
-  std::vector<uint8_t> ran;          // c_l, [L][N]
-  std::vector<int32_t> rows;         // the rows a block runs on, [N]
-  std::vector<float> gathered_in;    // their h_l rows, [N, D]
-  std::vector<float> gathered_out;   // their tanh(h W^T + c) rows, [N, D]
+  std::vector<uint8_t> ran;      // c_l, [L][N]
+  std::vector<int32_t> rows;     // the rows a block runs on, [N]
+  std::vector<T> gathered_in;    // their h_l rows, [N, D]
+  std::vector<T> gathered_out;   // their tanh(h W^T + c) rows, [N, D]
   size_t bytes() const;
 };
 
 // The controller's source interface (models/base/recorded_routing.h): g and c of layer `layer`
 // from h_l [N, D].
+template <typename T = float>
 class SkipSource : public ControllerSource {
  public:
-  using Value = float;
+  using Value = T;
   using Config = SkipConfig;
-  using Inputs = std::tuple<const float*, float*, uint8_t*>;  // h_l, g [N], c [N]
-  virtual void route(int layer, const BatchPosition& batch, const float* h, float* g, uint8_t* ran) = 0;
+  using Inputs = std::tuple<const T*, T*, uint8_t*>;  // h_l, g [N], c [N]
+  virtual void route(int layer, const BatchPosition& batch, const T* h, T* g, uint8_t* ran) = 0;
   // The record layout: g into the values, c into the discrete field; read back (a flag other than
   // 0 or 1 is an Error naming window, layer and token).
-  static void record(const SkipConfig& config, CoefficientTensor& sink, int layer, const BatchPosition& batch, const float* h,
-                     float* g, uint8_t* ran);
-  static void replay(const SkipConfig& config, const CoefficientTensor& record, int layer, const BatchPosition& batch,
-                     const float* h, float* g, uint8_t* ran);
+  static void record(const SkipConfig& config, CoefficientTensor& sink, int layer, const BatchPosition& batch, const T* h, T* g,
+                     uint8_t* ran);
+  static void replay(const SkipConfig& config, const CoefficientTensor& record, int layer, const BatchPosition& batch, const T* h,
+                     T* g, uint8_t* ran);
 };
 
-class SkipLiveGates : public SkipSource {
+template <typename T = float>
+class SkipLiveGates : public SkipSource<T> {
  public:
-  explicit SkipLiveGates(const SkipModel& model, double threshold = kDefaultSkipThreshold) : model_(model), threshold_(threshold) {}
+  explicit SkipLiveGates(const SkipModel<T>& model, double threshold = kDefaultSkipThreshold) : model_(model), threshold_(threshold) {}
   bool evaluates_controller() const override { return true; }
-  void route(int layer, const BatchPosition& batch, const float* h, float* g, uint8_t* ran) override;
+  void route(int layer, const BatchPosition& batch, const T* h, T* g, uint8_t* ran) override;
 
  private:
-  const SkipModel& model_;
+  const SkipModel<T>& model_;
   double threshold_;
 };
 
-using SkipRecordingGates = RecordingRouting<SkipLiveGates>;
-using SkipReplayedGates = ReplayedRouting<SkipSource>;
+using SkipRecordingGates = RecordingRouting<SkipLiveGates<float>>;
+using SkipReplayedGates = ReplayedRouting<SkipSource<float>>;
 
 // The record kind's value (skip_kind.cpp installs it) and the record's shape for T tokens.
 RecordKind block_skip_kind();
 CoefficientShape skip_record_shape(const ToyConfig& c, int tokens);
 
 // Forward over B windows [B, T] (windows first_window ..); logits in rs.logits.
-void skip_forward(const SkipModel& m, SkipRunState& rs, const int32_t* tokens, int B, int T, SkipSource& source,
+template <typename T>
+void skip_forward(const SkipModel<T>& m, SkipRunState<T>& rs, const int32_t* tokens, int B, int Tn, SkipSource<T>& source,
                   int first_window = 0);
 // Gradients of `scale` * (summed NLL) from the last forward and toy_loss (through the rows that ran;
 // c is a step function, its derivative 0 almost everywhere).
-void skip_backward(const SkipModel& m, SkipRunState& rs, SkipModel& grads, float scale);
+template <typename T>
+void skip_backward(const SkipModel<T>& m, SkipRunState<T>& rs, SkipModel<T>& grads, T scale);
 
 // What one pass runs, from its ran flags [L][N] (a record's, or a run state's): GEMM FLOPs (the
 // blocks' rows that ran and the head), controller FLOPs of a live pass, mixing FLOPs and skipped rows.

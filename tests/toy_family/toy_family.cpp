@@ -79,6 +79,26 @@ ToyConfig config_of(const ModelShape& shape, const nlohmann::json&, const std::s
   return c;
 }
 
+// The objective in double for the conformance suite's gradient check: the mean NLL of a fixed
+// batch, on a model away from its initialisation.
+GradientProbe toy_gradient_probe(const ModelShape& shape, const nlohmann::json& settings, uint64_t seed) {
+  const ToyConfig c = config_of(shape, settings, "gradient probe");
+  const auto s = perturbed_probe_state<ToyModel<double>, ToyRunState<double>>(c, c.seq_len, kVocab, seed);
+  auto backward = [s] {
+    ToyLiveGates<double> live(*s->model);
+    toy_forward(*s->model, s->train, s->batch.tokens.data(), s->batch.B, s->batch.T, live);
+    toy_loss(s->train, s->batch.targets.data(), nullptr);
+    s->zero_gradients();
+    toy_backward(*s->model, s->train, *s->grads, s->mean_scale());
+  };
+  auto objective = [s] {
+    ToyLiveGates<double> live(*s->model);
+    toy_forward(*s->model, s->pass, s->batch.tokens.data(), s->batch.B, s->batch.T, live);
+    return toy_loss(s->pass, s->batch.targets.data(), nullptr);
+  };
+  return buffer_gradient_probe(s->model, s->grads, objective, backward);
+}
+
 // exec: live (the controller runs), replay (recorded gates, no controller), gates_forced_to_1 (the
 // identity), and the shared Dense baseline of the same shape (heads: the toy has none, so 1).
 nlohmann::ordered_json measure_toy(const std::string& path, const Corpus& corpus, const ExecOptions& o, TimedModes& timed) {
@@ -126,6 +146,7 @@ void install_toy_family() {
   train.name = "toy";
   train.description = "toy: the test binary's family written against the public family API (tests/toy_family/)";
   train.files = single_file_checkpoint;
+  train.gradient_probe = toy_gradient_probe;
   set_constructors<ToyConfig>(train, config_of, [](const ToyConfig& c, const TrainableArgs& args) {
     return std::unique_ptr<Trainable>(std::make_unique<FlatTrainable<ToyTraits>>(c, args.seed, args.batch, args.adamw, args.clip));
   });

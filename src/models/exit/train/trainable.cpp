@@ -1,6 +1,7 @@
 #include "models/exit/train/trainable.h"
 
 #include <algorithm>
+#include <memory>
 
 #include "core/error.h"
 #include "train/adamw.h"
@@ -94,6 +95,31 @@ ExitConfig config_of(const ModelShape& shape, const nlohmann::json& settings, co
   return c;
 }
 
+// The objective in double for the conformance suite's gradient check (train/gradient_probe.h), both
+// phases at once: J = J_LM (phase 1: every exit point's cross-entropy, a function of the trunk) +
+// J_exit (phase 2: the classifiers' loss on the frozen trunk). Phase 2 treats the trunk's states as
+// constants, so the objective holds them at the last backward()'s pass: perturbing a trunk tensor
+// moves J_LM only, perturbing exit.* moves J_exit only, as the backward passes have it.
+GradientProbe exit_gradient_probe(const ModelShape& shape, const nlohmann::json& settings, uint64_t seed) {
+  const ExitConfig c = config_of(shape, settings, "gradient probe");
+  // train: the last backward()'s pass, whose trunk states phase 2 holds constant.
+  const auto s = perturbed_probe_state<ExitModel<double>, ExitTrainState<double>>(c, c.seq_len, kByteVocab, seed);
+  const auto scratch = std::make_shared<ExitModel<double>>(c);  // phase 2's gradients while the objective evaluates J_exit
+  auto backward = [s] {
+    exit_trunk_forward(*s->model, s->train, s->batch.tokens.data(), s->batch.B, s->batch.T);
+    exit_trunk_loss(s->train, s->batch.targets.data());
+    s->zero_gradients();
+    exit_trunk_backward(*s->model, s->train, *s->grads, s->mean_scale());
+    exit_probe_loss(*s->model, s->train, s->grads->weights().exit_weight, s->grads->weights().exit_bias, s->mean_scale());
+  };
+  auto objective = [s, scratch] {
+    exit_trunk_forward(*s->model, s->pass, s->batch.tokens.data(), s->batch.B, s->batch.T);
+    const double lm = exit_trunk_loss(s->pass, s->batch.targets.data());
+    return lm + exit_probe_loss(*s->model, s->train, scratch->weights().exit_weight, scratch->weights().exit_bias, s->mean_scale());
+  };
+  return buffer_gradient_probe(s->model, s->grads, objective, backward);
+}
+
 }  // namespace
 
 TrainFamily exit_train_family() {
@@ -106,6 +132,7 @@ TrainFamily exit_train_family() {
                 {"exit_head_steps", "steps of phase 2 (the exit classifiers on the frozen trunk)", 200, {},
                  in_range(0, 1e9)}};
   f.files = single_file_checkpoint;
+  f.gradient_probe = exit_gradient_probe;
   set_constructors<ExitConfig>(f, config_of, [](const ExitConfig& c, const TrainableArgs& args) {
     return std::unique_ptr<Trainable>(std::make_unique<ExitTrainable>(c, args));
   });

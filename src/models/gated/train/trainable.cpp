@@ -36,6 +36,7 @@ TrainFamily gated_train_family() {
         const std::string gate = s.at("gate").get<std::string>();
         return gate == "featuregate" || gate == "layerstatic" || gate == "uniform" ? std::string() : "gate \"" + gate + "\"";
       }};
+  f.gradient_probe = gated_gradient_probe;
   set_constructors<GatedConfig>(f, gated_config_of, [](const GatedConfig& c, const TrainableArgs& args) {
     return std::unique_ptr<Trainable>(std::make_unique<GatedTrainable>(c, args.seed, args.batch, args.adamw, args.clip));
   });

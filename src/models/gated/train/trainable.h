@@ -40,5 +40,7 @@ TrainFamily gated_train_family();
 // The validated config of a fresh model of this shape and these (resolved) settings; errors
 // prefixed by `where`.
 GatedConfig gated_config_of(const ModelShape& shape, const nlohmann::json& settings, const std::string& where);
+// The family's objective in double for the conformance suite's gradient check (gradient_probe.cpp).
+GradientProbe gated_gradient_probe(const ModelShape& shape, const nlohmann::json& settings, uint64_t seed);
 
 }  // namespace fca
