@@ -99,6 +99,14 @@ TEST(SkipFamily, ExecRunsItsSweepAndPrintsItsCounter) {
   EXPECT_NE(md.find("skip_gate_1 " + std::to_string(rows)), std::string::npos) << md;
   EXPECT_NE(md.find("Skip models (the test binary's family): every_block replays"), std::string::npos) << "no legend of its modes";
   EXPECT_EQ(md.find("Early-exit models:"), std::string::npos) << "the legend explains a family that was not measured";
+  // The sweep given for models of no family that takes it would change nothing: refused by name.
+  const TrainFamily& toy = train_family_named("toy");
+  e.models = {checkpoint_path(toy, dir.file("toy"))};
+  toy.make(kShape, resolve_settings(toy, nlohmann::json::object(), "test"), TrainableArgs{3, 2, {}, 1.0}, "test")->save(e.models[0], {});
+  EXPECT_NE(what_of([&] { check_exec_options(e); }).find("--skip-gate-thresholds applies to models of the skip family, and none of the models is one"),
+            std::string::npos);
+  e.family_settings = {{"no_such_setting", {1.0}}};
+  EXPECT_NE(what_of([&] { check_exec_options(e); }).find("no installed family takes the setting --no-such-setting"), std::string::npos);
 }
 
 // The audit hands the setting to the model (its ControllerSetting), the cache records it, and a

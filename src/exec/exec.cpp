@@ -69,6 +69,28 @@ nlohmann::ordered_json saving(const nlohmann::ordered_json& mode, const nlohmann
   return s;
 }
 
+namespace {
+
+// A family's exec setting given for none of the measured models' families would change nothing:
+// refused, naming the flag and the families that take it.
+void check_family_settings(const ExecOptions& o) {
+  for (const auto& [key, values] : o.family_settings) {
+    std::string takers;
+    bool measured = false;
+    for (const ExecFamily& family : exec_families())
+      for (const RunSetting& s : family.exec_settings) {
+        if (s.key != key) continue;
+        takers += (takers.empty() ? "" : ", ") + family.name;
+        for (const auto& path : o.models) measured = measured || family_of(path).name == family.name;
+      }
+    if (takers.empty()) throw Error("exec: no installed family takes the setting " + run_setting_flag(key));
+    if (!measured)
+      throw Error("exec: " + run_setting_flag(key) + " applies to models of the " + takers + " family, and none of the models is one");
+  }
+}
+
+}  // namespace
+
 void check_exec_options(const ExecOptions& o) {
   if (o.models.empty() && o.externals.empty()) throw Error("exec needs at least one --model or --external");
   if (o.runs < 1 || o.warmup < 0 || o.batch < 1) throw Error("exec: --runs and --batch must be positive");
@@ -93,6 +115,7 @@ void check_exec_options(const ExecOptions& o) {
   if (!o.externals.empty() && !(o.external_timeout_s > 0 && std::isfinite(o.external_timeout_s)))
     throw Error("exec: --external-timeout must be a positive number of seconds, found " + number_text(o.external_timeout_s));
   for (const auto& path : o.models) (void)exec_family_named(family_of(path).name);  // a wrong --model fails before the peak probe
+  check_family_settings(o);
 }
 
 namespace {
