@@ -4,7 +4,8 @@
 // in src/ (issue 56). The conformance suite trains, audits, measures and reports it like every
 // family; these tests hold what that suite does not look at: the flags `fca audit` and `fca exec`
 // build from the declarations, the sweep and the counter in exec.json and exec.md, the setting in
-// the audit and its cache, the study keys, and the refusals of a second declaration.
+// the audit and its cache, the report's figure of its kind, the study keys, and the refusals of a
+// second declaration and of a family whose entries name different families.
 #include <gtest/gtest.h>
 
 #include <CLI/CLI.hpp>
@@ -18,9 +19,12 @@
 #include "core/exec_counters.h"
 #include "data/corpus.h"
 #include "exec/exec.h"
+#include "exec/exec_family.h"
+#include "families/families.h"
 #include "models/capabilities.h"
 #include "models/record_kind.h"
 #include "models/registry.h"
+#include "report/report.h"
 #include "report/report_kind.h"
 #include "study/study.h"
 #include "test_util.h"
@@ -127,13 +131,24 @@ TEST(SkipFamily, TheAuditTakesItsSettingAndItsCacheRecordsIt) {
   a.model_path = path;
   a.out_dir = dir.file("audit");
   a.cache_path = dir.file("cache.safetensors");
-  a.conditions = {"cross_input"};
   a.family_settings = {{"skip_gate_threshold", 0.25}};
   auto model = open_model(path, 2, kShape.seq);
   const nlohmann::ordered_json audit = run_audit(*model, corpus, a);
   EXPECT_EQ(controller_setting_of(*model), "skip_gate_threshold 0.25");
   EXPECT_EQ(audit["model"]["record_kind"], "block_skip");
   EXPECT_TRUE(audit["exact_replay"]["passed"].get<bool>());
+  // The report draws the audit from its kind's row (the family's run-frequency figure); an audit of
+  // a kind no installed family draws says so instead.
+  ReportInputs r;
+  r.audits = {a.out_dir + "/audit.json"};
+  EXPECT_NE(report_html(load_report_data(r)).find("Block runs: "), std::string::npos);
+  nlohmann::json unknown = nlohmann::json::parse(std::ifstream(a.out_dir + "/audit.json"));
+  unknown["model"]["record_kind"] = "no_such_kind";
+  std::ofstream(dir.file("unknown.json")) << unknown.dump();
+  r.audits = {dir.file("unknown.json")};
+  const std::string html = report_html(load_report_data(r));
+  EXPECT_NE(html.find("no figure for its record kind &quot;no_such_kind&quot;"), std::string::npos);
+  EXPECT_EQ(html.find("Block runs: "), std::string::npos);
   a.family_settings = {{"skip_gate_threshold", 0.75}};
   a.out_dir = dir.file("audit2");
   auto other = open_model(path, 2, kShape.seq);
@@ -175,6 +190,8 @@ TEST(SkipFamily, ASecondDeclarationOfItsCounterOrKindIsRefused) {
   EXPECT_THROW(add_audit_kind(audit_kind_row(record_kind_named("block_skip")->kind)), Error);
   EXPECT_THROW(add_report_kind({"block_skip", [](const ReportData&, const ReportData::Named&) { return std::string(); }}), Error);
   ASSERT_NE(report_kind_row("block_skip"), nullptr);
+  const std::string mixed = what_of([] { install_family({family_named("skip"), train_family_named("toy"), exec_family_named("skip")}); });
+  EXPECT_NE(mixed.find("\"skip\" (model), \"toy\" (train), \"skip\" (exec)"), std::string::npos) << mixed;
   EXPECT_EQ(report_kind_row("no_such_kind"), nullptr);
 }
 

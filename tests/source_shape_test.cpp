@@ -59,6 +59,12 @@ std::string include_check(const std::string& root) {
   return testing::python() + " " + testing::source("scripts/include_graph.py") + " --check --root " + root;
 }
 
+// A source file src/<rel> of the tree at `root`, including `include` (none when empty).
+void write_source(const std::string& root, const std::string& rel, const std::string& include) {
+  std::filesystem::create_directories(std::filesystem::path(root + "/src/" + rel).parent_path());
+  std::ofstream(root + "/src/" + rel) << "#pragma once\n" << (include.empty() ? "" : "#include \"" + include + "\"\n");
+}
+
 TEST(SourceShape, NoIncludeRunsUpTheLayers) {
   const auto [code, output] = testing::run_shell(include_check(testing::source("")));
   EXPECT_EQ(code, 0) << output;
@@ -70,10 +76,7 @@ TEST(SourceShape, TheIncludeCheckFindsAnArrowUp) {
   testing::TempDir dir;
   const std::string root = dir.path();
   std::ofstream(root + "/CMakeLists.txt") << "set(FCA_LAYERS core models model_families)\n";
-  const auto write = [&](const std::string& rel, const std::string& include) {
-    std::filesystem::create_directories(std::filesystem::path(root + "/src/" + rel).parent_path());
-    std::ofstream(root + "/src/" + rel) << "#pragma once\n" << (include.empty() ? "" : "#include \"" + include + "\"\n");
-  };
+  const auto write = [&](const std::string& rel, const std::string& include) { write_source(root, rel, include); };
   write("core/a.h", "");
   write("models/auditable.h", "core/a.h");
   write("models/base/block.h", "models/auditable.h");
@@ -102,10 +105,7 @@ TEST(SourceShape, TheIncludeCheckFindsACycleInsideALayer) {
   testing::TempDir dir;
   const std::string root = dir.path();
   std::ofstream(root + "/CMakeLists.txt") << "set(FCA_LAYERS core exec)\n";
-  const auto write = [&](const std::string& rel, const std::string& include) {
-    std::filesystem::create_directories(std::filesystem::path(root + "/src/" + rel).parent_path());
-    std::ofstream(root + "/src/" + rel) << (include.empty() ? "" : "#include \"" + include + "\"\n");
-  };
+  const auto write = [&](const std::string& rel, const std::string& include) { write_source(root, rel, include); };
   write("core/a.h", "");
   write("exec/exec_options.h", "core/a.h");
   write("exec/exec_family.h", "exec/exec_options.h");

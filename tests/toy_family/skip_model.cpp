@@ -128,12 +128,7 @@ void skip_forward(const SkipModel<T>& m, SkipRunState<T>& rs, const int32_t* tok
   const int L = m.config().n_layer, D = m.config().d_model;
   const int64_t N = int64_t(B) * Tn;
   const auto& w = m.weights();
-  for (int64_t n = 0; n < N; ++n) {
-    if (tokens[n] < 0 || tokens[n] >= kVocab)
-      throw Error("skip forward: token " + std::to_string(tokens[n]) + " at row " + std::to_string(n) + " is not a byte");
-    rs.inputs[size_t(n)] = tokens[n];
-    std::copy_n(w.wte + int64_t(tokens[n]) * D, D, rs.h(0) + n * D);
-  }
+  toy_embed(w, rs, tokens, N, "skip");
   for (int l = 0; l < L; ++l) {
     if (ExecCounters* counters = exec_counters()) counters->blocks_executed.fetch_add(1, std::memory_order_relaxed);
     source.route(l, position, rs.h(l), rs.gates.data() + int64_t(l) * N, rs.ran.data() + int64_t(l) * N);
@@ -148,16 +143,7 @@ void skip_backward(const SkipModel<T>& m, SkipRunState<T>& rs, SkipModel<T>& gra
   const int64_t N = int64_t(rs.batch) * rs.tokens;
   const auto& w = m.weights();
   auto& dw = grads.weights();
-  std::vector<T> dz(size_t(N * kVocab)), dh(size_t(N * D)), du(size_t(N * D));
-  for (int64_t n = 0; n < N; ++n) {  // dlogits = scale (softmax - onehot)
-    const T* z = rs.logits + n * kVocab;
-    const double top = double(*std::max_element(z, z + kVocab));
-    double sum = 0;
-    for (int v = 0; v < kVocab; ++v) sum += std::exp(double(z[v]) - top);
-    for (int v = 0; v < kVocab; ++v) dz[size_t(n * kVocab + v)] = T(std::exp(double(z[v]) - top) / sum) * scale;
-    dz[size_t(n * kVocab + rs.targets[size_t(n)])] -= scale;
-  }
-  linear_backward(dh.data(), dw.head, static_cast<T*>(nullptr), dz.data(), rs.h(L), w.head, int(N), D, kVocab);
+  std::vector<T> dh = toy_head_backward(w, dw, rs, scale), du(size_t(N * D));
   for (int l = L - 1; l >= 0; --l) {
     const T* h = rs.h(l);
     const T* a = rs.activation.data() + int64_t(l) * N * D;
@@ -184,8 +170,7 @@ void skip_backward(const SkipModel<T>& m, SkipRunState<T>& rs, SkipModel<T>& gra
     for (int64_t n = 0; n < N; ++n)
       for (int d = 0; d < D; ++d) dh[size_t(n * D + d)] += ds[size_t(n)] * r[d];
   }
-  for (int64_t n = 0; n < N; ++n)
-    for (int d = 0; d < D; ++d) dw.wte[int64_t(rs.inputs[size_t(n)]) * D + d] += dh[size_t(n * D + d)];
+  toy_embedding_backward(dw, rs, dh);
 }
 
 #define FCA_SKIP_INSTANTIATE(T)                                                                                      \

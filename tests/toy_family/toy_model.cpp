@@ -117,12 +117,7 @@ void toy_forward(const ToyModel<T>& m, ToyRunState<T>& rs, const int32_t* tokens
   const int L = m.config().n_layer, D = m.config().d_model;
   const int64_t N = int64_t(B) * T_;
   const auto& w = m.weights();
-  for (int64_t n = 0; n < N; ++n) {
-    if (tokens[n] < 0 || tokens[n] >= kVocab)
-      throw Error("toy forward: token " + std::to_string(tokens[n]) + " at row " + std::to_string(n) + " is not a byte");
-    rs.inputs[size_t(n)] = tokens[n];
-    std::copy_n(w.wte + int64_t(tokens[n]) * D, D, rs.h(0) + n * D);
-  }
+  toy_embed(w, rs, tokens, N, "toy");
   for (int l = 0; l < L; ++l) {
     const T* h = rs.h(l);
     T* a = rs.activation.data() + int64_t(l) * N * D;
@@ -167,17 +162,7 @@ void toy_backward(const ToyModel<T>& m, ToyRunState<T>& rs, ToyModel<T>& grads, 
   const int64_t N = int64_t(rs.batch) * rs.tokens;
   const auto& w = m.weights();
   auto& dw = grads.weights();
-  // dlogits = scale (softmax - onehot), [N, 256]
-  std::vector<T> dz(size_t(N * kVocab)), dh(size_t(N * D)), du(size_t(N * D));
-  for (int64_t n = 0; n < N; ++n) {
-    const T* z = rs.logits + n * kVocab;
-    const double top = double(*std::max_element(z, z + kVocab));
-    double sum = 0;
-    for (int v = 0; v < kVocab; ++v) sum += std::exp(double(z[v]) - top);
-    for (int v = 0; v < kVocab; ++v) dz[size_t(n * kVocab + v)] = T(std::exp(double(z[v]) - top) / sum) * scale;
-    dz[size_t(n * kVocab + rs.targets[size_t(n)])] -= scale;
-  }
-  linear_backward(dh.data(), dw.head, static_cast<T*>(nullptr), dz.data(), rs.h(L), w.head, int(N), D, kVocab);
+  std::vector<T> dh = toy_head_backward(w, dw, rs, scale), du(size_t(N * D));
   for (int l = L - 1; l >= 0; --l) {
     const T* h = rs.h(l);
     const T* a = rs.activation.data() + int64_t(l) * N * D;
@@ -203,6 +188,43 @@ void toy_backward(const ToyModel<T>& m, ToyRunState<T>& rs, ToyModel<T>& grads, 
     for (int64_t n = 0; n < N; ++n)
       for (int d = 0; d < D; ++d) dh[size_t(n * D + d)] += ds[size_t(n)] * r[d];
   }
+  toy_embedding_backward(dw, rs, dh);
+}
+
+template <typename T>
+void toy_embed(const ToyWeights<T>& w, ToyRunState<T>& rs, const int32_t* tokens, int64_t N, const char* family) {
+  const int D = rs.D;
+  for (int64_t n = 0; n < N; ++n) {
+    if (tokens[n] < 0 || tokens[n] >= kVocab)
+      throw Error(std::string(family) + " forward: token " + std::to_string(tokens[n]) + " at row " + std::to_string(n) +
+                  " is not a byte");
+    rs.inputs[size_t(n)] = tokens[n];
+    std::copy_n(w.wte + int64_t(tokens[n]) * D, D, rs.h(0) + n * D);
+  }
+}
+
+template <typename T>
+std::vector<T> toy_head_backward(const ToyWeights<T>& w, ToyWeights<T>& dw, ToyRunState<T>& rs, T scale) {
+  const int D = rs.D;
+  const int64_t N = int64_t(rs.batch) * rs.tokens;
+  // dlogits = scale (softmax - onehot), [N, 256]
+  std::vector<T> dz(size_t(N * kVocab)), dh(size_t(N * D));
+  for (int64_t n = 0; n < N; ++n) {
+    const T* z = rs.logits + n * kVocab;
+    const double top = double(*std::max_element(z, z + kVocab));
+    double sum = 0;
+    for (int v = 0; v < kVocab; ++v) sum += std::exp(double(z[v]) - top);
+    for (int v = 0; v < kVocab; ++v) dz[size_t(n * kVocab + v)] = T(std::exp(double(z[v]) - top) / sum) * scale;
+    dz[size_t(n * kVocab + rs.targets[size_t(n)])] -= scale;
+  }
+  linear_backward(dh.data(), dw.head, static_cast<T*>(nullptr), dz.data(), rs.h(rs.L), w.head, int(N), D, kVocab);
+  return dh;
+}
+
+template <typename T>
+void toy_embedding_backward(ToyWeights<T>& dw, const ToyRunState<T>& rs, const std::vector<T>& dh) {
+  const int D = rs.D;
+  const int64_t N = int64_t(rs.batch) * rs.tokens;
   for (int64_t n = 0; n < N; ++n)
     for (int d = 0; d < D; ++d) dw.wte[int64_t(rs.inputs[size_t(n)]) * D + d] += dh[size_t(n * D + d)];
 }
@@ -220,7 +242,10 @@ double toy_mixing_flops(const ToyConfig& c, int B, int T) { return c.n_layer * 2
   template class ToyLiveGates<T>;                                                                                     \
   template void toy_forward<T>(const ToyModel<T>&, ToyRunState<T>&, const int32_t*, int, int, ToyGateSource<T>&, int); \
   template double toy_loss<T>(ToyRunState<T>&, const int32_t*, double*);                                              \
-  template void toy_backward<T>(const ToyModel<T>&, ToyRunState<T>&, ToyModel<T>&, T);
+  template void toy_backward<T>(const ToyModel<T>&, ToyRunState<T>&, ToyModel<T>&, T);                               \
+  template void toy_embed<T>(const ToyWeights<T>&, ToyRunState<T>&, const int32_t*, int64_t, const char*);             \
+  template std::vector<T> toy_head_backward<T>(const ToyWeights<T>&, ToyWeights<T>&, ToyRunState<T>&, T);            \
+  template void toy_embedding_backward<T>(ToyWeights<T>&, const ToyRunState<T>&, const std::vector<T>&);
 FCA_TOY_INSTANTIATE(float)
 FCA_TOY_INSTANTIATE(double)
 

@@ -123,6 +123,17 @@ double toy_loss(ToyRunState<T>& rs, const int32_t* targets, double* window_nll);
 template <typename T>
 void toy_backward(const ToyModel<T>& m, ToyRunState<T>& rs, ToyModel<T>& grads, T scale);
 
+// The pieces the skip family shares with the toy (its model is the toy's weights with a hard skip,
+// skip_model.h): h_0 = wte[x] for the pass's N rows (checked bytes, saved for backward; `family`
+// names the model in the error); the head's backward, dh [N, D] = d(scale * summed NLL)/d h_L from
+// the last loss, with the head's gradient added into dw; the embedding's backward from dh_0.
+template <typename T>
+void toy_embed(const ToyWeights<T>& w, ToyRunState<T>& rs, const int32_t* tokens, int64_t N, const char* family);
+template <typename T>
+std::vector<T> toy_head_backward(const ToyWeights<T>& w, ToyWeights<T>& dw, ToyRunState<T>& rs, T scale);
+template <typename T>
+void toy_embedding_backward(ToyWeights<T>& dw, const ToyRunState<T>& rs, const std::vector<T>& dh);
+
 // FLOPs of one live pass by formula (core/exec_counters.h's convention): GEMMs, the controller
 // (r . h + b: 2D, the sigmoid: 4, per row and layer) and the mixing h + g a (2D per row and layer).
 double toy_gemm_flops(const ToyConfig& c, int B, int T);
