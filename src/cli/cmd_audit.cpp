@@ -61,7 +61,7 @@ void add_audit_flags(CLI::App* cmd, AuditFlags& f) {
   cmd->add_option("--replay-tolerance", a.replay_tolerance, "Allowed replay difference (0 = bitwise; for other backends only)")
       ->check(non_negative_number)->capture_default_str();
   cmd->add_option("--out", a.out_dir, "Output folder (audit.json, windows.csv, audit.md); required except with --plan");
-  f.family_settings.add_to(*cmd, declared_audit_settings());
+  f.family_settings.add_to(*cmd, audit_run_settings());
   cmd->add_flag("--no-progress", f.no_progress, "No progress bar");
   cmd->add_flag("--plan", f.plan_only,
                 "Print the plan (passes, tokens, FLOPs, memory, time estimated from a short probe) and stop");

@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "data/corpus.h"
 #include "exec/exec.h"
+#include "exec/exec_family.h"
 
 namespace fca::cli {
 
@@ -42,7 +43,7 @@ void add_exec_command(CLI::App& app) {
       ->check(number_in(1e-6, 0.999999))->capture_default_str();
   cmd->add_option("--warmup", e.warmup, "Warm-up runs")->check(whole_number(0))->capture_default_str();
   cmd->add_option("--skip-threshold", f->thresholds, "Comma-separated thresholds in [0, 1] for the real skip sweep (--model only)");
-  f->family_settings.add_to(*cmd, declared_exec_settings());
+  f->family_settings.add_to(*cmd, exec_run_settings());
   cmd->add_option("--calib-windows", e.calib_windows, "Valid-split windows for the calibrated static gates")
       ->check(whole_number(1))->capture_default_str();
   cmd->add_option("--eval-windows", e.eval_windows, "Test-split windows for NLL")->check(whole_number(1))->capture_default_str();

@@ -13,8 +13,6 @@
 #include "core/threads.h"
 #include "core/parse.h"
 #include "data/corpus.h"
-#include "exec/exec_family.h"
-#include "models/registry.h"
 
 namespace fca::cli {
 namespace {
@@ -82,8 +80,8 @@ const CLI::Validator unsigned_integer(
     },
     "UINT");
 
-void RunSettingFlags::add_to(CLI::App& app, const std::vector<std::pair<std::string, RunSetting>>& declared) {
-  for (const auto& [family, setting] : declared) {
+void RunSettingFlags::add_to(CLI::App& app, const std::vector<RunSetting>& declared) {
+  for (const RunSetting& setting : declared) {
     if (settings_.count(setting.key) != 0) continue;
     settings_[setting.key] = setting;
     std::string defaults;
@@ -116,20 +114,6 @@ std::string RunSettingFlags::given_flags() const {
   for (const auto& [key, text] : text_)
     if (!text.empty()) flags += (flags.empty() ? "" : ", ") + run_setting_flag(key);
   return flags;
-}
-
-std::vector<std::pair<std::string, RunSetting>> declared_audit_settings() {
-  std::vector<std::pair<std::string, RunSetting>> out;
-  for (const ModelFamily& f : model_families())
-    for (const RunSetting& s : f.audit_settings) out.emplace_back(f.name, s);
-  return out;
-}
-
-std::vector<std::pair<std::string, RunSetting>> declared_exec_settings() {
-  std::vector<std::pair<std::string, RunSetting>> out;
-  for (const ExecFamily& f : exec_families())
-    for (const RunSetting& s : f.exec_settings) out.emplace_back(f.name, s);
-  return out;
 }
 
 void FamilyFlags::add_to(CLI::App& app, const std::string& arch_help) {

@@ -35,8 +35,8 @@ struct FamilyFlags {
 // exec`: one per declared key, its help the declaration's. A key two families declare is one flag.
 class RunSettingFlags {
  public:
-  // `declared`: (family, setting) in installation order.
-  void add_to(CLI::App& app, const std::vector<std::pair<std::string, RunSetting>>& declared);
+  // `declared`: the families' settings in installation order.
+  void add_to(CLI::App& app, const std::vector<RunSetting>& declared);
   // The settings given, by key: a list's entries split at commas, every value checked against the
   // declared range (an Error naming the flag).
   std::map<std::string, std::vector<double>> values() const;
@@ -47,9 +47,6 @@ class RunSettingFlags {
   std::map<std::string, std::string> text_;      // key -> text as given
   std::map<std::string, RunSetting> settings_;   // key -> its (first) declaration
 };
-// Every installed family's audit settings, and exec settings, as (family, setting).
-std::vector<std::pair<std::string, RunSetting>> declared_audit_settings();
-std::vector<std::pair<std::string, RunSetting>> declared_exec_settings();
 
 // Validators whose messages say the valid range in words; CLI11 puts the flag before them
 // ("--threads: -3 is not a whole number >= 0 (0 = all cores)"). CLI11's own print the range's

@@ -23,6 +23,12 @@ void add_exec_family(ExecFamily family) {
 
 const std::vector<ExecFamily>& exec_families() { return table(); }
 
+std::vector<RunSetting> exec_run_settings() {
+  std::vector<RunSetting> out;
+  for (const ExecFamily& f : table()) out.insert(out.end(), f.exec_settings.begin(), f.exec_settings.end());
+  return out;
+}
+
 std::vector<double> exec_setting(const ExecOptions& options, const ExecFamily& family, const std::string& key) {
   for (const RunSetting& s : family.exec_settings) {
     if (s.key != key) continue;

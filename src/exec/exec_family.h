@@ -87,6 +87,9 @@ struct ExecFamily {
 // Installs a family's entry (families/families.cpp, once at start-up); refuses a name used twice.
 void add_exec_family(ExecFamily family);
 const std::vector<ExecFamily>& exec_families();
+// Every installed family's exec settings, in installation order: what `fca exec` builds its flags
+// from and a study's "exec" section accepts.
+std::vector<RunSetting> exec_run_settings();
 // The family of this name; throws Error naming the families exec can measure.
 const ExecFamily& exec_family_named(const std::string& name);
 

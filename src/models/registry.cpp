@@ -24,6 +24,12 @@ std::vector<ModelFamily>& table() {
 }
 }  // namespace
 
+std::vector<RunSetting> audit_run_settings() {
+  std::vector<RunSetting> out;
+  for (const ModelFamily& f : table()) out.insert(out.end(), f.audit_settings.begin(), f.audit_settings.end());
+  return out;
+}
+
 void add_model_family(ModelFamily family) {
   for (const auto& f : table())
     if (f.name == family.name) throw Error("model family \"" + family.name + "\" is installed twice");

@@ -43,6 +43,9 @@ struct ModelFamily {
 void add_model_family(ModelFamily family);
 // The installed families; throws Error if none is installed.
 const std::vector<ModelFamily>& model_families();
+// Every installed family's audit settings, in installation order (a key two families declare
+// appears twice): what `fca audit` builds its flags from and a study's "audit" section accepts.
+std::vector<RunSetting> audit_run_settings();
 // The family of this name ("gated", "hyper", ...); throws Error naming the installed ones.
 const ModelFamily& family_named(const std::string& name);
 // The family of a checkpoint; throws Error naming the file, its format and the known formats.

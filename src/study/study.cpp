@@ -157,25 +157,17 @@ void parse_tool_settings(StudyConfig& c, const JsonFields& train, const JsonFiel
   c.exec_skip_thresholds = exec.numbers("skip_thresholds", {}, 0.0, 1.0);
   c.exec_eval_windows = int(exec.integer("eval_windows", 64, 1, kMany));
   c.exec_calib_windows = int(exec.integer("calib_windows", 64, 1, kMany));
-  for (const ModelFamily& f : model_families())
-    for (const RunSetting& s : f.audit_settings)
-      if (audit.has(s.key)) c.audit_family_settings[s.key] = audit.number(s.key, 0, s.low, s.high);
-  for (const ExecFamily& f : exec_families())
-    for (const RunSetting& s : f.exec_settings)
-      if (exec.has(s.key))
-        c.exec_family_settings[s.key] = s.list ? exec.numbers(s.key, {}, s.low, s.high)
-                                               : std::vector<double>{exec.number(s.key, 0, s.low, s.high)};
+  for (const RunSetting& s : audit_run_settings())
+    if (audit.has(s.key)) c.audit_family_settings[s.key] = audit.number(s.key, 0, s.low, s.high);
+  for (const RunSetting& s : exec_run_settings())
+    if (exec.has(s.key))
+      c.exec_family_settings[s.key] =
+          s.list ? exec.numbers(s.key, {}, s.low, s.high) : std::vector<double>{exec.number(s.key, 0, s.low, s.high)};
 }
 
 // A section's keys: its own, then the families' settings of that section.
-std::vector<std::string> with_family_keys(std::vector<std::string> keys, bool audit_section) {
-  if (audit_section) {
-    for (const ModelFamily& f : model_families())
-      for (const RunSetting& s : f.audit_settings) keys.push_back(s.key);
-  } else {
-    for (const ExecFamily& f : exec_families())
-      for (const RunSetting& s : f.exec_settings) keys.push_back(s.key);
-  }
+std::vector<std::string> with_family_keys(std::vector<std::string> keys, const std::vector<RunSetting>& settings) {
+  for (const RunSetting& s : settings) keys.push_back(s.key);
   return keys;
 }
 
@@ -187,10 +179,11 @@ StudyConfig parse_study_config(const nlohmann::json& cfg, const std::string& con
                         {"title", "data", "out", "seeds", "variants", "train", "audit", "exec", "eval_windows"});
   const JsonFields train = root.object("train", {"batch", "steps", "lr", "warmup", "eval_every", "eval_windows", "checkpoint_every"});
   const JsonFields audit =
-      root.object("audit", with_family_keys({"eval_windows", "calib_windows", "reps", "bootstrap", "seed", "external_timeout"}, true));
+      root.object("audit", with_family_keys({"eval_windows", "calib_windows", "reps", "bootstrap", "seed", "external_timeout"},
+                                            audit_run_settings()));
   const JsonFields exec = root.object("exec", with_family_keys({"runs", "max_runs", "time_budget_s", "margin", "warmup", "batch",
                                                                 "skip_thresholds", "eval_windows", "calib_windows"},
-                                                               false));
+                                                               exec_run_settings()));
   constexpr int64_t kMany = int64_t(1) << 24;  // a bound on counts that still fits every int below
   c.out = root.text("out", "");
   c.data = root.text("data", "");
