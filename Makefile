@@ -71,11 +71,14 @@ demo-quick: build data
 # page prints every figure beside the paper's value. paper-quick: tiny models (CI); paper-cpu: the
 # committed CPU-scale run (under 2 hours on 2 cores, resumable); paper-plan: the paper's shapes,
 # planned only.
+# ENGINE=torch: the gated and MUDD variants trained and audited by fca_torch (docs/torch-engine.md),
+# into <out>-torch; FCA_GPUS=N runs the trainer under torchrun with N processes.
+ENGINE ?= native
 paper-quick: build data-paper
-	@bash scripts/paper.sh $(BUILD) configs/paper-quick.json
+	@bash scripts/paper.sh $(BUILD) configs/paper-quick.json $(ENGINE)
 
 paper-cpu: build data-paper
-	@bash scripts/paper.sh $(BUILD) configs/paper-cpu.json
+	@bash scripts/paper.sh $(BUILD) configs/paper-cpu.json $(ENGINE)
 
 paper-plan: build
 	@$(BUILD)/fca paper --config configs/paper-76m.json --plan

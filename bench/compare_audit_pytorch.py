@@ -21,7 +21,7 @@ of a replay of changed coefficients, within PEER_TOLERANCE. The audit:
      structure_removed, identity, and layer_permutation (R randomisations) where every layer has the
      same valid coordinates (gated only). The randomisations are fca's own: the peer draws the
      derangements and the token and layer permutations from --seed with fca's generator and streams
-     (bench/fca_rng.py, audit_randomisations), so both tools replay the same coefficient tensors;
+     (python/fca_torch/rng.py, audit_randomisations), so both tools replay the same coefficient tensors;
   4. the statistics in numpy: DeltaNLL, 10,000-resample paired bootstrap CIs for every figure, MC
      SE, factor effects, retention, and the three-factor ANOVA of the evaluation coefficients.
 

@@ -30,7 +30,7 @@
    (PyTorch: under inference_mode) and of the training step (forward + loss + backward + clipping +
    AdamW at fca bench's learning rate); fca's are `fca bench forward` / `fca bench train`. The same
    work on both sides: the checkpoint's weights (hyper too: fca bench train --model loads them into
-   its Trainable) and fca bench's batch (batch(): its generator, bench/fca_rng.py). Before a round is
+   its Trainable) and fca bench's batch (batch(): its generator, python/fca_torch/rng.py). Before a round is
    reported, each of fca's results must show the threads PyTorch ran (exit 2 otherwise) and the
    checkpoint's SHA-256, and fca's first training step (its loss and gradient norm at the
    checkpoint's weights) must be PyTorch's within STEP_TOLERANCE (exit 1 otherwise: other weights,
@@ -57,7 +57,8 @@ import torch
 import torch.nn.functional as F
 
 from bench_io import format_spread, spread, write_json_atomically  # noqa: E402  (bench/ is the script's folder)
-from fca_rng import Rng
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+from fca_torch.rng import Rng  # noqa: E402  (python/ on the path above)
 from pytorch_peer import GatedPeer, HyperPeer, describe_runtime, fairness_problems, fca_runtime, torch_runtime
 
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures")

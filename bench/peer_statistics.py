@@ -1,13 +1,16 @@
 """The statistics of the PyTorch peer audit (compare_audit_pytorch.py), computed as docs/audit.md
 defines them and independently of fca's C++: fca's randomisations drawn with its own generator
-(fca_rng.py), the coefficient ANOVA, factor effects, Monte-Carlo standard errors and the bootstrap
+(python/fca_torch/rng.py), the coefficient ANOVA, factor effects, Monte-Carlo standard errors and the bootstrap
 the checker holds fca's intervals against."""
 
 import math
+import os
+import sys
 
 import numpy as np
 
-from fca_rng import Rng, derive_seed, permutations
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+from fca_torch.rng import Rng, derive_seed, permutations  # noqa: E402  (python/ on the path above)
 
 BOOTSTRAP = 10000
 # fca's randomisation streams (src/audit/conditions.cpp: kDerangementStream, kTokenStream,
@@ -17,7 +20,7 @@ DERANGEMENT_STREAM, TOKEN_STREAM, LAYER_STREAM = 1, 2, 3
 
 def audit_randomisations(seed, W, T, R, L, streams, joint):
     """fca's randomisations for seed (docs/audit.md, src/audit/conditions.cpp), drawn with its
-    generator (fca_rng.py): the derangements pi_r [R, W] (uniform permutations from the stream
+    generator (python/fca_torch/rng.py): the derangements pi_r [R, W] (uniform permutations from the stream
     (seed, 1, r) until one has no fixed point), the token permutations sigma [R, W, L, streams, T]
     (one generator per (r, window, layer, stream), seeded derive_seed(derive_seed(seed, 2, r), window,
     layer << 32 | stream), stream 0 for all with --joint-token-shuffle) and the layer permutations

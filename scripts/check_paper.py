@@ -136,9 +136,9 @@ def expected_verdict(claim_id, cells, readings):
 def main():
     args = sys.argv[1:]
     if not args:
-        fail("usage: check_paper.py CONFIG [--paper-json FILE] [--values FILE]")
+        fail("usage: check_paper.py CONFIG [--out DIR] [--paper-json FILE] [--values FILE]")
     config = json.load(open(args[0]))
-    out = config["out"]
+    out = args[args.index("--out") + 1] if "--out" in args else config["out"]
     paper_path, values_path = os.path.join(out, "paper.json"), config["paper_values"]
     if "--paper-json" in args:
         paper_path = args[args.index("--paper-json") + 1]

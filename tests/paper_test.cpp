@@ -342,6 +342,41 @@ TEST(PaperPlan, MemoryAndParametersAreTheTrainersOwn) {
   EXPECT_NEAR(cls["estimates"][1]["hours"].get<double>(), cls["estimates"][0]["hours"].get<double>() / 4, 1e-12);
 }
 
+// A GPU class plans the torch engine: its bf16 peak at the utilisation the config states (and says
+// where it comes from), against the torch trainer's memory (an estimate: the formula the plan gives).
+TEST(PaperPlan, GpuClassesRunTheTorchEngineAtTheirStatedUtilisation) {
+  nlohmann::json c = config_file("paper-quick.json");
+  c["plan"] = {{"machines", {{{"name", "gpu"}, {"engine", "torch"}, {"peak_gflops", 1e6}, {"efficiency", 0.3}, {"memory_gib", 80},
+                              {"source", "measured by the test"}}}},
+               {"ranks", {1, 8}}};
+  const PaperConfig config = parse_paper_config(c, "paper-quick.json");
+  const nlohmann::ordered_json plan = paper_plan(config, "paper-quick.json");
+  const double total = plan["total_flops"].get<double>();
+  const auto& gpu = plan["machines"][1];
+  EXPECT_EQ(gpu["engine"], "torch");
+  EXPECT_EQ(gpu["efficiency_source"], "measured by the test");
+  EXPECT_NEAR(gpu["estimates"][0]["hours"].get<double>(), total / (0.3 * 1e15) / 3600, 1e-9 * total);
+  EXPECT_NEAR(gpu["estimates"][1]["hours"].get<double>(), gpu["estimates"][0]["hours"].get<double>() / 8, 1e-12);
+  EXPECT_TRUE(gpu["fits_in_memory"].get<bool>());
+  // FeatureGate keeps fp32 scores and log-attention per layer beyond Dense's activations.
+  const auto& variants = plan["variants"];
+  auto bytes = [&](const std::string& name) {
+    for (const auto& v : variants)
+      if (v["name"] == name) return v["torch_train_memory_bytes"].get<double>() - 16.0 * v["parameters"].get<double>();
+    return -1.0;
+  };
+  const StudyVariant& fg = config.study.variants[3];
+  ASSERT_EQ(fg.name, "featuregate");
+  EXPECT_DOUBLE_EQ(bytes("featuregate") - bytes("dense"), 8.0 * fg.layers * config.study.train_batch * fg.heads * fg.seq * fg.seq);
+  EXPECT_NE(paper_plan_text(plan).find("gpu (--engine torch): bf16 peak 1000 TFLOP/s at 30% model FLOP utilisation (measured by the test)"),
+            std::string::npos) << paper_plan_text(plan);
+  // A torch class must say where its utilisation comes from; a native class takes none.
+  c["plan"]["machines"][0].erase("source");
+  EXPECT_THROW(parse_paper_config(c, "paper-quick.json"), Error);
+  c["plan"]["machines"] = {{{"name", "cpu"}, {"sgemm_gflops", 100}, {"memory_gib", 8}, {"efficiency", 0.3}}};
+  EXPECT_THROW(parse_paper_config(c, "paper-quick.json"), Error);
+}
+
 // The paper's shapes: planned, never run in CI.
 TEST(PaperPlan, The76MConfigIsPlanned) {
 #if defined(__SANITIZE_ADDRESS__)

@@ -12,6 +12,7 @@ void add_study_command(CLI::App& app) {
     std::string config, out;
     int threads = 0;
     bool no_progress = false;
+    StudyEngine engine;
   };
   auto f = std::make_shared<Flags>();
   CLI::App* cmd = app.add_subcommand("study", "Train, evaluate, audit, aggregate, measure and report, from one config");
@@ -19,9 +20,10 @@ void add_study_command(CLI::App& app) {
   cmd->add_option("--out", f->out, "Output folder (default: the config's \"out\")");
   cmd->add_flag("--no-progress", f->no_progress, "No progress output");
   add_threads_flag(*cmd, f->threads);
+  add_engine_flags(*cmd, f->engine);
   cmd->callback([f] {
     apply_threads(f->threads);
-    const std::string report = run_study(f->config, f->out, !f->no_progress);
+    const std::string report = run_study(f->config, f->out, !f->no_progress, f->engine);
     std::printf("report: %s\n", report.c_str());
   });
 }

@@ -174,6 +174,20 @@ void add_threads_flag(CLI::App& app, int& threads) {
 
 void apply_threads(int threads) { set_threads(threads); }
 
+void add_engine_flags(CLI::App& app, StudyEngine& engine) {
+  app.add_option("--engine", engine.name,
+                 "Engine that trains and audits the gated and MUDD variants: native (fca's own) or torch (fca_torch under "
+                 "torchrun, audited through its hooked adapter on the model's device; docs/torch-engine.md)")
+      ->check(CLI::IsMember({"native", "torch"}))
+      ->capture_default_str();
+  app.add_option("--gpus", engine.gpus, "--engine torch: processes under torchrun, one per GPU (0 = one process, no torchrun)")
+      ->check(whole_number(0, "0 = one process"))
+      ->capture_default_str();
+  app.add_option("--torch-python", engine.python,
+                 "--engine torch: the Python that imports torch and fca_torch (pip install ./python, or PYTHONPATH=python)")
+      ->capture_default_str();
+}
+
 std::function<void()> naming_batch(const int& batch, std::function<void()> body) {
   return [&batch, body = std::move(body)] {
     try {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "models/run_setting.h"
+#include "study/torch_engine.h"
 #include "train/train_family.h"
 
 namespace fca::cli {
@@ -65,6 +66,8 @@ extern const CLI::Validator unsigned_integer;  // 0 .. 2^64-1, digits only (CLI1
 
 // --threads N (0 = all cores); applied with apply_threads() before any work.
 void add_threads_flag(CLI::App& app, int& threads);
+// --engine native|torch, --gpus N and --torch-python PATH of fca study and fca paper (study/torch_engine.h).
+void add_engine_flags(CLI::App& app, StudyEngine& engine);
 void apply_threads(int threads);
 
 // The callback of a command whose run states --batch sizes: `batch` is the flag's variable (read when

@@ -41,4 +41,13 @@ class ChildProcess {
   int status_ = 0;
 };
 
+// Runs `command` through /bin/sh -c to its end, its stdout sent to fca's stderr (so that a child's
+// progress reaches the user and fca's stdout stays its own), and returns how it ended: "" when it
+// exited with status 0, else "exited with status N" or "was killed by signal N". Throws Error naming
+// the command when it cannot be started.
+std::string run_to_exit(const std::string& command);
+
+// `text` as one word of a /bin/sh command line (single-quoted, with ' written as '\'').
+std::string shell_word(const std::string& text);
+
 }  // namespace fca

@@ -105,6 +105,42 @@ size_t parameter_count(const TrainFamily& family, const ModelShape& shape, const
   return size_t(count(shape.layers, 1) + int64_t(shape.seq - 1) * per_position);
 }
 
+// The activation bytes fca_torch's trainer keeps for the backward pass of one micro-batch of `batch`
+// windows (plan["torch_memory_convention"] gives the formula).
+double torch_activation_bytes(const StudyVariant& v, int batch) {
+  const double B = batch, T = v.seq, D = v.dim, H = v.heads;
+  double per_layer = 34 * B * T * D + 5 * B * H * T * T;
+  if (v.arch == "gated" && v.settings.value("gate", "") == "featuregate") per_layer += 8 * B * H * T * T;
+  if (v.arch == "mudd") per_layer += 16 * B * T * D;
+  return v.layers * per_layer + B * T * 256 * 4 * 2;
+}
+
+// One machine class of the plan's "machines": native (sgemm_gflops) or torch (peak_gflops,
+// efficiency and its source), each with memory_gib.
+PlanMachine plan_machine(const JsonFields& m) {
+  PlanMachine x;
+  x.name = m.text("name", "");
+  x.engine = m.text("engine", "native");
+  if (x.name.empty()) throw Error(m.where() + ": 'name' is missing or empty");
+  if (x.engine == "native") {
+    if (!m.has("sgemm_gflops") || !m.has("memory_gib")) throw Error(m.where() + ": 'sgemm_gflops' and 'memory_gib' are needed");
+    if (m.has("peak_gflops") || m.has("efficiency") || m.has("source"))
+      throw Error(m.where() + ": a native machine class takes 'sgemm_gflops' (and the plan's 'efficiency'), not 'peak_gflops', 'efficiency' or 'source'");
+    x.peak_gflops = m.number("sgemm_gflops", 0, 1e-3, 1e9);
+  } else if (x.engine == "torch") {
+    if (!m.has("peak_gflops") || !m.has("efficiency") || !m.has("source") || !m.has("memory_gib") || m.has("sgemm_gflops"))
+      throw Error(m.where() + ": a torch machine class takes 'peak_gflops' (dense bf16), 'efficiency' (model FLOP utilisation), "
+                  "'source' (where that utilisation was measured, or that it is assumed) and 'memory_gib'");
+    x.peak_gflops = m.number("peak_gflops", 0, 1e-3, 1e9);
+    x.efficiency = m.number("efficiency", 0, 1e-3, 1.0);
+    x.source = m.text("source", "");
+  } else {
+    throw Error(m.where() + ": 'engine' \"" + x.engine + "\" is not one of native, torch");
+  }
+  x.memory_gib = m.number("memory_gib", 0, 1e-3, 1e9);
+  return x;
+}
+
 }  // namespace
 
 const std::vector<std::string>& paper_variant_names() {
@@ -144,12 +180,8 @@ PaperConfig parse_paper_config(const nlohmann::json& cfg, const std::string& whe
   check_paper_variants(c.study, where);
   const JsonFields plan = root.object("plan", {"machines", "ranks", "efficiency"});
   if (plan.has("machines"))
-    for (const JsonFields& m : plan.objects("machines", {"name", "sgemm_gflops", "memory_gib"})) {
-      PlanMachine x{m.text("name", ""), m.number("sgemm_gflops", 0, 1e-3, 1e9), m.number("memory_gib", 0, 1e-3, 1e9)};
-      if (x.name.empty()) throw Error(m.where() + ": 'name' is missing or empty");
-      if (!m.has("sgemm_gflops") || !m.has("memory_gib")) throw Error(m.where() + ": 'sgemm_gflops' and 'memory_gib' are needed");
-      c.plan_machines.push_back(x);
-    }
+    for (const JsonFields& m : plan.objects("machines", {"name", "sgemm_gflops", "memory_gib", "engine", "peak_gflops", "efficiency", "source"}))
+      c.plan_machines.push_back(plan_machine(m));
   c.plan_ranks.clear();
   for (int64_t r : plan.integers("ranks", {1}, 1, 1 << 20)) c.plan_ranks.push_back(int(r));
   c.plan_efficiency = plan.number("efficiency", 0.5, 1e-3, 1.0);
@@ -187,6 +219,36 @@ std::string run_paper(const PaperConfig& c, const std::string& config_path, bool
   return md_path;
 }
 
+namespace {
+
+// The plan's time and memory per machine class (this machine's measured SGEMM peak first) and rank
+// count, for `total_flops` of work and the engines' peak bytes per rank.
+nlohmann::ordered_json machine_estimates(const PaperConfig& c, double total_flops, double peak_bytes, double torch_peak_bytes) {
+  PlanMachine here;
+  here.name = "this machine (SGEMM peak measured now)";
+  here.peak_gflops = measure_sgemm_peak_gflops();
+  here.memory_gib = double(available_memory_bytes()) / double(1ull << 30);
+  std::vector<PlanMachine> machines{here};
+  machines.insert(machines.end(), c.plan_machines.begin(), c.plan_machines.end());
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  for (const PlanMachine& m : machines) {
+    const bool torch = m.engine == "torch";
+    const double efficiency = torch ? m.efficiency : c.plan_efficiency;
+    nlohmann::ordered_json per_ranks = nlohmann::ordered_json::array();
+    for (int r : c.plan_ranks)
+      per_ranks.push_back({{"ranks", r}, {"hours", total_flops / (efficiency * m.peak_gflops * 1e9 * r) / 3600.0}});
+    nlohmann::ordered_json machine{{"name", m.name}, {"engine", m.engine}, {torch ? "peak_gflops" : "sgemm_gflops", m.peak_gflops},
+                                   {"efficiency", efficiency}, {"memory_gib", m.memory_gib},
+                                   {"fits_in_memory", (torch ? torch_peak_bytes : peak_bytes) <= m.memory_gib * double(1ull << 30)}};
+    if (torch) machine["efficiency_source"] = m.source;
+    machine["estimates"] = per_ranks;
+    out.push_back(machine);
+  }
+  return out;
+}
+
+}  // namespace
+
 nlohmann::ordered_json paper_plan(const PaperConfig& c, const std::string& config_path) {
   const StudyConfig& s = c.study;
   nlohmann::ordered_json plan;
@@ -200,6 +262,7 @@ nlohmann::ordered_json paper_plan(const PaperConfig& c, const std::string& confi
       "Controllers and MUDD's cross-layer mixing add to this (for the gated variants under 1% at these shapes), so it is a lower bound";
   double total_flops = 0;
   size_t peak_bytes = 0;
+  double torch_peak_bytes = 0;
   plan["variants"] = nlohmann::ordered_json::array();
   for (const StudyVariant& v : s.variants) {
     if (!v.trained()) continue;  // nothing to train
@@ -223,6 +286,8 @@ nlohmann::ordered_json paper_plan(const PaperConfig& c, const std::string& confi
     // Weights, gradients and AdamW's two moments (4 bytes each) plus the trainer's run state.
     const size_t bytes = parameters * 16 + run_state;
     peak_bytes = std::max(peak_bytes, bytes);
+    const double torch_bytes = double(parameters) * 16 + torch_activation_bytes(v, s.train_batch);
+    torch_peak_bytes = std::max(torch_peak_bytes, torch_bytes);
     total_flops += per_checkpoint * double(s.seeds.size()) * double(c.corpora.size());
     plan["variants"].push_back({{"name", v.name},
                                 {"arch", v.arch},
@@ -230,37 +295,30 @@ nlohmann::ordered_json paper_plan(const PaperConfig& c, const std::string& confi
                                 {"parameters", parameters},
                                 {"train_flops_per_step", 3.0 * forward},
                                 {"flops_per_checkpoint", per_checkpoint},
-                                {"train_memory_bytes", bytes}});
+                                {"train_memory_bytes", bytes},
+                                {"torch_train_memory_bytes", torch_bytes}});
   }
   plan["checkpoints"] = s.seeds.size() * c.corpora.size() * plan["variants"].size();
   plan["total_flops"] = total_flops;
   plan["peak_memory_bytes_per_rank"] = peak_bytes;
+  plan["torch_peak_memory_bytes_per_rank"] = torch_peak_bytes;
+  plan["torch_memory_convention"] =
+      "--engine torch: weights, gradients and AdamW's moments (16 bytes per parameter) plus bf16 activations kept for the "
+      "backward pass, 34 B T D + 5 B H T^2 bytes per layer (Korthikanti et al. 2022, no recomputation), FeatureGate's fp32 scores "
+      "and log-attention (8 B H T^2 per layer), MUDD's four mixed streams (16 B T D per layer) and the fp32 logits; an estimate";
   plan["efficiency"] = c.plan_efficiency;
   plan["assumptions"] =
       "time = FLOPs / (efficiency x SGEMM peak x ranks): ranks share the checkpoints' trainings and audits evenly (each "
       "checkpoint is independent), no communication; efficiency is the share of the SGEMM peak a training step achieves "
       "(fca bench train measures it); the classes' peaks other than this machine's are the config's assumptions";
-  std::vector<PlanMachine> machines{{"this machine (SGEMM peak measured now)", measure_sgemm_peak_gflops(),
-                                     double(available_memory_bytes()) / double(1ull << 30)}};
-  machines.insert(machines.end(), c.plan_machines.begin(), c.plan_machines.end());
-  plan["machines"] = nlohmann::ordered_json::array();
-  for (const PlanMachine& m : machines) {
-    nlohmann::ordered_json per_ranks = nlohmann::ordered_json::array();
-    for (int r : c.plan_ranks)
-      per_ranks.push_back({{"ranks", r}, {"hours", total_flops / (c.plan_efficiency * m.sgemm_gflops * 1e9 * r) / 3600.0}});
-    plan["machines"].push_back({{"name", m.name},
-                                {"sgemm_gflops", m.sgemm_gflops},
-                                {"memory_gib", m.memory_gib},
-                                {"fits_in_memory", double(peak_bytes) <= m.memory_gib * double(1ull << 30)},
-                                {"estimates", per_ranks}});
-  }
+  plan["machines"] = machine_estimates(c, total_flops, double(peak_bytes), torch_peak_bytes);
   plan["provenance"] = provenance_base();
   return plan;
 }
 
 std::string paper_plan_text(const nlohmann::ordered_json& p) {
   std::string t;
-  char buf[400];
+  char buf[1200];
   std::snprintf(buf, sizeof buf, "plan of %s: %zu checkpoints (%zu variants x %zu seeds x %zu corpora)\n",
                 p["config"].get<std::string>().c_str(), p["checkpoints"].get<size_t>(), p["variants"].size(),
                 p["seeds"].get<size_t>(), p["corpora"].get<size_t>());
@@ -276,10 +334,18 @@ std::string paper_plan_text(const nlohmann::ordered_json& p) {
                 p["total_flops"].get<double>() / 1e15, p["peak_memory_bytes_per_rank"].get<double>() / double(1ull << 30),
                 100 * p["efficiency"].get<double>());
   t += buf;
+  std::snprintf(buf, sizeof buf, "  --engine torch: peak memory per GPU %.2f GiB (estimated: torch_memory_convention)\n",
+                p["torch_peak_memory_bytes_per_rank"].get<double>() / double(1ull << 30));
+  t += buf;
   for (const auto& m : p["machines"]) {
-    std::snprintf(buf, sizeof buf, "  %s: SGEMM peak %.0f GFLOP/s, %.0f GiB%s\n", m["name"].get<std::string>().c_str(),
-                  m["sgemm_gflops"].get<double>(), m["memory_gib"].get<double>(),
-                  m["fits_in_memory"].get<bool>() ? "" : " (does not fit: needs more memory per rank)");
+    const std::string fits = m["fits_in_memory"].get<bool>() ? "" : " (does not fit: needs more memory per rank)";
+    if (m["engine"] == "torch")
+      std::snprintf(buf, sizeof buf, "  %s (--engine torch): bf16 peak %.0f TFLOP/s at %.0f%% model FLOP utilisation (%s), %.0f GiB%s\n",
+                    m["name"].get<std::string>().c_str(), m["peak_gflops"].get<double>() / 1e3, 100 * m["efficiency"].get<double>(),
+                    m["efficiency_source"].get<std::string>().c_str(), m["memory_gib"].get<double>(), fits.c_str());
+    else
+      std::snprintf(buf, sizeof buf, "  %s: SGEMM peak %.0f GFLOP/s, %.0f GiB%s\n", m["name"].get<std::string>().c_str(),
+                    m["sgemm_gflops"].get<double>(), m["memory_gib"].get<double>(), fits.c_str());
     t += buf;
     for (const auto& e : m["estimates"]) {
       std::snprintf(buf, sizeof buf, "    %4d rank%s: %10.1f hours\n", e["ranks"].get<int>(), e["ranks"].get<int>() == 1 ? " " : "s",

@@ -20,12 +20,17 @@ struct PaperCorpus {
   std::string paper_key;      // the paper corpus's key in figure ids, "owt"
 };
 
-// A machine class of the plan: its SGEMM peak is an assumption written in the config (the plan
-// also measures this machine's).
+// A machine class of the plan: its peak is an assumption written in the config (the plan also
+// measures this machine's). Native classes run fca's engine at the plan's efficiency of their SGEMM
+// peak; torch classes (GPUs: --engine torch) run fca_torch at `efficiency` (model FLOP utilisation)
+// of their bf16 peak, with `source` saying where that utilisation comes from.
 struct PlanMachine {
   std::string name;
-  double sgemm_gflops = 0;
-  double memory_gib = 0;
+  double peak_gflops = 0;  // native: the SGEMM peak; torch: the dense bf16 peak
+  double memory_gib = 0;   // per rank (a GPU's memory for torch classes)
+  std::string engine = "native";
+  double efficiency = 0;   // 0: the plan's efficiency
+  std::string source;      // where the efficiency comes from (torch classes)
 };
 
 struct PaperConfig {

@@ -211,8 +211,10 @@ nlohmann::json read_json_config(const std::string& path, const std::string& what
   }
 }
 
-std::string run_study(const std::string& config_path, const std::string& out_arg, bool progress) {
-  const StudyConfig c = parse_study_config(read_json_config(config_path, "study config"), config_path);
+std::string run_study(const std::string& config_path, const std::string& out_arg, bool progress, const StudyEngine& engine) {
+  StudyConfig c = parse_study_config(read_json_config(config_path, "study config"), config_path);
+  check_study_engine(engine, "fca study");
+  c.engine = engine;
   const std::string out = !out_arg.empty() ? out_arg : c.out;
   if (out.empty()) throw Error(config_path + ": no 'out' folder (or pass --out)");
   return write_study_report(run_study(c, config_path, out, progress), out);

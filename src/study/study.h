@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 #include "core/json.h"
+#include "study/torch_engine.h"
 #include "report/report.h"
 #include <map>
 #include <string>
@@ -50,6 +51,9 @@ struct StudyConfig {
   // sections; an audit setting reaches the models of the families that declare it.
   std::map<std::string, double> audit_family_settings;
   std::map<std::string, std::vector<double>> exec_family_settings;
+  // Which engine trains and audits the gated and MUDD variants (study/torch_engine.h); set by the
+  // commands' --engine, --gpus and --torch-python, not by the config.
+  StudyEngine engine;
 };
 
 // Reads a study config (`where` names it in errors); throws Error on anything it does not accept.
@@ -60,7 +64,8 @@ nlohmann::json read_json_config(const std::string& path, const std::string& what
 
 // Runs the study described by `config_path` into `out_dir` (the config's "out" when empty), writes
 // its report and returns the report's path.
-std::string run_study(const std::string& config_path, const std::string& out_dir, bool progress);
+std::string run_study(const std::string& config_path, const std::string& out_dir, bool progress,
+                      const StudyEngine& engine = {});
 // Runs a parsed study into `out` (`config_path` names it in errors): everything but the report;
 // returns the report's inputs, in the study's order.
 ReportInputs run_study(const StudyConfig& c, const std::string& config_path, const std::string& out, bool progress);

@@ -189,6 +189,7 @@ class StudyRun {
       evaluate_checkpoint(v, seed, path, stem + ".eval-test.json");
       const std::string audit_dir = stem + "-audit";
       unless_done(audit_dir + "/audit.json", "audit " + v.name + " seed " + std::to_string(seed), [&] {
+        if (c_.engine.handles(v.arch)) return audit_through_torch(v, path, audit_dir);
         const AuditOptions a = study_audit_options(c_, path, v.arch, audit_dir, progress_);
         run_audit(*open_model(path, std::max(1, a.batch), v.seq), corpus_, a);
       });
@@ -204,6 +205,16 @@ class StudyRun {
   // (external: its adapter, in its own process) or one it opens (pretrained: a MUDDPythia folder).
   // It is evaluated, audited once (paired-window intervals) and its execution measured.
   void study_given_checkpoint(const StudyVariant& v);
+  // The torch engine's audit of checkpoint `path`: through fca_torch's hooked adapter, in the model's
+  // own process and on its device, as any external model (the adapter names the checkpoint).
+  void audit_through_torch(const StudyVariant& v, const std::string& path, const std::string& audit_dir) {
+    const std::string command = torch_serve_command(c_.engine, path);
+    const auto m = open_external_model(command, c_.adapter_timeout_s);
+    AuditOptions a = study_audit_options(c_, static_cast<const ExternalAuditable&>(*m).model_path(), "external", audit_dir, progress_);
+    a.tokens = v.seq;
+    a.adapter_command = command;
+    run_audit(*m, corpus_, a);
+  }
   // The checkpoint of variant v and `seed` (trained now unless it finished before); its path.
   std::string train_checkpoint(const StudyVariant& v, uint64_t seed, const std::string& stem);
   void evaluate_checkpoint(const StudyVariant& v, uint64_t seed, const std::string& path, const std::string& eval_path) {
@@ -313,7 +324,13 @@ std::string StudyRun::train_checkpoint(const StudyVariant& v, uint64_t seed, con
   } else {
     stage("train " + v.name + " seed " + std::to_string(seed));
     o.resume = file_exists(files.weights) && file_exists(files.state);
-    naming_batch_setting(config_path_, "train.batch", o.batch, [&] { train_model(o, corpus_); });
+    if (c_.engine.handles(v.arch)) {
+      train_with_torch(c_.engine, o, corpus_.dir());
+      if (!trained(files.weights, o.steps))
+        throw Error("the torch engine's trainer ended without a checkpoint of " + std::to_string(o.steps) + " steps at " + files.weights);
+    } else {
+      naming_batch_setting(config_path_, "train.batch", o.batch, [&] { train_model(o, corpus_); });
+    }
   }
   report_.train_logs.push_back(files.log);
   return o.out;

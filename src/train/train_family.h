@@ -98,6 +98,10 @@ struct TrainFamily {
   // The family's training objective in double on a model of this shape and these settings from
   // `seed` (train/gradient_probe.h): the conformance suite checks its backward pass with it.
   std::function<GradientProbe(const ModelShape& shape, const nlohmann::json& settings, uint64_t seed)> gradient_probe = nullptr;
+  // The family's model in fca's PyTorch engine (python/fca_torch, docs/torch-engine.md): its --arch
+  // there, where it takes this family's settings as the same flags and writes the same checkpoints.
+  // Empty: the engine does not implement the family (a study trains it natively).
+  std::string torch_arch;
 };
 
 // Installs a family's entry (families/families.cpp, once at start-up); refuses a name used twice.

@@ -18,6 +18,7 @@ GatedConfig gated_config_of(const ModelShape& shape, const nlohmann::json& setti
 TrainFamily gated_train_family() {
   TrainFamily f;
   f.name = "gated";
+  f.torch_arch = "gated";
   f.description = "gated: the --gate family (docs/model.md)";
   std::vector<std::string> kinds;
   for (GateKind k : {GateKind::dense, GateKind::fixed, GateKind::uniform, GateKind::layerstatic, GateKind::featuregate})

@@ -66,6 +66,7 @@ GradientProbe mudd_gradient_probe(const ModelShape& shape, const nlohmann::json&
 TrainFamily mudd_train_family() {
   TrainFamily f;
   f.name = "mudd";
+  f.torch_arch = "mudd";
   f.description = "mudd: dynamic dense connections (docs/mudd.md; --out is then a folder)";
   f.checkpoint_is_folder = true;
   f.files = [](const std::string& out) {

@@ -1,18 +1,20 @@
-"""fca's random number generator (src/core/rng.h) in Python, so that a peer can draw what fca draws.
+"""fca's random number generator (src/core/rng.h) in Python, bit for bit, so that a peer draws what
+fca draws: fca_torch's trainer takes its training windows from it (micro-batch k of step s from
+Rng(derive_seed(seed, s, k)), as `fca train`), and the bench scripts replay fca's batches and audit
+randomisations with it (bench/compare_pytorch.py, bench/compare_audit_pytorch.py).
 
-fca draws everything random (a benchmark's batch, the audit's derangements and permutations) from
-xoshiro256** seeded through SplitMix64, with unbiased integers by Lemire's multiply-and-reject and
-uniform permutations by Fisher-Yates (src/audit/conditions.cpp). The generator is platform-independent
-by design, so a peer that runs the same algorithm from the same seeds gets the same numbers, and two
-tools then do the same work (bench/compare_pytorch.py: the same training batch) or replay the same
-randomisations (bench/compare_audit_pytorch.py), which makes their randomised results comparable
-value for value instead of only within Monte-Carlo error.
+fca draws everything random from xoshiro256** seeded through SplitMix64, with unbiased integers by
+Lemire's multiply-and-reject and uniform permutations by Fisher-Yates (src/audit/conditions.cpp).
+The generator is platform-independent by design, so a peer that runs the same algorithm from the
+same seeds gets the same numbers, and two tools then do the same work or replay the same
+randomisations, which makes their randomised results comparable value for value instead of only
+within Monte-Carlo error.
 
 Rng is the scalar generator in Python integers; permutations() runs many generators at once in numpy
 uint64 lanes (the audit's token permutations: one generator per randomisation, window, layer and
-stream), bit for bit the scalar algorithm in each lane. Nothing here checks itself against fca: the
-scripts that use it compare what fca computed from these draws with what the peer computed, and a
-draw that differed would move those figures far outside their float32 tolerances.
+stream), bit for bit the scalar algorithm in each lane. The windows the trainer draws are checked
+against fca's (tests/torch_engine_test.cpp, OneAdamWStepGivesTheSameWeights: a window drawn from
+another stream moves the weights by 2e-2, against 1e-7 when they agree).
 """
 
 import numpy as np

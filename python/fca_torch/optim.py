@@ -1,0 +1,68 @@
+"""fca train's optimizer, written out rather than taken from torch.optim so that both engines do
+the same arithmetic in the same order (src/train/adamw.cpp, element by element in float32):
+
+    m = b1 m + (1 - b1) g;  v = b2 v + ((1 - b2) g) g
+    p = p decay - (step_size m) / (sqrt(v) inv_sqrt_bias2 + eps)
+
+with decay = 1 - lr wd on the rank-2 tensors (1 elsewhere), step_size = lr / (1 - b1^t) and
+inv_sqrt_bias2 = 1 / sqrt(1 - b2^t), the constants computed in double and rounded to float32 as
+fca does. The moments are named by parameter, so they are written to and read from fca's training
+state (adam.m.<name>, adam.v.<name>) and a run resumes in either engine.
+"""
+
+import math
+from typing import Dict
+
+import torch
+
+
+def learning_rate(step: int, total: int, warmup: int, peak: float, min_ratio: float) -> float:
+    """Linear warm-up over `warmup` steps, then cosine decay to min_ratio * peak at `total`."""
+    if warmup > 0 and step < warmup:
+        return peak * (step + 1) / warmup
+    span = total - warmup
+    progress = min(1.0, (step - warmup) / span) if span > 0 else 1.0
+    return peak * (min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(3.141592653589793 * progress)))
+
+
+def f32(x: float) -> torch.Tensor:
+    return torch.tensor(x, dtype=torch.float32)
+
+
+class AdamW:
+    def __init__(self, params: Dict[str, torch.nn.Parameter], beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1):
+        self.params = params
+        self.beta1, self.beta2, self.eps, self.weight_decay = beta1, beta2, eps, weight_decay
+        self.m = {n: torch.zeros_like(p, dtype=torch.float32) for n, p in params.items()}
+        self.v = {n: torch.zeros_like(p, dtype=torch.float32) for n, p in params.items()}
+        self.steps_taken = 0
+
+    @torch.no_grad()
+    def step(self, lr: float) -> None:
+        self.steps_taken += 1
+        t = self.steps_taken
+        bias1, bias2 = 1.0 - self.beta1 ** t, 1.0 - self.beta2 ** t
+        b1, b2 = float(f32(self.beta1)), float(f32(self.beta2))
+        one_minus_b1, one_minus_b2 = float(f32(1.0) - f32(b1)), float(f32(1.0) - f32(b2))
+        step_size, inv_sqrt_bias2 = float(f32(lr / bias1)), float(f32(1.0 / math.sqrt(bias2)))
+        eps = float(f32(self.eps))
+        for name, p in self.params.items():
+            g, m, v = p.grad.float(), self.m[name], self.v[name]
+            decay = float(f32(1.0 - lr * self.weight_decay)) if p.dim() == 2 else 1.0
+            m.mul_(b1).add_(g * one_minus_b1)
+            v.mul_(b2).add_((g * one_minus_b2) * g)
+            denominator = v.sqrt().mul_(inv_sqrt_bias2).add_(eps)
+            p.mul_(decay).sub_((m * step_size).div_(denominator))
+
+
+@torch.no_grad()
+def clip_gradients(params, clip: float) -> float:
+    """The global L2 norm of the gradients (summed in double, as fca), scaled to `clip` when above it."""
+    norm = math.sqrt(sum(float(p.grad.double().pow(2).sum()) for p in params))
+    if not math.isfinite(norm):
+        raise FloatingPointError(f"training diverged (gradient norm {norm}): lower --lr")
+    if clip > 0 and norm > clip:
+        factor = float(f32(clip / norm))
+        for p in params:
+            p.grad.mul_(factor)
+    return norm
