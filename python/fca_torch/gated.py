@@ -266,7 +266,7 @@ class GatedTransformer(torch.nn.Module):
             static_profile="LayerMean", structure_removed="GlobalMean",
             description=f"{self.gate_kind} L {self.L}, D {self.D}, H {self.H}, T {self.seq_len} (fca_torch)",
             model_sha256=fca_adapter.sha256_files(list(model_files)), executed={"blocks": "blocks.*"},
-            reference=reference, name=name)
+            reference=reference, name=name, family=f"fca_torch {self.gate_kind}")
 
 
 def weight_decayed(name: str, p: torch.Tensor) -> bool:

@@ -288,7 +288,7 @@ class Mudd(torch.nn.Module):
             static_profile="StaticMixMean", structure_removed="SourceUniformMean", vocab=self.V, max_tokens=self.seq_len,
             description=f"mudd L {self.L}, D {self.D}, H {self.H}, T {self.seq_len} (fca_torch)",
             model_sha256=fca_adapter.sha256_files(list(model_files)), executed={"blocks": "layers.*"},
-            reference=reference, name=name)
+            reference=reference, name=name, family="fca_torch mudd")
 
 
 def weight_files(folder: str) -> List[str]:

@@ -39,20 +39,34 @@ class AdamW:
 
     @torch.no_grad()
     def step(self, lr: float) -> None:
+        """One update of every parameter, as lists (torch._foreach_*: a few kernel launches per
+        step on a GPU, not a few per tensor), each operation the element-wise one above."""
         self.steps_taken += 1
         t = self.steps_taken
         bias1, bias2 = 1.0 - self.beta1 ** t, 1.0 - self.beta2 ** t
         b1, b2 = float(f32(self.beta1)), float(f32(self.beta2))
         one_minus_b1, one_minus_b2 = float(f32(1.0) - f32(b1)), float(f32(1.0) - f32(b2))
         step_size, inv_sqrt_bias2 = float(f32(lr / bias1)), float(f32(1.0 / math.sqrt(bias2)))
-        eps = float(f32(self.eps))
-        for name, p in self.params.items():
-            g, m, v = p.grad.float(), self.m[name], self.v[name]
-            decay = float(f32(1.0 - lr * self.weight_decay)) if p.dim() == 2 else 1.0
-            m.mul_(b1).add_(g * one_minus_b1)
-            v.mul_(b2).add_((g * one_minus_b2) * g)
-            denominator = v.sqrt().mul_(inv_sqrt_bias2).add_(eps)
-            p.mul_(decay).sub_((m * step_size).div_(denominator))
+        eps, decay = float(f32(self.eps)), float(f32(1.0 - lr * self.weight_decay))
+        names = list(self.params)
+        ps = [self.params[n] for n in names]
+        gs = [p.grad for p in ps]
+        ms, vs = [self.m[n] for n in names], [self.v[n] for n in names]
+        torch._foreach_mul_(ms, b1)
+        torch._foreach_add_(ms, torch._foreach_mul(gs, one_minus_b1))
+        torch._foreach_mul_(vs, b2)
+        scaled = torch._foreach_mul(gs, one_minus_b2)
+        torch._foreach_mul_(scaled, gs)
+        torch._foreach_add_(vs, scaled)
+        denominator = torch._foreach_sqrt(vs)
+        torch._foreach_mul_(denominator, inv_sqrt_bias2)
+        torch._foreach_add_(denominator, eps)
+        decayed = [p for p in ps if p.dim() == 2]
+        if decayed:
+            torch._foreach_mul_(decayed, decay)
+        update = torch._foreach_mul(ms, step_size)
+        torch._foreach_div_(update, denominator)
+        torch._foreach_sub_(ps, update)
 
 
 @torch.no_grad()

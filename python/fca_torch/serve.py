@@ -51,6 +51,9 @@ def main(argv=None) -> int:
     a = parse_args(argv)
     if a.threads > 0:
         torch.set_num_threads(a.threads)
+    # Deterministic kernels, so that a replay repeats the live pass's arithmetic (exact replay). On
+    # CUDA, cuBLAS needs a fixed workspace for that, set before its first handle is made.
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     torch.use_deterministic_algorithms(True)
     return fca_adapter.serve(adapter_for(a.model, a.reference, device_of(a.device)))
 
