@@ -238,8 +238,20 @@ TEST_F(TorchEngine, AStudyTrainsAndAuditsItsVariantsThroughPyTorch) {
   }
   EXPECT_NE(testing::read_bytes(out + "/mudd-s1/train.log.jsonl").find("\"engine\": \"torch\""), std::string::npos);
   EXPECT_TRUE(std::filesystem::exists(out + "/fg-aggregate.json"));
+  // Each variant's first checkpoint is timed natively (the paper page reads those) and through its
+  // adapter against the same-shape Dense (the report cards show the adapter's, on the model's device).
+  const auto exec = read_json(out + "/exec/exec.json");
+  ASSERT_EQ(exec["models"].size(), 6u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(exec["models"][i]["family"], i < 2 ? "gated" : "mudd");
+    EXPECT_EQ(exec["models"][i + 3]["family"], "external");
+    EXPECT_EQ(exec["models"][i + 3]["model_sha256"], exec["models"][i]["model_sha256"]);
+    EXPECT_EQ(exec["models"][i + 3]["modes"][0]["executed_units_per_token"]["blocks"], 2.0);
+  }
   const std::string report = testing::read_bytes(out + "/report.md");
-  EXPECT_NE(report.find("fg-s1 (1 of 2 checkpoints): 2/2 blocks execute"), std::string::npos) << report.substr(0, 3000);
+  EXPECT_NE(report.find("Timed on fg-s1 (1 of 2 checkpoints): 2 of 2 blocks per token execute with the live controller"), std::string::npos)
+      << report.substr(0, 3000);
+  EXPECT_NE(report.find("(measured in the adapter's process)"), std::string::npos);
   // Finished pieces are skipped the second time, whichever engine made them.
   std::tie(status, output) = run_shell(python_path + FCA_BINARY + " study --config " + dir.file("study.json") + " --out " + out +
                                        " --engine torch --torch-python " + python() + " 2>&1");

@@ -196,7 +196,11 @@ class StudyRun {
       ensure_audit_markdown(audit_dir);
       variant_audits.push_back(audit_dir + "/audit.json");
       report_.audits.push_back(audit_dir + "/audit.json");  // every checkpoint's tables; one card per variant
-      if (seed == c_.seeds.front()) exec_models_.push_back(path);
+      if (seed == c_.seeds.front()) {
+        exec_models_.push_back(path);
+        // The torch engine's checkpoints are also timed through their adapter, on the model's device.
+        if (c_.engine.handles(v.arch)) exec_externals_.push_back(torch_exec_command(c_.engine, path));
+      }
     }
     aggregate_variant(v, variant_audits);
   }

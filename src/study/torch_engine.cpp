@@ -93,4 +93,8 @@ std::string torch_serve_command(const StudyEngine& engine, const std::string& pa
   return shell_word(engine.python) + " -m fca_torch.serve --model " + shell_word(path);
 }
 
+std::string torch_exec_command(const StudyEngine& engine, const std::string& path) {
+  return torch_serve_command(engine, path) + " --reference same-shape-dense";
+}
+
 }  // namespace fca

@@ -32,5 +32,8 @@ void train_with_torch(const StudyEngine& engine, const TrainOptions& o, const st
 
 // The adapter command that serves checkpoint `path` (a gated file or a MUDD folder) to fca.
 std::string torch_serve_command(const StudyEngine& engine, const std::string& path);
+// The same for fca exec: with the Dense gated model of the same shape as its latency reference, the
+// reference fca's native exec times every family against (dense_same_shape).
+std::string torch_exec_command(const StudyEngine& engine, const std::string& path);
 
 }  // namespace fca
