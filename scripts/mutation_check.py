@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Mutation check of the guarantees of issue 55 (claim 3 for PyTorch models, the adapter's checks):
-each mutation reverts one fix in the source, runs the check that guards it, and must see that check
+"""Mutation check of the guarantees of issue 55 (claim 3 for PyTorch models, the adapter's checks)
+and later ones (issue 57: the PyTorch engine agrees with fca's): each mutation reverts one fix in the source, runs the check that guards it, and must see that check
 fail; the source is restored afterwards, whatever happens. A guarantee whose check still passes with
 its fix reverted is reported MISSED.
 
@@ -77,6 +77,17 @@ MUTATIONS = [
  M("the API names the adapter, not the relay", "python/fca_adapter/api.py",
    '''        raise AuditError(message.replace(f"`{relay}`", f"adapter '{_adapter_name(adapter)}'"))''',
    '''        raise AuditError(message)''', gtest="ExternalExec.PythonApiMeasuresTheModelInProcess"),
+ # Issue 57: fca_torch, the PyTorch engine, against fca's own engine.
+ M("torch engine: AdamW's bias correction", "python/fca_torch/optim.py", '''bias1, bias2 = 1.0 - self.beta1 ** t, 1.0 - self.beta2 ** t''',
+   '''bias1, bias2 = 1.0 - self.beta1 ** t, 1.0 - self.beta2 ** (t + 1)''', gtest="TorchEngine.OneAdamWStepGivesTheSameWeights"),
+ M("torch engine: fca's window stream", "python/fca_torch/data.py", '''rng = Rng(derive_seed(seed, step, k))''',
+   '''rng = Rng(derive_seed(seed, step, k + 1))''', gtest="TorchEngine.OneAdamWStepGivesTheSameWeights"),
+ M("torch engine: each rank its own micro-batches", "python/fca_torch/train.py", '''            k = ranks.rank * A + j''',
+   '''            k = j''', gtest="TorchEngine.TwoGlooRanksAreOneProcessWithGradientAccumulationTwo"),
+ M("torch engine: resume restores AdamW's moments", "python/fca_torch/train.py", '''            opt.v[name].copy_(state["adam.v." + name])''',
+   '''            pass''', gtest="TorchEngine.AKilledRunResumesToTheWeightsOfAnUninterruptedOne"),
+ M("torch engine: the tanh GELU", "python/fca_torch/gated.py", '''F.gelu(self.fc(m), approximate="tanh")''',
+   '''F.gelu(self.fc(m))''', gtest="TorchEngine.NativeCheckpointsGiveTheSameLogitsAndAuditInPyTorch"),
 ]
 
 
