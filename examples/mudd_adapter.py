@@ -34,29 +34,14 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 import fca_adapter  # noqa: E402  (python/fca_adapter: numpy and torch only)
+from fca_torch.mudd import weight_files  # noqa: E402  (a folder's shards, else model.safetensors)
 
 MASKED_SCORE = -65504.0  # fp16 minimum, the reference's causal-mask fill value
 
 
 # ------------------------------------------------------------------------------------------------
-# Checkpoint loading: safetensors (fca_adapter.read_safetensors_file: F32 / BF16 / F16 as float32),
-# a single file or shards named by an index.
-
-def weight_files(folder):
-    """The weight files of a HF folder: the shards named by the index, else model.safetensors."""
-    index = os.path.join(folder, "model.safetensors.index.json")
-    if os.path.exists(index):
-        with open(index) as f:
-            names = sorted(set(json.load(f)["weight_map"].values()))
-        return [os.path.join(folder, name) for name in names]
-    single = os.path.join(folder, "model.safetensors")
-    if not os.path.exists(single):
-        raise FileNotFoundError(f"{folder}: neither model.safetensors nor model.safetensors.index.json")
-    return [single]
-
-
-# ------------------------------------------------------------------------------------------------
-# The model.
+# The model. Weights: fca_adapter.read_safetensors_file (F32 / BF16 / F16 as float32) over the files
+# weight_files names (a single file, or the shards of an index).
 
 class MuddPythia:
     """MUDDPythia forward pass. Shapes: B batch, T tokens, D width, H heads, dh head dim,
