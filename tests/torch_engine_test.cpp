@@ -252,6 +252,9 @@ TEST_F(TorchEngine, AStudyTrainsAndAuditsItsVariantsThroughPyTorch) {
   EXPECT_NE(report.find("Timed on fg-s1 (1 of 2 checkpoints): 2 of 2 blocks per token execute with the live controller"), std::string::npos)
       << report.substr(0, 3000);
   EXPECT_NE(report.find("(measured in the adapter's process)"), std::string::npos);
+  // Every seed's audit names its checkpoint file, so the report labels it as a native study does.
+  EXPECT_EQ(read_json(out + "/fg-s2-audit/audit.json")["model"]["path"], out + "/fg-s2.safetensors");
+  EXPECT_NE(report.find("per-checkpoint audit: `fg-s2 ("), std::string::npos) << report.substr(0, 3000);
   // Finished pieces are skipped the second time, whichever engine made them.
   std::tie(status, output) = run_shell(python_path + FCA_BINARY + " study --config " + dir.file("study.json") + " --out " + out +
                                        " --engine torch --torch-python " + python() + " 2>&1");

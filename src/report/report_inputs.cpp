@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
-#include <map>
 #include <sstream>
 
 #include "core/error.h"
@@ -206,26 +205,15 @@ nlohmann::json load_exec(const std::string& p) {
 
 // Labels: one per checkpoint (by weights hash), from the paths the audits and execs give.
 void label_checkpoints(ReportData& d) {
-  auto external = [](const std::string& path) { return path.rfind("external: ", 0) == 0; };
-  // A file path any document gives for the weights: it names a checkpoint audited through an adapter
-  // and timed natively (the torch engine) as the native study names it.
-  std::map<std::string, std::string> file_path;
-  auto note = [&](const nlohmann::json& sha, const nlohmann::json& path) {
-    if (sha.is_string() && path.is_string() && !external(path.get<std::string>())) file_path.emplace(sha.get<std::string>(), path.get<std::string>());
-  };
-  for (const auto& a : d.audits) note(a.doc["provenance"]["model_sha256"], a.doc["model"]["path"]);
-  for (const auto& e : d.execs)
-    for (const auto& m : e.doc["models"]) note(m["model_sha256"], m.contains("path") ? m["path"] : nlohmann::json());
   std::vector<std::string> shas, paths;
   auto add = [&](const nlohmann::json& sha, const nlohmann::json& path, const nlohmann::json& description) {
     if (!sha.is_string() || !path.is_string()) return;
     for (const auto& s : shas)
       if (s == sha.get<std::string>()) return;
     shas.push_back(sha.get<std::string>());
-    // An external adapter's "path" is its command: the file, or else the model's description, names it better.
+    // An external adapter's "path" is its command: the model's description names it better.
     const std::string p = path.get<std::string>();
-    const auto file = file_path.find(sha.get<std::string>());
-    paths.push_back(!external(p) ? p : file != file_path.end() ? file->second : description.is_string() ? description.get<std::string>() : p);
+    paths.push_back(p.rfind("external: ", 0) == 0 && description.is_string() ? description.get<std::string>() : p);
   };
   for (const auto& a : d.audits) add(a.doc["provenance"]["model_sha256"], a.doc["model"]["path"], a.doc["model"]["description"]);
   for (const auto& e : d.execs)

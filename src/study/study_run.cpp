@@ -210,11 +210,12 @@ class StudyRun {
   // It is evaluated, audited once (paired-window intervals) and its execution measured.
   void study_given_checkpoint(const StudyVariant& v);
   // The torch engine's audit of checkpoint `path`: through fca_torch's hooked adapter, in the model's
-  // own process and on its device, as any external model (the adapter names the checkpoint).
+  // own process and on its device, as any external model. audit.json names the checkpoint file, so
+  // that the report labels its seeds as a native study's.
   void audit_through_torch(const StudyVariant& v, const std::string& path, const std::string& audit_dir) {
     const std::string command = torch_serve_command(c_.engine, path);
     const auto m = open_external_model(command, c_.adapter_timeout_s);
-    AuditOptions a = study_audit_options(c_, static_cast<const ExternalAuditable&>(*m).model_path(), "external", audit_dir, progress_);
+    AuditOptions a = study_audit_options(c_, path, "external", audit_dir, progress_);
     a.tokens = v.seq;
     a.adapter_command = command;
     run_audit(*m, corpus_, a);
