@@ -11,6 +11,9 @@
 #include <vector>
 
 #include "audit_agreement.h"
+#include "core/error.h"
+#include "study/torch_engine.h"
+#include "train/train_family.h"
 #include "test_util.h"
 
 namespace fca {
@@ -205,6 +208,37 @@ TEST_F(TorchEngine, AKilledRunResumesToTheWeightsOfAnUninterruptedOne) {
   const auto [same, diff] = run_shell(python() + " " + source("tests/torch_engine/compare.py") + " weights " +
                                       dir.file("whole.safetensors") + " " + dir.file("killed.safetensors") + " 0");
   EXPECT_EQ(same, 0) << diff;
+}
+
+// The trainer's command line carries fca train's options and the family's own settings (as the
+// same flags), and under --gpus runs torchrun with restarts.
+TEST(TorchEngineCommand, CarriesTheRunsOptionsAndTheFamilysSettings) {
+  TrainOptions o;
+  o.arch = "gated";
+  o.shape = {3, 64, 2, 32};
+  o.settings = resolve_settings(train_family_named("gated"), {{"gate", "fixed"}, {"gate_value", 0.3}}, "test");
+  o.batch = 5;
+  o.steps = 70;
+  o.lr = 2e-3;
+  o.seed = 9;
+  o.checkpoint_every = 7;
+  o.out = "runs/it's.safetensors";
+  o.resume = true;
+  StudyEngine engine;
+  engine.name = "torch";
+  engine.python = "/usr/bin/python3";
+  const std::string one = torch_train_command(engine, o, "data/x");
+  for (const char* part : {"'/usr/bin/python3' -m fca_torch.train --arch 'gated' --layers 3 --dim 64 --heads 2 --seq 32",
+                           " --gate 'fixed' --gate-value 0.29999999999999999 ", " --batch 5 ", " --steps 70 ", " --lr 0.002 ",
+                           " --seed 9 ", " --checkpoint-every 7 ", " --data 'data/x' ", " --out 'runs/it'\\''s.safetensors'", " --resume"})
+    EXPECT_NE(one.find(part), std::string::npos) << part << " in " << one;
+  engine.gpus = 4;
+  EXPECT_NE(torch_train_command(engine, o, "data/x").find("-m torch.distributed.run --standalone --nproc_per_node 4 --max_restarts 3"),
+            std::string::npos);
+  o.arch = "moe";
+  EXPECT_THROW(torch_train_command(engine, o, "data/x"), Error);
+  EXPECT_FALSE(engine.handles("moe"));
+  EXPECT_TRUE(engine.handles("mudd"));
 }
 
 // fca study --engine torch: fca_torch trains the gated and MUDD variants and fca audits them through

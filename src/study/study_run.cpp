@@ -330,6 +330,7 @@ std::string StudyRun::train_checkpoint(const StudyVariant& v, uint64_t seed, con
     stage("train " + v.name + " seed " + std::to_string(seed));
     o.resume = file_exists(files.weights) && file_exists(files.state);
     if (c_.engine.handles(v.arch)) {
+      o.resume = true;  // fca_torch: continue from a checkpoint when there is one, which torchrun's restarts need
       train_with_torch(c_.engine, o, corpus_.dir());
       if (!trained(files.weights, o.steps))
         throw Error("the torch engine's trainer ended without a checkpoint of " + std::to_string(o.steps) + " steps at " + files.weights);

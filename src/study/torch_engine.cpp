@@ -42,10 +42,11 @@ std::string torch_train_command(const StudyEngine& engine, const TrainOptions& o
   const TrainFamily& family = train_family_named(o.arch);
   if (!engine.handles(o.arch)) throw Error("the torch engine has no model of the " + o.arch + " family (TrainFamily::torch_arch)");
   // torchrun's --redirects 1 --tee 1: Debian 12's torch 1.13 on Python 3.11 cannot parse its own
-  // default (0), and the workers' output still reaches the terminal.
+  // default (0), and the workers' output still reaches the terminal. After a worker fails, torchrun
+  // starts them all again (3 times at most), and --resume continues from the last checkpoint.
   const std::string launcher =
       engine.gpus > 0 ? " -m torch.distributed.run --standalone --nproc_per_node " + std::to_string(engine.gpus) +
-                            " --redirects 1 --tee 1 --module fca_torch.train"
+                            " --max_restarts 3 --redirects 1 --tee 1 --module fca_torch.train"
                       : " -m fca_torch.train";
   std::string c = shell_word(engine.python) + launcher;
   auto arg = [&c](const std::string& flag, const std::string& value) {
