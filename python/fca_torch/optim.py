@@ -71,12 +71,12 @@ class AdamW:
 
 @torch.no_grad()
 def clip_gradients(params, clip: float) -> float:
-    """The global L2 norm of the gradients (summed in double, as fca), scaled to `clip` when above it."""
-    norm = math.sqrt(sum(float(p.grad.double().pow(2).sum()) for p in params))
+    """The global L2 norm of the gradients (each tensor's sum of squares in double, as fca), scaled
+    to `clip` when above it. One host synchronisation per step, not one per tensor."""
+    grads = [p.grad for p in params]
+    norm = math.sqrt(float(torch.stack([g.double().pow(2).sum() for g in grads]).sum()))
     if not math.isfinite(norm):
         raise FloatingPointError(f"training diverged (gradient norm {norm}): lower --lr")
     if clip > 0 and norm > clip:
-        factor = float(f32(clip / norm))
-        for p in params:
-            p.grad.mul_(factor)
+        torch._foreach_mul_(grads, float(f32(clip / norm)))
     return norm

@@ -282,7 +282,7 @@ def train(a) -> int:
         lr = optim.learning_rate(step, a.steps, a.warmup, a.lr, a.min_lr_ratio)
         for p in model.parameters():
             p.grad = None
-        local_loss = 0.0
+        local_loss = torch.zeros((), dtype=torch.float64, device=ranks.device)
         for j in range(A):
             k = ranks.rank * A + j
             w = data.micro_batch(train_split, a.seed, step, k, a.batch, T).to(ranks.device)
@@ -292,8 +292,8 @@ def train(a) -> int:
                     logits = net(w[:, :T])
                 micro_loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), w[:, 1:].reshape(-1))
                 (micro_loss / A).backward()
-            local_loss += float(micro_loss)
-        loss = ranks.sum(local_loss) / K
+            local_loss += micro_loss.detach().double()   # on the device: one synchronisation per step
+        loss = ranks.sum(float(local_loss)) / K
         if not math.isfinite(loss):
             raise FloatingPointError(f"step {step}: training diverged (loss {loss}): lower --lr")
         grad_norm = optim.clip_gradients(list(model.parameters()), a.clip)
