@@ -239,6 +239,11 @@ TEST(TorchEngineCommand, CarriesTheRunsOptionsAndTheFamilysSettings) {
   EXPECT_THROW(torch_train_command(engine, o, "data/x"), Error);
   EXPECT_FALSE(engine.handles("moe"));
   EXPECT_TRUE(engine.handles("mudd"));
+  // --gpus is the torch engine's; the native engine refuses it rather than ignoring it.
+  StudyEngine native;
+  native.gpus = 2;
+  EXPECT_THROW(check_study_engine(native, "fca study"), Error);
+  EXPECT_NO_THROW(check_study_engine(engine, "fca study"));
 }
 
 // fca study --engine torch: fca_torch trains the gated and MUDD variants and fca audits them through
