@@ -36,16 +36,10 @@ const ReportData::Named* find_aggregate(const ReportData& d, const std::string& 
 }
 
 const nlohmann::json* find_exec(const ReportData& d, const std::string& sha256, bool external) {
-  // The measurement of the same kind (through an adapter or native) first; else the other one of the
-  // same weights (the torch engine audits through an adapter and fca exec times the file natively).
-  const nlohmann::json* other = nullptr;
   for (const auto& e : d.execs)
     for (const auto& m : e.doc["models"])
-      if (m["model_sha256"] == sha256) {
-        if ((m.value("family", "") == "external") == external) return &m;
-        if (other == nullptr) other = &m;
-      }
-  return other;
+      if (m["model_sha256"] == sha256 && (m.value("family", "") == "external") == external) return &m;
+  return nullptr;
 }
 
 std::string audit_label(const ReportData& d, const nlohmann::json& audit) {
