@@ -3,7 +3,7 @@
 # Idempotent: packages already present are not touched, and apt is not called at all when nothing
 # is missing. Runs as root, or through sudo.
 set -euo pipefail
-packages=(build-essential cmake pkg-config libopenblas-openmp-dev libhwy-dev nlohmann-json3-dev libcli11-dev
+packages=(build-essential cmake pkg-config libopenblas-openmp-dev libdnnl-dev libhwy-dev nlohmann-json3-dev libcli11-dev
           libgtest-dev libgmock-dev libbenchmark-dev libopenmpi-dev openmpi-bin git time ca-certificates)
 # The corpus is fetched with npm; a machine that already has node and npm (from Debian or from
 # NodeSource, whose nodejs conflicts with Debian's npm) keeps them.

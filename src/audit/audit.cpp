@@ -6,11 +6,13 @@
 #include <optional>
 
 #include "audit/phases.h"
+#include "audit/plan.h"
 #include "audit/work_split.h"
 #include "core/error.h"
 #include "core/exec_counters.h"
 #include "core/file_io.h"
 #include "models/record_kind.h"
+#include "ops/onednn_matmul.h"
 #include "ops/provenance.h"
 #include "models/capabilities.h"
 
@@ -23,7 +25,7 @@ void decide_batch(AuditableModel& model, AuditSetup& s, const Communicator& comm
   AuditOptions& o = s.options;
   if (o.batch < 0) throw Error("--batch must be 0 (chosen for throughput) or positive, found " + std::to_string(o.batch));
   const std::optional<int> journal_batch = o.plan_only ? std::nullopt : AuditJournal::recorded_batch(s.journal_path);
-  if (journal_batch && (o.batch == 0 || model.batch_invariant())) {
+  if (journal_batch && (o.batch == 0 || results_batch_invariant(model))) {
     // Resuming: keep the batch the journal's records were made with (for a batch-invariant model a
     // different --batch would give the same results, but the records are per batch of windows).
     s.batch_choice = BatchChoice{*journal_batch, "resumed: the batch of " + s.journal_path, {}};
@@ -86,7 +88,8 @@ void describe_run(const AuditableModel& model, const Corpus& corpus, const TextS
   m.calib_windows = s.calib.indices;
   m.tokens = s.tokens;
   m.batch = s.options.batch;
-  m.batch_invariant = model.batch_invariant();
+  m.batch_invariant = results_batch_invariant(model);
+  m.precision = matmul_precision_name(matmul_precision());
   m.shape = model.make_coefficients(1, s.tokens).shape();
   m.seed = s.options.seed;
   m.build = build_description();

@@ -66,6 +66,7 @@ nlohmann::ordered_json settings_json(const AuditSetup& s, const AuditInputs& in)
           {"seq_len", s.tokens},
           {"reps", o.reps},
           {"batch", o.batch},
+          {"precision", s.manifest.precision},
           {"bootstrap_resamples", o.bootstrap_resamples},
           {"seed", o.seed},
           {"token_shuffle", o.joint_token_shuffle ? "site-joint: one permutation per window and layer, shared by every stream"

@@ -10,6 +10,7 @@
 #include "core/json_fields.h"
 #include "core/progress.h"
 #include "models/record_kind.h"
+#include "ops/onednn_matmul.h"
 #include "models/routing_record.h"
 
 namespace fca {
@@ -41,7 +42,8 @@ nlohmann::ordered_json CacheManifest::to_json() const {
           {"dtype", dtype},
           {"axes", axes},
           {"seed", seed},
-          {"build", build}};
+          {"build", build},
+          {"precision", precision}};
   if (!controller_setting.empty()) j["controller_setting"] = controller_setting;
   return j;
 }
@@ -55,7 +57,7 @@ CacheManifest CacheManifest::from_json(const nlohmann::json& j, const std::strin
     const JsonFields f(j, where + ": cache manifest",
                        {"family", "model_description", "model_sha256", "eval_split", "eval_split_sha256", "calib_split",
                         "calib_split_sha256", "eval_windows", "calib_windows", "tokens", "batch", "shape", "record", "dtype",
-                        "axes", "seed", "build", "controller_setting"});
+                        "axes", "seed", "build", "precision", "controller_setting"});
     CacheManifest m;
     m.family = f.text("family", "");
     m.model_description = f.text("model_description", "");
@@ -91,6 +93,8 @@ CacheManifest CacheManifest::from_json(const nlohmann::json& j, const std::strin
       throw Error(where + ": cache manifest: 'seed' must be an integer in 0 .. 2^64-1, found " + seed.dump());
     m.seed = seed.get<uint64_t>();
     m.build = f.text("build", "");
+    m.precision = f.text("precision", "fp32");
+    (void)parse_matmul_precision(m.precision, where + ": cache manifest 'precision'");
     if (f.has("controller_setting")) m.controller_setting = f.text("controller_setting", "");
     return m;
   } catch (const nlohmann::json::exception& e) {
@@ -104,6 +108,10 @@ void CacheManifest::check_matches(const CacheManifest& found, const std::string&
                 " (delete the cache or pass another --cache)");
   };
   if (found.model_sha256 != model_sha256) differ("model_sha256", model_sha256, found.model_sha256);
+  if (found.precision != precision)
+    throw Error(where + ": the cache was written with --precision " + found.precision + " and this audit runs --precision " +
+                precision + ": a replay in another precision cannot reproduce the recorded NLLs (rerun with --precision " +
+                found.precision + ", or delete the cache or pass another --cache)");
   if (found.eval_split_sha256 != eval_split_sha256) differ("eval_split_sha256", eval_split_sha256, found.eval_split_sha256);
   if (found.calib_split_sha256 != calib_split_sha256)
     differ("calib_split_sha256", calib_split_sha256, found.calib_split_sha256);

@@ -39,6 +39,10 @@ struct CacheManifest {
   // The build that wrote it (build_description()). Informational, not matched: another build's
   // cache is used only when exact replay, which always runs, reproduces its NLLs bit for bit.
   std::string build;
+  // The precision of the matrix products that wrote it (ops/onednn_matmul.h: "fp32", "bf16");
+  // matched: a replay in another precision cannot reproduce the recorded NLLs. Caches written
+  // before the field existed were fp32.
+  std::string precision = "fp32";
   // The controller's inference setting the records depend on (ControllerSetting, models/capabilities.h:
   // an exit model's threshold); matched. Empty (and not written) for models without one.
   std::string controller_setting;

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/exec_counters.h"
+#include "ops/onednn_matmul.h"
 
 namespace fca {
 namespace {
@@ -67,10 +68,15 @@ BatchChoice probe_batch_candidates(const std::vector<int>& candidates, const std
   return c;
 }
 
+bool results_batch_invariant(const AuditableModel& model) {
+  return model.batch_invariant() && matmul_precision() == MatmulPrecision::fp32;
+}
+
 BatchChoice choose_batch(AuditableModel& model, const WindowSet& eval) {
-  if (!model.batch_invariant()) {
+  if (!results_batch_invariant(model)) {
     BatchChoice c;
-    c.reason = "fixed: this model's results may depend on the batch";
+    c.reason = matmul_precision() == MatmulPrecision::bf16 ? "fixed: bf16 products depend on the batch"
+                                                           : "fixed: this model's results may depend on the batch";
     return c;
   }
   const int T = eval.tokens, W = eval.count();

@@ -77,6 +77,11 @@ struct BatchChoice {
 };
 BatchChoice choose_batch(AuditableModel& model, const WindowSet& eval);
 
+// Whether this process's audit results are independent of the batch: the model's own property
+// (AuditableModel::batch_invariant) in the fp32 precision only, since oneDNN's bf16 products
+// block differently for different M (ops/onednn_matmul.h).
+bool results_batch_invariant(const AuditableModel& model);
+
 // The probe above on any timing source: prepare(b) readies a pass of b windows (sizes the run state,
 // runs it once untimed), measure(b) times one pass of b windows and returns its seconds. Candidates
 // in increasing order; the choice's `reason` is left to the caller.

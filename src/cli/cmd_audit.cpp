@@ -26,6 +26,7 @@ struct AuditFlags {
   std::string data, conditions, external;
   double external_timeout = 600;
   int threads = 0;
+  std::string precision = "fp32";
   bool no_progress = false;
   bool no_prefix_reuse = false;
   bool plan_only = false;
@@ -74,11 +75,13 @@ void add_audit_flags(CLI::App* cmd, AuditFlags& f) {
   cmd->add_flag("--no-prefix-reuse", f.no_prefix_reuse,
                 "Recompute the embedding and block 0 in every condition replay (bitwise the same results, slower)");
   add_threads_flag(*cmd, f.threads);
+  add_precision_flag(*cmd, f.precision);
 }
 
 // The audit of the flags' model: fca's checkpoint or an adapter's; rank 0 writes and prints.
 void run_audit_command(const AuditFlags& f) {
   apply_threads(f.threads);
+  apply_precision(f.precision);
   AuditOptions options = f.audit;
   options.prefix_reuse = !f.no_prefix_reuse;
   options.progress = !f.no_progress;
@@ -97,6 +100,9 @@ void run_audit_command(const AuditFlags& f) {
   } else {
     if (!f.family_settings.given_flags().empty())
       throw Error("audit: " + f.family_settings.given_flags() + " applies to fca's own families' models, not to --external");
+    if (f.precision != "fp32")
+      throw Error("audit: --precision " + f.precision + " sets the precision of fca's own matrix products; an --external "
+                  "model computes in its adapter (fca_torch.serve: --precision there)");
     // The adapter learns its place among the ranks (fca_adapter.rank(), local_rank()), so that a node
     // with several GPUs audits one model replica per GPU (docs/audit-your-model.md).
     ::setenv("FCA_RANK", std::to_string(world().rank()).c_str(), 1);

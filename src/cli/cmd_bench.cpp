@@ -14,6 +14,8 @@
 
 #include "cli/common.h"
 #include "core/communicator.h"
+#include "ops/gemm.h"
+#include "ops/onednn_matmul.h"
 #include "ops/provenance.h"
 #include "core/rng.h"
 #include "core/sha256.h"
@@ -36,6 +38,7 @@ struct BenchFlags {
   uint64_t seed = 0;
   int batch = 8, seq = 0, runs = 20, warmup = 3, threads = 0;
   bool json = false;
+  std::string precision = "fp32";  // forward only (bf16 training is not built)
   std::string source = "live";  // forward only: live controller or replayed coefficients
 };
 
@@ -153,6 +156,7 @@ void report(const BenchFlags& f, const char* what, const nlohmann::ordered_json&
   if (first_step) std::printf("  first step: loss %.6f, gradient norm %.6g\n", first_step->loss, first_step->grad_norm);
   std::printf("  %.0f tokens/s   %.1f GFLOP/s model   SGEMM peak %.1f GFLOP/s   ratio %.1f%%\n", tokens_per_s, gflops, peak,
               100 * gflops / peak);
+  std::printf("  products in %s: %s\n", matmul_precision_name(matmul_precision()), blas_description().c_str());
   std::printf("  breakdown of a pass (%.2f ms, profiled):", 1e3 * breakdown.total);
   for (int p = 0; p < kPhaseCount; ++p)
     std::printf("  %s %.2f ms (%.0f%%)", kPhaseNames[p], 1e3 * breakdown.seconds[size_t(p)],
@@ -164,6 +168,7 @@ void report(const BenchFlags& f, const char* what, const nlohmann::ordered_json&
 // checkpoint through the registry (a pass is forward + loss, FLOPs counted at the GEMM calls).
 void bench_forward(const BenchFlags& f, const CLI::App& cmd) {
   apply_threads(f.threads);
+  apply_precision(f.precision);
   const ExecFamily& family = bench_family(f);
   const bool replay = f.source == "replay";
   if (family.bench_forward) {  // the family's own benchmark, FLOPs by its formula
@@ -210,6 +215,7 @@ void bench_forward(const BenchFlags& f, const CLI::App& cmd) {
 // checkpoint's weights; FLOPs counted at the GEMM calls.
 void bench_train(const BenchFlags& f, const CLI::App& cmd) {
   apply_threads(f.threads);
+  apply_precision("fp32");  // training's products are fp32 (no bf16 training mode is built)
   const ExecFamily& family = bench_family(f);
   if (family.bench_train) {  // the family's own benchmark, FLOPs by its formula
     const BenchWork w = family.bench_train(request_of(f, cmd));
@@ -264,6 +270,7 @@ void add_bench_command(CLI::App& app) {
   auto fwd = std::make_shared<BenchFlags>();
   CLI::App* forward = bench->add_subcommand("forward", "Time inference forward passes (live controller)");
   add_bench_flags(*forward, *fwd);
+  add_precision_flag(*forward, fwd->precision);
   forward->add_option("--source", fwd->source, "Coefficient source: live (controller) or replay (recorded coefficients)")
       ->check(CLI::IsMember({"live", "replay"}))
       ->capture_default_str();

@@ -19,6 +19,7 @@ void add_eval_command(CLI::App& app) {
     std::string model, data, split = "test", out;
     int64_t windows = 0;
     int seq = 0, batch = 8, threads = 0;
+    std::string precision = "fp32";
     bool no_progress = false;
   };
   auto f = std::make_shared<Flags>();
@@ -34,8 +35,10 @@ void add_eval_command(CLI::App& app) {
   cmd->add_option("--out", f->out, "JSON result file (default: <model>.eval-<split>.json)");
   cmd->add_flag("--no-progress", f->no_progress, "No progress bar");
   add_threads_flag(*cmd, f->threads);
+  add_precision_flag(*cmd, f->precision);
   cmd->callback(naming_batch(f->batch, [f] {
     apply_threads(f->threads);
+    apply_precision(f->precision);
     if (!f->out.empty()) ensure_file_destination(f->out, "--out");
     Corpus corpus(resolve_data_dir(f->data));
     const TextSplit& split = corpus.split(f->split);

@@ -18,6 +18,7 @@ void add_exec_command(CLI::App& app) {
     ExecOptions exec;
     std::string data, thresholds;
     int threads = 0;
+    std::string precision = "fp32";
     bool no_progress = false;
     RunSettingFlags family_settings;
   };
@@ -50,8 +51,10 @@ void add_exec_command(CLI::App& app) {
   cmd->add_option("--out", e.out_dir, "Output folder (exec.json, exec.md)")->required();
   cmd->add_flag("--no-progress", f->no_progress, "No progress bar");
   add_threads_flag(*cmd, f->threads);
+  add_precision_flag(*cmd, f->precision);
   cmd->callback(naming_batch(e.batch, [f, cmd] {
     apply_threads(f->threads);
+    apply_precision(f->precision);
     ExecOptions options = f->exec;
     // --runs above the default maximum raises the maximum with it unless --max-runs says otherwise.
     if (cmd->count("--max-runs") == 0) options.max_runs = std::max(options.max_runs, options.runs);

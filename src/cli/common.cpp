@@ -13,6 +13,7 @@
 #include "core/threads.h"
 #include "core/parse.h"
 #include "data/corpus.h"
+#include "ops/onednn_matmul.h"
 
 namespace fca::cli {
 namespace {
@@ -173,6 +174,16 @@ void add_threads_flag(CLI::App& app, int& threads) {
 }
 
 void apply_threads(int threads) { set_threads(threads); }
+
+void add_precision_flag(CLI::App& app, std::string& precision) {
+  app.add_option("--precision", precision,
+                 "Matrix products in fp32, or in bf16 with fp32 accumulation (oneDNN: AMX or AVX512-BF16 where the CPU "
+                 "has them); norms, softmax, the loss and every statistic stay fp32 (docs/precision.md)")
+      ->check(CLI::IsMember({"fp32", "bf16"}))
+      ->capture_default_str();
+}
+
+void apply_precision(const std::string& precision) { set_matmul_precision(parse_matmul_precision(precision, "--precision")); }
 
 void add_engine_flags(CLI::App& app, StudyEngine& engine) {
   app.add_option("--engine", engine.name,

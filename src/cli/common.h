@@ -69,6 +69,11 @@ void add_threads_flag(CLI::App& app, int& threads);
 // --engine native|torch, --gpus N and --torch-python PATH of fca study and fca paper (study/torch_engine.h).
 void add_engine_flags(CLI::App& app, StudyEngine& engine);
 void apply_threads(int threads);
+// --precision fp32|bf16 (ops/onednn_matmul.h): the process's matrix-product precision, set by
+// apply_precision() before any work (always, so a command in a process that ran another starts
+// from its own flag).
+void add_precision_flag(CLI::App& app, std::string& precision);
+void apply_precision(const std::string& precision);
 
 // The callback of a command whose run states --batch sizes: `batch` is the flag's variable (read when
 // the callback runs; it must outlive the callback, as the command's shared flags do). An OutOfMemory

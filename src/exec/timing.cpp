@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "core/undefined_statistic.h"
 #include "ops/gemm.h"
+#include "ops/onednn_matmul.h"
 
 namespace fca {
 
@@ -46,9 +47,16 @@ TimingStats time_runs(const std::function<void()>& fn, int warmup, int runs) {
 }
 
 double measure_sgemm_peak_gflops() {
+  // The fp32 peak whatever the process's precision: bf16 figures are quoted against it too.
+  struct Fp32While {
+    MatmulPrecision saved = matmul_precision();
+    Fp32While() { set_matmul_precision(MatmulPrecision::fp32); }
+    ~Fp32While() { set_matmul_precision(saved); }
+  } fp32;
   const int n = 2048;
   std::vector<float> a(size_t(n) * n, 0.5f), b(size_t(n) * n, 0.25f), c(size_t(n) * n, 0.0f);
-  // The faster of fca's GEMM and OpenBLAS's: the best SGEMM this machine runs. Best of 4 after one
+  // The faster of fca's GEMM (oneDNN's at this shape, ops/onednn_matmul.h) and OpenBLAS's: the
+  // best SGEMM this machine runs. Best of 4 after one
   // warm-up: the minimum of a warm 17-GFLOP product is stable to about 1% on this project's machine.
   const double blas = time_runs([&] { openblas_sgemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n); }, 1, 4).min;
 #if defined(__SANITIZE_ADDRESS__)

@@ -13,6 +13,7 @@
 #include "core/threads.h"
 #include "ops/elementwise.h"
 #include "ops/norms.h"
+#include "ops/onednn_matmul.h"
 #include "ops/simd.h"
 
 namespace fca {
@@ -27,7 +28,11 @@ std::string openblas_description() {
 }
 
 std::string blas_description() {
-  return "sgemm fca tile_matmul " + simd::dispatched_target() + "; dgemm " + openblas_description();
+  const std::string sgemm = matmul_precision() == MatmulPrecision::bf16
+                                ? "sgemm bf16 " + onednn_description() + " for every product"
+                                : "sgemm " + onednn_description() + " where N and K >= 64, fca tile_matmul " +
+                                      simd::dispatched_target() + " otherwise";
+  return sgemm + "; dgemm " + openblas_description();
 }
 
 void openblas_sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
@@ -170,6 +175,29 @@ void gemm_float_rectangle(const FloatGemm& g, int chunk_begin, int chunk_end, in
   }
 }
 
+// The GEMM on oneDNN (ops/onednn_matmul.h), after gemm_float_prologue: beta, when not 0, has
+// already scaled C, which the product is then added onto; a bias is C's starting value (beta is 0
+// with a bias); the GELU epilogue is applied to C's rows
+// afterwards with the same row function as the blocked path (so the values are bitwise those of
+// the unfused layers here too). In bf16 a Linear weight under a PackedWeightsScope is rounded once.
+void gemm_float_onednn(const FloatGemm& g) {
+  const uint16_t* b_bf16 = nullptr;
+  if (matmul_precision() == MatmulPrecision::bf16 && g.trans_b && g.ldb == g.K && active_packed_weights != nullptr)
+    b_bf16 = active_packed_weights->bf16(g.B, g.N, g.K);
+  if (g.bias != nullptr) {
+    // The bias as C's starting value, then the product added onto it: the fill and beta 1 of the
+    // unfused layer, so bitwise its values (oneDNN's own bias argument rounds differently).
+#pragma omp parallel for schedule(static) if (!omp_in_parallel())
+    for (int i = 0; i < g.M; ++i) std::copy(g.bias, g.bias + g.N, g.C + int64_t(i) * g.ldc);
+  }
+  onednn_gemm({g.trans_a, g.trans_b, g.M, g.N, g.K, g.alpha, g.A, g.lda, g.B, g.ldb, g.beta != 0.0f || g.bias != nullptr, g.C,
+               g.ldc, b_bf16});
+  if (g.gelu_out == nullptr) return;
+  const auto gelu = g.gelu_form == GeluForm::tanh ? simd::gelu_tanh_forward : simd::gelu_erf_forward;
+#pragma omp parallel for schedule(static) if (!omp_in_parallel())
+  for (int i = 0; i < g.M; ++i) gelu(g.gelu_out + int64_t(i) * g.ldc, g.C + int64_t(i) * g.ldc, g.N);
+}
+
 // How one GEMM's C is cut into units of work: the longer side (rows when C has more rows than
 // columns) in `units` rectangles, each `group` row chunks (all columns) or `group` panels (all
 // rows), the last one possibly smaller.
@@ -222,6 +250,10 @@ void gemm_float_group(const FloatGemm* gemms, int count) {
     int n = 0;
     for (int q = q0; q < std::min(count, q0 + kMaxGroup); ++q) {
       if (!gemm_float_prologue(gemms[q])) continue;
+      if (onednn_runs_gemm(gemms[q].N, gemms[q].K)) {
+        gemm_float_onednn(gemms[q]);
+        continue;
+      }
       FloatGemm& g = blocked[n] = gemms[q];
       if (g.trans_b && g.ldb == g.K && g.packed_b == nullptr && active_packed_weights != nullptr)
         g.packed_b = active_packed_weights->packed(g.B, g.N, g.K);
@@ -243,7 +275,7 @@ void gemm_float(const FloatGemm& g) { gemm_float_group(&g, 1); }
 
 }  // namespace
 
-void PackedWeights::add(const float* weight, int out, int in) { entries_.try_emplace(weight, Entry{out, in, 0, {}}); }
+void PackedWeights::add(const float* weight, int out, int in) { entries_.try_emplace(weight, Entry{out, in, 0, {}, {}}); }
 
 const float* PackedWeights::packed(const float* weight, int out, int in) {
   const auto it = entries_.find(weight);
@@ -263,9 +295,21 @@ const float* PackedWeights::packed(const float* weight, int out, int in) {
   return e.values.data();
 }
 
+const uint16_t* PackedWeights::bf16(const float* weight, int out, int in) {
+  const auto it = entries_.find(weight);
+  if (it == entries_.end() || it->second.out != out || it->second.in != in) return nullptr;
+  Entry& e = it->second;
+  if (e.bf16_values.empty()) {
+    e.bf16_values.resize(size_t(out) * size_t(in));
+    round_to_bf16(e.bf16_values.data(), weight, int64_t(out) * in);
+    bytes_ += e.bf16_values.size() * sizeof(uint16_t);
+  }
+  return e.bf16_values.data();
+}
+
 size_t PackedWeights::count() const {
   size_t n = 0;
-  for (const auto& [weight, e] : entries_) n += e.values.empty() ? 0 : 1;
+  for (const auto& [weight, e] : entries_) n += e.values.empty() && e.bf16_values.empty() ? 0 : 1;
   return n;
 }
 

@@ -1,6 +1,8 @@
-// GEMM: C[M,N] = alpha * op(A)[M,K] * op(B)[K,N] + beta * C, row-major. Float runs on fca's
-// register-tiled Highway kernel (ops/gemm.cpp, ops/simd_matmul.cpp), whose rows do not depend on
-// M or on the thread split; double (the finite-difference gradient checks) runs OpenBLAS dgemm.
+// GEMM: C[M,N] = alpha * op(A)[M,K] * op(B)[K,N] + beta * C, row-major. Float runs on oneDNN's
+// matmul where the shape's rule says so (ops/onednn_matmul.h: fp32 when N and K >= 64, every
+// product in the bf16 precision), else on fca's register-tiled Highway kernel (ops/gemm.cpp,
+// ops/simd_matmul.cpp); in fp32 both give rows that do not depend on M or on the thread split.
+// Double (the finite-difference gradient checks) runs OpenBLAS dgemm.
 // Called outside OpenMP regions it uses all threads; inside one it runs in the calling thread.
 #pragma once
 #include <cstdint>
@@ -11,10 +13,11 @@
 
 namespace fca {
 
-// What runs the GEMMs, e.g. "sgemm fca tile_matmul AVX3; dgemm OpenBLAS 0.3.21 Haswell
-// (OPENBLAS_CORETYPE=Haswell)": float GEMM's bits depend on whether the SIMD target has fused
-// multiply-add (ops/simd.h); OpenBLAS (DYNAMIC_ARCH) picks its kernels at load time from the CPU or
-// from the environment variable OPENBLAS_CORETYPE (docs/building.md).
+// What runs the GEMMs, e.g. "sgemm oneDNN 2.6.3 (cpu isa avx512_core_amx) where N and K >= 64,
+// fca tile_matmul AVX3 otherwise; dgemm OpenBLAS 0.3.21 Haswell (OPENBLAS_CORETYPE=Haswell)":
+// float GEMM's bits depend on oneDNN's ISA and on whether the SIMD target has fused multiply-add
+// (ops/simd.h); OpenBLAS (DYNAMIC_ARCH) picks its kernels at load time from the CPU or from the
+// environment variable OPENBLAS_CORETYPE (docs/building.md).
 std::string blas_description();
 // OpenBLAS's own description alone, e.g. "OpenBLAS 0.3.21 Cooperlake (detected)".
 std::string openblas_description();
@@ -68,7 +71,8 @@ template <typename T>
 void linear_gelu_forward(T* pre, T* act, const T* x, const T* weight, const T* bias, int N, int in, int out,
                          GeluForm form = GeluForm::tanh);
 
-// Linear weights packed once, as the float GEMM packs op(B) = W^T for each call: for inference
+// Linear weights packed once, as fca's float GEMM kernel packs op(B) = W^T for each call (the
+// GEMMs oneDNN runs read fp32 weights in place, and in bf16 the copy of bf16()): for inference
 // with fixed weights (the audit's thousands of passes), where every call would otherwise copy the
 // same weights into the same panels again (in a rows-split product, once per thread). The packed
 // values are the same values in the same order, so the results are bitwise those of packing per
@@ -84,6 +88,9 @@ class PackedWeights {
   // The packed copy of `weight` for a product of this shape, packed now if it was not yet; null
   // when `weight` was not added with this shape.
   const float* packed(const float* weight, int out, int in);
+  // The weight rounded to bf16 (ops/onednn_matmul.h), in W's own layout, rounded now if it was not
+  // yet: what the bf16 matmul precision reads; null when `weight` was not added with this shape.
+  const uint16_t* bf16(const float* weight, int out, int in);
   size_t bytes() const { return bytes_; }  // of the weights packed so far
   size_t count() const;                    // weights packed so far
 
@@ -92,6 +99,7 @@ class PackedWeights {
     int out = 0, in = 0;
     int panel_width = 0;        // simd::tile_panel_width() when packed
     std::vector<float> values;  // empty until first used
+    std::vector<uint16_t> bf16_values;  // empty until a bf16 product first reads it
   };
   std::unordered_map<const float*, Entry> entries_;
   size_t bytes_ = 0;

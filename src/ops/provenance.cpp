@@ -7,6 +7,7 @@
 
 #include "core/threads.h"
 #include "ops/gemm.h"
+#include "ops/onednn_matmul.h"
 #include "ops/simd.h"
 #include "fca/version.h"
 
@@ -50,7 +51,8 @@ std::string build_description() {
 #endif
   // The SIMD target the kernels dispatch to on this machine decides their speed, not their bits
   // (ops/simd.h); it is recorded so that a reader knows which code ran.
-  // The GEMMs: fca's kernel for float, OpenBLAS (its kernels chosen at run time) for double.
+  // The GEMMs: oneDNN's or fca's kernel for float (by shape), OpenBLAS (its kernels chosen at run
+  // time) for double.
   return std::string("g++ ") + __VERSION__ + "; " + isa + "; " + FCA_BUILD_FLAGS + "; simd " + simd::dispatched_target() +
          "; " + blas_description();
 }
@@ -66,6 +68,8 @@ nlohmann::ordered_json provenance_base() {
   p["machine"] = {{"host", host}, {"cpu", cpu_model()}, {"logical_cpus", sysconf(_SC_NPROCESSORS_ONLN)}};
   p["threads"] = thread_count();
   p["build"] = build_description();
+  // The matrix products' precision (ops/onednn_matmul.h): bf16 results differ from fp32's.
+  p["precision"] = matmul_precision_name(matmul_precision());
   const std::time_t now = std::time(nullptr);
   char when[32];
   std::strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));

@@ -1,0 +1,146 @@
+// The bf16 precision (ops/onednn_matmul.h): both operands of every float GEMM rounded to bf16,
+// fp32 accumulation; the audit in bf16 replays exactly, records its precision, refuses a cache of
+// the other precision, and stays within a stated bound of the fp32 audit of the same model.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "audit_fixture.h"
+#include "core/half.h"
+#include "ops/gemm.h"
+#include "ops/onednn_matmul.h"
+#include "ops/provenance.h"
+
+namespace fca {
+namespace {
+
+// Sets the process's precision for one test and puts fp32 back, whatever the test does.
+struct PrecisionFor {
+  explicit PrecisionFor(MatmulPrecision p) { set_matmul_precision(p); }
+  ~PrecisionFor() { set_matmul_precision(MatmulPrecision::fp32); }
+};
+
+std::vector<float> random_values(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = u(rng);
+  return v;
+}
+
+TEST(Precision, VectorRoundingIsTheScalarDefinition) {
+  // Ties both ways, the carry into the exponent, the largest finite values (which round to inf),
+  // infinities, NaNs of both signs and payloads, subnormals, and a million random bit patterns.
+  std::vector<uint32_t> bits{0x00000000, 0x80000000, 0x3F808000, 0x3F818000, 0x3F80FFFF, 0x3FFFFFFF, 0x7F7FFFFF, 0xFF7FFFFF,
+                             0x7F800000, 0xFF800000, 0x7FC00000, 0xFFC00001, 0x7F800001, 0xFF80FFFF, 0x00000001, 0x807FFFFF};
+  std::mt19937 rng(7);
+  for (int i = 0; i < 1000000; ++i) bits.push_back(uint32_t(rng()));
+  std::vector<float> values(bits.size());
+  std::memcpy(values.data(), bits.data(), sizeof(float) * bits.size());
+  std::vector<uint16_t> rounded(values.size());
+  round_to_bf16(rounded.data(), values.data(), int64_t(values.size()));
+  for (size_t i = 0; i < values.size(); ++i) ASSERT_EQ(rounded[i], f32_to_bf16(values[i])) << std::hex << bits[i];
+}
+
+TEST(Precision, Bf16ProductsAreTheProductsOfTheRoundedOperands) {
+  const PrecisionFor bf16(MatmulPrecision::bf16);
+  set_threads(2);
+  for (const auto [M, N, K] : {std::array<int, 3>{45, 300, 520}, std::array<int, 3>{1, 2, 40}, std::array<int, 3>{70, 8, 2100}})
+    for (bool ta : {false, true})
+      for (bool tb : {false, true}) {
+        SCOPED_TRACE(std::to_string(M) + " x " + std::to_string(N) + " x " + std::to_string(K) + " ta " + std::to_string(ta) +
+                     " tb " + std::to_string(tb));
+        const int lda = ta ? M + 3 : K + 5, ldb = tb ? K + 2 : N + 7, ldc = N + 1;
+        const auto a = random_values(size_t(ta ? K : M) * lda, 1), b = random_values(size_t(tb ? N : K) * ldb, 2);
+        auto c = random_values(size_t(M) * ldc, 3);
+        const auto c0 = c;
+        gemm<float>(ta, tb, M, N, K, 1.0f, a.data(), lda, b.data(), ldb, 1.0f, c.data(), ldc);
+        double worst = 0, worst_unrounded = 0;
+        for (int i = 0; i < M; ++i)
+          for (int j = 0; j < N; ++j) {
+            double want = c0[size_t(i) * ldc + j], unrounded = want;
+            for (int p = 0; p < K; ++p) {
+              const float x = ta ? a[size_t(p) * lda + i] : a[size_t(i) * lda + p];
+              const float y = tb ? b[size_t(j) * ldb + p] : b[size_t(p) * ldb + j];
+              want += double(round_through_bf16(x)) * double(round_through_bf16(y));
+              unrounded += double(x) * double(y);
+            }
+            worst = std::max(worst, std::abs(double(c[size_t(i) * ldc + j]) - want));
+            worst_unrounded = std::max(worst_unrounded, std::abs(double(c[size_t(i) * ldc + j]) - unrounded));
+          }
+        // The exact products of bf16 values are fp32-exact (8 + 8 significant bits); what remains
+        // is fp32 accumulation: sums of up to 2100 products in [-1, 1] (size ~ sqrt(K) / 3 ~ 15),
+        // rounding 2100 * 2^-24 * 15 = 1.9e-3 at worst, typically 100x less.
+        EXPECT_LT(worst, 2e-3);
+        // And it is bf16: unrounded operands differ by ~ sqrt(K) * 2^-9 / 3 per value at least.
+        if (K >= 40) {
+          EXPECT_GT(worst_unrounded, 1e-3);
+        }
+        for (int i = 0; i < M; ++i) ASSERT_EQ(c[size_t(i) * ldc + N], c0[size_t(i) * ldc + N]) << "padding written";
+      }
+}
+
+TEST(Precision, ProvenanceNamesThePrecisionAndTheGemmPath) {
+  EXPECT_EQ(provenance_base()["precision"], "fp32");
+  EXPECT_NE(build_description().find("oneDNN"), std::string::npos) << build_description();
+  const PrecisionFor bf16(MatmulPrecision::bf16);
+  EXPECT_EQ(provenance_base()["precision"], "bf16");
+  EXPECT_NE(build_description().find("sgemm bf16 oneDNN"), std::string::npos) << build_description();
+  EXPECT_THROW(parse_matmul_precision("fp16", "--precision"), Error);
+}
+
+using PrecisionAudit = AuditEndToEnd;
+
+TEST_F(PrecisionAudit, Bf16ReplaysExactlyAndStaysWithinItsBoundOfFp32) {
+  const std::string m = model_of(GateKind::featuregate, 150);
+  const auto fp32 = audit(m, "fp32");
+  nlohmann::ordered_json bf16_audit;
+  {
+    const PrecisionFor bf16(MatmulPrecision::bf16);
+    bf16_audit = audit(m, "bf16");
+  }
+  EXPECT_TRUE(fp32["exact_replay"]["passed"].get<bool>());
+  EXPECT_TRUE(bf16_audit["exact_replay"]["passed"].get<bool>());
+  EXPECT_EQ(fp32["provenance"]["precision"], "fp32");
+  EXPECT_EQ(bf16_audit["provenance"]["precision"], "bf16");
+  const SafetensorsReader cache(dir.file("bf16/cache.safetensors"));
+  EXPECT_EQ(nlohmann::json::parse(cache.metadata().at("manifest"))["precision"], "bf16");
+  EXPECT_EQ(bf16_audit["settings"]["precision"], "bf16");
+  EXPECT_NE(fp32["baseline"]["nll"], bf16_audit["baseline"]["nll"]) << "the bf16 audit computed in fp32";
+  for (const auto& c : fp32["conditions"]) {
+    const std::string name = c["name"];
+    const double a = c["delta_nll"], b = AuditEndToEnd::delta(bf16_audit, name);
+    // bf16 keeps 8 significant bits: each product's operands move by up to 2^-9 = 2e-3 relative.
+    // A penalty is a difference of mean NLLs whose rounding is mostly shared by the two passes it
+    // compares, so it moves by a fraction of that relative to its size (measured: 1.2e-3 at most,
+    // on identity's 2.98 nats), plus an absolute part from the rounding they do not share
+    // (measured: 6e-4 nats at most, on penalties of 0.06 to 0.15). The bound, 1e-3 + 5e-3 |penalty|,
+    // holds both with a margin of 2.5x or more, and stays far below the penalties the study calls
+    // large (0.05 nats and up).
+    EXPECT_NEAR(a, b, 1e-3 + 5e-3 * std::abs(a)) << name;
+  }
+}
+
+TEST_F(PrecisionAudit, ACacheOfTheOtherPrecisionIsRefused) {
+  const std::string m = model_of(GateKind::featuregate, 0);
+  (void)audit(m, "fp32");
+  AuditOptions o = options(m, "bf16");
+  o.cache_path = dir.file("fp32/cache.safetensors");
+  const PrecisionFor bf16(MatmulPrecision::bf16);
+  GatedAuditable model(m, o.batch, 1 << 20);
+  try {
+    run_audit(model, Corpus(dir.path()), o);
+    ADD_FAILURE() << "a cache written in fp32 was replayed in bf16";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("written with --precision fp32 and this audit runs --precision bf16"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace fca
