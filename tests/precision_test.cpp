@@ -14,6 +14,7 @@
 #include "ops/gemm.h"
 #include "ops/onednn_matmul.h"
 #include "ops/provenance.h"
+#include "ops/simd.h"
 
 namespace fca {
 namespace {
@@ -32,18 +33,34 @@ std::vector<float> random_values(size_t n, uint32_t seed) {
   return v;
 }
 
-TEST(Precision, VectorRoundingIsTheScalarDefinition) {
+TEST(Precision, VectorRoundingIsTheScalarDefinitionOnEveryTarget) {
   // Ties both ways, the carry into the exponent, the largest finite values (which round to inf),
-  // infinities, NaNs of both signs and payloads, subnormals, and a million random bit patterns.
+  // infinities, NaNs of both signs and payloads, subnormals, and random bit patterns; on every SIMD
+  // target compiled in and supported here, through the parallel blocks of round_to_bf16 (2^20
+  // values) and through the vector tails (the first 1 .. 40 values alone).
   std::vector<uint32_t> bits{0x00000000, 0x80000000, 0x3F808000, 0x3F818000, 0x3F80FFFF, 0x3FFFFFFF, 0x7F7FFFFF, 0xFF7FFFFF,
                              0x7F800000, 0xFF800000, 0x7FC00000, 0xFFC00001, 0x7F800001, 0xFF80FFFF, 0x00000001, 0x807FFFFF};
   std::mt19937 rng(7);
-  for (int i = 0; i < 1000000; ++i) bits.push_back(uint32_t(rng()));
+  while (bits.size() < (size_t(1) << 20) + 5) bits.push_back(uint32_t(rng()));
   std::vector<float> values(bits.size());
   std::memcpy(values.data(), bits.data(), sizeof(float) * bits.size());
-  std::vector<uint16_t> rounded(values.size());
-  round_to_bf16(rounded.data(), values.data(), int64_t(values.size()));
-  for (size_t i = 0; i < values.size(); ++i) ASSERT_EQ(rounded[i], f32_to_bf16(values[i])) << std::hex << bits[i];
+  std::vector<uint16_t> want(values.size());
+  for (size_t i = 0; i < values.size(); ++i) want[i] = f32_to_bf16(values[i]);
+  set_threads(2);
+  for (const auto& target : simd::available_targets()) {
+    simd::force_target(target.bit);
+    SCOPED_TRACE(target.name);
+    std::vector<uint16_t> rounded(values.size(), 0xABCD);
+    round_to_bf16(rounded.data(), values.data(), int64_t(values.size()));
+    for (size_t i = 0; i < values.size(); ++i) ASSERT_EQ(rounded[i], want[i]) << std::hex << bits[i];
+    for (int n = 1; n <= 40; ++n) {
+      std::vector<uint16_t> head(size_t(n) + 1, 0xABCD);
+      simd::round_to_bf16(head.data(), values.data(), n);
+      ASSERT_EQ(0, std::memcmp(head.data(), want.data(), sizeof(uint16_t) * size_t(n))) << n;
+      ASSERT_EQ(head[size_t(n)], 0xABCD) << "written past " << n;
+    }
+  }
+  simd::force_target(0);
 }
 
 TEST(Precision, Bf16ProductsAreTheProductsOfTheRoundedOperands) {

@@ -102,7 +102,7 @@ void run_audit_command(const AuditFlags& f) {
       throw Error("audit: " + f.family_settings.given_flags() + " applies to fca's own families' models, not to --external");
     if (f.precision != "fp32")
       throw Error("audit: --precision " + f.precision + " sets the precision of fca's own matrix products; an --external "
-                  "model computes in its adapter (fca_torch.serve: --precision there)");
+                  "model computes in its adapter's process, in the adapter's precision");
     // The adapter learns its place among the ranks (fca_adapter.rank(), local_rank()), so that a node
     // with several GPUs audits one model replica per GPU (docs/audit-your-model.md).
     ::setenv("FCA_RANK", std::to_string(world().rank()).c_str(), 1);

@@ -176,22 +176,17 @@ void gemm_float_rectangle(const FloatGemm& g, int chunk_begin, int chunk_end, in
 }
 
 // The GEMM on oneDNN (ops/onednn_matmul.h), after gemm_float_prologue: beta, when not 0, has
-// already scaled C, which the product is then added onto; a bias is C's starting value (beta is 0
-// with a bias); the GELU epilogue is applied to C's rows
+// already scaled C, which the product is then added onto; a bias (beta is 0 with one) is added to
+// the finished product, one addition, which is what a fill with the bias and a product added onto
+// it (beta 1) give too; the GELU epilogue is applied to C's rows
 // afterwards with the same row function as the blocked path (so the values are bitwise those of
 // the unfused layers here too). In bf16 a Linear weight under a PackedWeightsScope is rounded once.
 void gemm_float_onednn(const FloatGemm& g) {
   const uint16_t* b_bf16 = nullptr;
   if (matmul_precision() == MatmulPrecision::bf16 && g.trans_b && g.ldb == g.K && active_packed_weights != nullptr)
     b_bf16 = active_packed_weights->bf16(g.B, g.N, g.K);
-  if (g.bias != nullptr) {
-    // The bias as C's starting value, then the product added onto it: the fill and beta 1 of the
-    // unfused layer, so bitwise its values (oneDNN's own bias argument rounds differently).
-#pragma omp parallel for schedule(static) if (!omp_in_parallel())
-    for (int i = 0; i < g.M; ++i) std::copy(g.bias, g.bias + g.N, g.C + int64_t(i) * g.ldc);
-  }
-  onednn_gemm({g.trans_a, g.trans_b, g.M, g.N, g.K, g.alpha, g.A, g.lda, g.B, g.ldb, g.beta != 0.0f || g.bias != nullptr, g.C,
-               g.ldc, b_bf16});
+  onednn_gemm({g.trans_a, g.trans_b, g.M, g.N, g.K, g.alpha, g.A, g.lda, g.B, g.ldb, g.beta != 0.0f, g.C, g.ldc, g.bias,
+               b_bf16});
   if (g.gelu_out == nullptr) return;
   const auto gelu = g.gelu_form == GeluForm::tanh ? simd::gelu_tanh_forward : simd::gelu_erf_forward;
 #pragma omp parallel for schedule(static) if (!omp_in_parallel())

@@ -2,6 +2,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <map>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "ops/simd.h"
 
 namespace fca {
 namespace {
@@ -46,15 +48,15 @@ dnnl::cpu_isa effective_isa() {
 // key holds the thread count (and whether the call is inside a parallel region, where it runs in
 // the calling thread); each execution gets this thread's own scratchpad (a primitive's own would be
 // shared by threads executing it at once).
-// (bf16, M, N, K, lda and ldb negated when transposed, ldc, accumulate, alpha's bits, threads)
-using PrimitiveKey = std::tuple<bool, int, int, int, int64_t, int64_t, int, bool, uint32_t, int>;
+// (bf16, M, N, K, lda and ldb negated when transposed, ldc, bias, accumulate, alpha's bits, threads)
+using PrimitiveKey = std::tuple<bool, int, int, int, int64_t, int64_t, int, bool, bool, uint32_t, int>;
 struct Primitive {
   dnnl::matmul matmul;
   dnnl::memory::desc scratchpad;
 };
 
 struct Layout {
-  dnnl::memory::desc a, b, c;
+  dnnl::memory::desc a, b, c, bias;
 };
 
 Layout layout_of(const OnednnGemm& g, dnnl::memory::data_type in_type, int lda, int ldb) {
@@ -63,6 +65,7 @@ Layout layout_of(const OnednnGemm& g, dnnl::memory::data_type in_type, int lda, 
   l.a = dnnl::memory::desc({g.M, g.K}, in_type, g.trans_a ? dnnl::memory::dims{1, lda} : dnnl::memory::dims{lda, 1});
   l.b = dnnl::memory::desc({g.K, g.N}, in_type, g.trans_b ? dnnl::memory::dims{1, ldb} : dnnl::memory::dims{ldb, 1});
   l.c = dnnl::memory::desc({g.M, g.N}, dt::f32, dnnl::memory::dims{g.ldc, 1});
+  if (g.bias != nullptr) l.bias = dnnl::memory::desc({1, g.N}, dt::f32, dnnl::memory::dims{g.N, 1});
   return l;
 }
 
@@ -72,7 +75,7 @@ const Primitive& primitive_for(const OnednnGemm& g, const Layout& l, bool bf16, 
   uint32_t alpha_bits;
   std::memcpy(&alpha_bits, &g.alpha, sizeof alpha_bits);
   const PrimitiveKey key{bf16, g.M, g.N, g.K, int64_t(lda) * (g.trans_a ? -1 : 1), int64_t(ldb) * (g.trans_b ? -1 : 1),
-                         g.ldc, g.accumulate, alpha_bits, omp_in_parallel() ? -1 : omp_get_max_threads()};
+                         g.ldc, g.bias != nullptr, g.accumulate, alpha_bits, omp_in_parallel() ? -1 : omp_get_max_threads()};
   const std::lock_guard<std::mutex> lock(mutex);
   const auto it = primitives.find(key);
   if (it != primitives.end()) return it->second;
@@ -85,7 +88,8 @@ const Primitive& primitive_for(const OnednnGemm& g, const Layout& l, bool bf16, 
     attr.set_post_ops(ops);
   }
   try {
-    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(l.a, l.b, l.c), attr, cpu_engine());
+    const dnnl::matmul::desc desc = g.bias != nullptr ? dnnl::matmul::desc(l.a, l.b, l.bias, l.c) : dnnl::matmul::desc(l.a, l.b, l.c);
+    const dnnl::matmul::primitive_desc pd(desc, attr, cpu_engine());
     return primitives.emplace(key, Primitive{dnnl::matmul(pd), pd.scratchpad_desc()}).first->second;
   } catch (const dnnl::error& e) {
     throw Error(std::string("oneDNN has no ") + (bf16 ? "bf16" : "fp32") + " matmul for " + std::to_string(g.M) + " x " +
@@ -147,17 +151,12 @@ bool onednn_runs_gemm(int N, int K) {
 }
 
 void round_to_bf16(uint16_t* out, const float* in, int64_t n) {
-  // core/half.cpp's f32_to_bf16 written branch-free so that the compiler vectorises it (a call
-  // per value would cost as much as the bf16 product itself); tests/precision_test.cpp checks
-  // the two agree on every class of value. Parallel only for large n outside a parallel region.
-#pragma omp parallel for schedule(static) if (n >= (int64_t(1) << 16) && !omp_in_parallel())
-  for (int64_t i = 0; i < n; ++i) {
-    uint32_t x;
-    std::memcpy(&x, in + i, sizeof x);
-    const uint32_t rounded = (x + 0x7FFF + ((x >> 16) & 1)) >> 16;  // nearest, ties to even
-    const uint32_t nan = (x >> 16) | 0x40;                           // NaN stays a quiet NaN
-    out[i] = uint16_t((x & 0x7FFFFFFF) > 0x7F800000 ? nan : rounded);
-  }
+  // Blocks of 64 Ki values over the threads outside a parallel region (each value is rounded on
+  // its own, so the split changes nothing), in the calling thread inside one.
+  constexpr int64_t kBlock = int64_t(1) << 16;
+  const int64_t blocks = (n + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static) if (blocks > 1 && !omp_in_parallel())
+  for (int64_t b = 0; b < blocks; ++b) simd::round_to_bf16(out + b * kBlock, in + b * kBlock, std::min(kBlock, n - b * kBlock));
 }
 
 // oneDNN's blocking depends on the operands' leading dimensions (measured: a Linear writing a
@@ -205,6 +204,7 @@ void onednn_gemm(const OnednnGemm& g) {
                                              {DNNL_ARG_WEIGHTS, dnnl::memory(l.b, engine, const_cast<void*>(b))},
                                              {DNNL_ARG_DST, dnnl::memory(l.c, engine, c)},
                                              {DNNL_ARG_SCRATCHPAD, dnnl::memory(primitive.scratchpad, engine, scratch_start)}};
+  if (g.bias != nullptr) args.emplace(DNNL_ARG_BIAS, dnnl::memory(l.bias, engine, const_cast<float*>(g.bias)));
   primitive.matmul.execute(stream, args);
   stream.wait();
   if (c != g.C) copy_rows(g.C, g.ldc, c, g.N, g.M, g.N);

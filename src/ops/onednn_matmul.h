@@ -39,8 +39,8 @@ MatmulPrecision matmul_precision();
 // Whether a float GEMM with these dimensions runs on oneDNN under the current precision (above).
 bool onednn_runs_gemm(int N, int K);
 
-// C[M, N] = alpha op(A) op(B) (+ C when accumulate), row-major with leading dimensions; in the
-// current precision. `b_bf16`, when not null, is op(B) already
+// C[M, N] = alpha op(A) op(B) (+ C when accumulate) (+ bias[N] when not null, added to each
+// row's finished product), row-major with leading dimensions; in the current precision. `b_bf16`, when not null, is op(B) already
 // rounded to bf16 in B's layout (a Linear weight kept by PackedWeights), read in place of B in the
 // bf16 precision.
 struct OnednnGemm {
@@ -54,6 +54,7 @@ struct OnednnGemm {
   bool accumulate;
   float* C;
   int ldc;
+  const float* bias = nullptr;
   const uint16_t* b_bf16 = nullptr;
 };
 void onednn_gemm(const OnednnGemm& g);

@@ -424,6 +424,34 @@ void ResidualRow(float* y, const float* h, float a, const float* f, int64_t n) {
   });
 }
 
+// f32_to_bf16 of core/half.h, branch-free: round to nearest, ties to even, on the bits (a carry
+// into the exponent is right; the largest finite values round to inf); a NaN keeps its top bits
+// and is made quiet. Integer operations only, so every target gives the same bits.
+HWY_INLINE uint16_t RoundToBf16Scalar(float value) {
+  uint32_t x;
+  std::memcpy(&x, &value, sizeof x);
+  const uint32_t rounded = (x + 0x7FFF + ((x >> 16) & 1)) >> 16;
+  return uint16_t((x & 0x7FFFFFFF) > 0x7F800000 ? (x >> 16) | 0x40 : rounded);
+}
+
+void RoundToBf16(uint16_t* out, const float* in, int64_t n) {
+  const D d;
+  const hn::RebindToUnsigned<D> du;  // the bits (ShiftRight on unsigned lanes is logical)
+  const hn::RebindToSigned<D> di;    // the NaN test and the narrowing, on values 0 .. 0x7FFFFFFF
+  const hn::Rebind<uint16_t, D> du16;
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    const auto x = hn::BitCast(du, hn::LoadU(d, in + i));
+    const auto high = hn::ShiftRight<16>(x);
+    const auto rounded = hn::ShiftRight<16>(hn::Add(hn::Add(x, hn::Set(du, 0x7FFF)), hn::And(high, hn::Set(du, 1))));
+    const auto magnitude = hn::BitCast(di, hn::And(x, hn::Set(du, 0x7FFFFFFF)));
+    const auto is_nan = hn::RebindMask(du, hn::Gt(magnitude, hn::Set(di, 0x7F800000)));
+    const auto bits = hn::IfThenElse(is_nan, hn::Or(high, hn::Set(du, 0x40)), rounded);  // 0 .. 0xFFFF
+    hn::StoreU(hn::DemoteTo(du16, hn::BitCast(di, bits)), du16, out + i);
+  }
+  for (; i < n; ++i) out[i] = RoundToBf16Scalar(in[i]);
+}
+
 void ColumnSumsAdd(float* out, const float* in, int64_t N, int C, int64_t ld) {
   const D d;
   constexpr int kGroup = 8;  // vectors of columns per pass over the rows
@@ -553,6 +581,7 @@ HWY_EXPORT(Scale);
 HWY_EXPORT(ResidualRow);
 HWY_EXPORT(MixStreams);
 HWY_EXPORT(ColumnSumsAdd);
+HWY_EXPORT(RoundToBf16);
 HWY_EXPORT(AdamWUpdate);
 HWY_EXPORT(CurrentTarget);
 
@@ -579,6 +608,7 @@ SoftmaxRowStats softmax_row(float* row, int n, float* logp, const float* prev_lo
 float lane_squared_deviation_sum(const float* x, int n, float mean) {
   return HWY_DYNAMIC_DISPATCH(LaneSquaredDeviationSum)(x, n, mean);
 }
+void round_to_bf16(uint16_t* out, const float* in, int64_t n) { HWY_DYNAMIC_DISPATCH(RoundToBf16)(out, in, n); }
 void column_sums_add(float* out, const float* in, int64_t N, int C, int64_t ld) {
   HWY_DYNAMIC_DISPATCH(ColumnSumsAdd)(out, in, N, C, ld);
 }

@@ -82,6 +82,10 @@ void residual_row(float* y, const float* h, float a, const float* f, int64_t n);
 // rows stream by.
 void column_sums_add(float* out, const float* in, int64_t N, int C, int64_t ld);
 
+// out[i] = f32_to_bf16(in[i]) (core/half.h: nearest, ties to even; NaN stays a quiet NaN), in
+// integer operations: the same bits on every target (tests/precision_test.cpp).
+void round_to_bf16(uint16_t* out, const float* in, int64_t n);
+
 // Small matrix products for attention's per-head tiles (ops/attention.cpp), where OpenBLAS's
 // packing costs more than the product: for i < m, j < n,
 //   C[i * ldc + j] = Z(i, j) + alpha * sum_{p < k} A(i, p) B(p, j)  (Z(i, j) = 0 when addend is null),
