@@ -57,6 +57,16 @@ ATEN_ISA = {"AVX512": "AVX-512", "AVX2": "AVX2", "NO AVX": "SSE", "DEFAULT": "SS
 ATEN_CAPABILITY_FOR = {"AVX-512": "avx512", "AVX2": "avx2", "SSE": "default"}
 
 
+def onednn_isa(isa):
+    """The instruction-set family of a oneDNN ISA name as fca's provenance writes it (avx512_core,
+    avx512_core_amx, avx2, ...), or None for one this table does not know."""
+    if isa.startswith("avx512"):
+        return "AVX-512"
+    if isa.startswith("avx2"):
+        return "AVX2"
+    return {"avx": "AVX", "sse41": "SSE"}.get(isa)
+
+
 def highway_isa(target):
     """The instruction set of a Highway target name as fca's provenance writes it (AVX3, AVX3_ZEN4,
     AVX3_SPR, AVX2, SSE4, ...), or None for one this table does not know."""
@@ -113,19 +123,24 @@ def torch_runtime():
 
 def fca_runtime(provenance):
     """What fca ran, from the provenance object of one of its outputs (trace metadata, bench --json,
-    audit.json), whose `build` reads e.g. "...; simd AVX3; sgemm fca tile_matmul AVX3; dgemm OpenBLAS
-    0.3.21 Cooperlake (detected)" ("(OPENBLAS_CORETYPE=Haswell)" when the variable was set)."""
+    audit.json), whose `build` reads e.g. "...; simd AVX3; sgemm oneDNN 2.6.3 (cpu isa avx512_core_amx)
+    where N and K >= 64, fca tile_matmul AVX3 otherwise; dgemm OpenBLAS 0.3.21 Cooperlake (detected)"
+    ("(OPENBLAS_CORETYPE=Haswell)" when the variable was set)."""
     build = provenance.get("build", "")
     parts = dict(part.split(" ", 1) for part in build.split("; ") if " " in part)
     simd, sgemm, dgemm = parts.get("simd", ""), parts.get("sgemm", ""), parts.get("dgemm", "")
     dgemm_match = re.fullmatch(r"(OpenBLAS \S+) (\S+) \((.*)\)", dgemm)
     core = dgemm_match.group(2) if dgemm_match else None
     source = dgemm_match.group(3) if dgemm_match else ""
-    # fca's float GEMM is its own Highway kernel ("fca tile_matmul <target>"); older builds ran
-    # OpenBLAS's ("OpenBLAS <version> <core> (<source>)").
+    # fca's float GEMM is oneDNN's where N and K >= 64 ("[bf16 ]oneDNN <version> (cpu isa <isa>) ...",
+    # the rest on its own Highway kernel); older builds ran their Highway kernel alone ("fca
+    # tile_matmul <target>") or OpenBLAS's ("OpenBLAS <version> <core> (<source>)").
     sgemm_match = re.fullmatch(r"OpenBLAS \S+ (\S+) \(.*\)", sgemm)
+    onednn_match = re.search(r"oneDNN \S+ \(cpu isa (\S+)\)", sgemm)
     if sgemm_match:
         sgemm_isa = OPENBLAS_ISA.get(sgemm_match.group(1).lower())
+    elif onednn_match:
+        sgemm_isa = onednn_isa(onednn_match.group(1))
     else:
         sgemm_isa = highway_isa(sgemm.split()[-1]) if sgemm else None
     return {

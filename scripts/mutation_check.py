@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Mutation check of the guarantees of issue 55 (claim 3 for PyTorch models, the adapter's checks)
-and later ones (issue 57: the PyTorch engine agrees with fca's): each mutation reverts one fix in the source, runs the check that guards it, and must see that check
+and later ones (issue 57: the PyTorch engine agrees with fca's; issue 58: the precision of the
+matrix products): each mutation reverts one fix in the source, runs the check that guards it, and must see that check
 fail; the source is restored afterwards, whatever happens. A guarantee whose check still passes with
 its fix reverted is reported MISSED.
 
@@ -88,6 +89,19 @@ MUTATIONS = [
    '''            pass''', gtest="TorchEngine.AKilledRunResumesToTheWeightsOfAnUninterruptedOne"),
  M("torch engine: the tanh GELU", "python/fca_torch/gated.py", '''F.gelu(self.fc(m), approximate="tanh")''',
    '''F.gelu(self.fc(m))''', gtest="TorchEngine.NativeCheckpointsGiveTheSameLogitsAndAuditInPyTorch"),
+ # Issue 58: the precision of the matrix products.
+ M("a cache of the other precision refused", "src/audit/cache.cpp", '''  if (found.precision != precision)
+    throw''', '''  if (false)
+    throw''', gtest="PrecisionAudit.ACacheOfTheOtherPrecisionIsRefused", rebuild=True),
+ M("bf16 audits batch-dependent", "src/audit/plan.cpp", '''  return model.batch_invariant() && matmul_precision() == MatmulPrecision::fp32;''',
+   '''  return model.batch_invariant();''', gtest="PrecisionAudit.Bf16AuditsKeepTheirBatch", rebuild=True),
+ M("bf16 rounding ties to even", "src/ops/simd.cpp", '''hn::Add(hn::Add(x, hn::Set(du, 0x7FFF)), hn::And(high, hn::Set(du, 1)))''',
+   '''hn::Add(x, hn::Set(du, 0x8000))''', gtest="Precision.VectorRoundingIsTheScalarDefinitionOnEveryTarget", rebuild=True),
+ M("bf16 weights rounded", "src/ops/onednn_matmul.cpp", '''    if (g.b_bf16 != nullptr) {
+      b = g.b_bf16, ldb = g.trans_b ? g.K : g.N;''', '''    if (g.b_bf16 != nullptr) {
+      b = g.B, ldb = g.trans_b ? g.K : g.N;''', gtest="PrecisionAudit.Bf16ReplaysExactlyAndStaysWithinItsBoundOfFp32", rebuild=True),
+ M("oneDNN primitive per thread count", "src/ops/onednn_matmul.cpp", '''alpha_bits, omp_in_parallel() ? -1 : omp_get_max_threads()};''',
+   '''alpha_bits, 0};''', gtest="Gemm.UnitsAThreadLeavesAreComputedByAnother", rebuild=True),
 ]
 
 

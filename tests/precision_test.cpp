@@ -9,6 +9,7 @@
 #include <random>
 #include <vector>
 
+#include "audit/plan.h"
 #include "audit_fixture.h"
 #include "core/half.h"
 #include "ops/gemm.h"
@@ -139,6 +140,29 @@ TEST_F(PrecisionAudit, Bf16ReplaysExactlyAndStaysWithinItsBoundOfFp32) {
     // holds both with a margin of 2.5x or more, and stays far below the penalties the study calls
     // large (0.05 nats and up).
     EXPECT_NEAR(a, b, 1e-3 + 5e-3 * std::abs(a)) << name;
+  }
+}
+
+TEST_F(PrecisionAudit, Bf16AuditsKeepTheirBatch) {
+  // bf16 products depend on M (ops/onednn_matmul.h), so a model whose fp32 results do not depend
+  // on the batch is treated as batch-dependent in bf16: no batch probe, and a cache written at
+  // another batch is refused.
+  const std::string m = model_of(GateKind::featuregate, 0);
+  GatedAuditable model(m, 8, 1 << 20);
+  ASSERT_TRUE(model.batch_invariant());
+  EXPECT_TRUE(results_batch_invariant(model));
+  const PrecisionFor bf16(MatmulPrecision::bf16);
+  EXPECT_FALSE(results_batch_invariant(model));
+  (void)audit(m, "b8");
+  AuditOptions o = options(m, "b4");
+  o.batch = 4;
+  o.cache_path = dir.file("b8/cache.safetensors");
+  GatedAuditable other(m, o.batch, 1 << 20);
+  try {
+    run_audit(other, Corpus(dir.path()), o);
+    ADD_FAILURE() << "a bf16 cache written at batch 8 was replayed at batch 4";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("batch is 8, expected 4"), std::string::npos) << e.what();
   }
 }
 
