@@ -100,8 +100,8 @@ MUTATIONS = [
  M("bf16 weights rounded", "src/ops/onednn_matmul.cpp", '''    if (g.b_bf16 != nullptr) {
       b = g.b_bf16, ldb = g.trans_b ? g.K : g.N;''', '''    if (g.b_bf16 != nullptr) {
       b = g.B, ldb = g.trans_b ? g.K : g.N;''', gtest="PrecisionAudit.Bf16ReplaysExactlyAndStaysWithinItsBoundOfFp32", rebuild=True),
- M("oneDNN primitive per thread count", "src/ops/onednn_matmul.cpp", '''alpha_bits, omp_in_parallel() ? -1 : omp_get_max_threads()};''',
-   '''alpha_bits, 0};''', gtest="Gemm.UnitsAThreadLeavesAreComputedByAnother", rebuild=True),
+ M("oneDNN scratchpad per thread", "src/ops/onednn_matmul.cpp", '''  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);''',
+   '''''', gtest="Gemm.UnitsAThreadLeavesAreComputedByAnother", rebuild=True),
 ]
 
 
