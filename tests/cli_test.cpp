@@ -550,5 +550,35 @@ TEST_F(CliBatchMemory, StudyTrainBatch) {
   EXPECT_FALSE(std::filesystem::exists(dir.file("study/fg-s1.safetensors")));
 }
 
+TEST_F(Cli, PrecisionIsAFlagEveryResultRecords) {
+  // eval, exec and audit in bf16 record it in their provenance (audit.json also in its settings);
+  // bench forward prints the GEMM path; another value, and bf16 for an adapter's model, are refused.
+  auto r = run_fca({"eval", "--model", model, "--data", dir.path(), "--windows", "3", "--precision", "bf16", "--out",
+                    dir.file("e.json"), "--no-progress"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::ifstream eval_in(dir.file("e.json"));
+  EXPECT_EQ(nlohmann::json::parse(eval_in)["provenance"]["precision"], "bf16");
+  r = run_fca({"exec", "--model", model, "--data", dir.path(), "--runs", "2", "--max-runs", "2", "--warmup", "0",
+               "--eval-windows", "2", "--calib-windows", "2", "--precision", "bf16", "--out", dir.file("x"), "--no-progress"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::ifstream exec_in(dir.file("x/exec.json"));
+  EXPECT_EQ(nlohmann::json::parse(exec_in)["provenance"]["precision"], "bf16");
+  r = run_fca({"audit", "--model", model, "--data", dir.path(), "--eval-windows", "4", "--calib-windows", "2", "--reps", "2",
+               "--bootstrap", "20", "--precision", "bf16", "--out", dir.file("a"), "--no-progress"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::ifstream audit_in(dir.file("a/audit.json"));
+  const auto audit = nlohmann::json::parse(audit_in);
+  EXPECT_EQ(audit["settings"]["precision"], "bf16");
+  EXPECT_EQ(audit["provenance"]["precision"], "bf16");
+  EXPECT_NE(audit["provenance"]["build"].get<std::string>().find("sgemm bf16 oneDNN"), std::string::npos);
+  r = run_fca({"bench", "forward", "--layers", "2", "--dim", "64", "--heads", "2", "--seq", "16", "--batch", "2", "--runs", "1",
+               "--warmup", "0", "--precision", "bf16"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("products in bf16: sgemm bf16 oneDNN"), std::string::npos) << r.output;
+  expect_error({"eval", "--model", model, "--data", dir.path(), "--precision", "fp16"}, {"--precision", "fp16"});
+  expect_error({"audit", "--external", "true", "--data", dir.path(), "--precision", "bf16", "--out", dir.file("b")},
+               {"--precision bf16", "--external"});
+}
+
 }  // namespace
 }  // namespace fca
