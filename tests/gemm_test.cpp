@@ -17,17 +17,12 @@
 #include "ops/gemm.h"
 #include "ops/norms.h"
 #include "ops/simd.h"
+#include "test_util.h"
 
 namespace fca {
 namespace {
 
-std::vector<float> random_values(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  std::vector<float> v(n);
-  for (auto& x : v) x = u(rng);
-  return v;
-}
+std::vector<float> random_values(size_t n, uint32_t seed) { return testing::uniform_values(n, seed); }
 
 // op(X)(i, p) of a row-major buffer with leading dimension ld.
 float at(const std::vector<float>& x, bool trans, int ld, int i, int p) {

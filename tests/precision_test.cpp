@@ -16,6 +16,7 @@
 #include "ops/onednn_matmul.h"
 #include "ops/provenance.h"
 #include "ops/simd.h"
+#include "test_util.h"
 
 namespace fca {
 namespace {
@@ -26,13 +27,7 @@ struct PrecisionFor {
   ~PrecisionFor() { set_matmul_precision(MatmulPrecision::fp32); }
 };
 
-std::vector<float> random_values(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  std::vector<float> v(n);
-  for (auto& x : v) x = u(rng);
-  return v;
-}
+std::vector<float> random_values(size_t n, uint32_t seed) { return testing::uniform_values(n, seed); }
 
 TEST(Precision, VectorRoundingIsTheScalarDefinitionOnEveryTarget) {
   // Ties both ways, the carry into the exponent, the largest finite values (which round to inf),

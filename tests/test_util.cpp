@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <random>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -164,6 +165,14 @@ void expect_gradients_match_finite_differences(const std::vector<TensorSlot>& la
           << slot.name << "[" << i << "]: analytic " << analytic << " numeric " << numeric;
     }
   }
+}
+
+std::vector<float> uniform_values(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = u(rng);
+  return v;
 }
 
 std::pair<int, std::string> run_shell(const std::string& cmd) {

@@ -30,6 +30,8 @@ void write_text(const std::string& path, const std::string& content);
 std::string read_bytes(const std::string& path);
 // Writes train/valid/test .txt of pseudo-English text (deterministic) with the given byte counts.
 void write_corpus(const std::string& dir, size_t train_bytes, size_t valid_bytes, size_t test_bytes);
+// n values uniform in [-1, 1) from std::mt19937(seed): the operands of the GEMM tests.
+std::vector<float> uniform_values(size_t n, uint32_t seed);
 // A small config of the given gate kind (L 2, D 16, H 2, T 16).
 GatedConfig tiny_config(GateKind kind);
 // Sets the run's family, shape and settings to train a gated model of config c.
