@@ -3,7 +3,14 @@
 // the other precision, and stays within a stated bound of the fp32 audit of the same model.
 #include <gtest/gtest.h>
 
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -104,6 +111,48 @@ TEST(Precision, ProvenanceNamesThePrecisionAndTheGemmPath) {
   EXPECT_EQ(provenance_base()["precision"], "bf16");
   EXPECT_NE(build_description().find("sgemm bf16 oneDNN"), std::string::npos) << build_description();
   EXPECT_THROW(parse_matmul_precision("fp16", "--precision"), Error);
+}
+
+// CPU time (user + system clock ticks) of each thread of this process, by thread id
+// (/proc/self/task/<tid>/stat, fields 14 and 15).
+std::map<int, long> thread_cpu_ticks() {
+  std::map<int, long> ticks;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream in(task.path() / "stat");
+    std::string line;
+    std::getline(in, line);
+    std::istringstream fields(line.substr(line.rfind(')') + 2));  // from field 3, after the command name
+    std::string skip;
+    for (int field = 3; field < 14; ++field) fields >> skip;
+    long user = 0, system = 0;
+    fields >> user >> system;
+    ticks[std::stoi(task.path().filename().string())] = user + system;
+  }
+  return ticks;
+}
+
+TEST(Precision, OnednnRunsOnTheThreadCountOfTheCall) {
+  // fca caches oneDNN's primitives by shape, not by thread count: a product first run on 2 threads
+  // and then, with the same shape, under set_threads(1) must run on this thread alone (--threads
+  // 1), not on 2. Checked by the CPU time the process's other threads take meanwhile: a second
+  // worker takes about as much as this one (measured: 13 ticks each with the thread count left at
+  // 2), while the pool's threads spin only a few milliseconds after their last region.
+  const int n = 1536;  // 7.2 GFLOP per product: about 0.05 s per product on one core
+  const auto a = random_values(size_t(n) * n, 11), b = random_values(size_t(n) * n, 12);
+  std::vector<float> c(size_t(n) * n);
+  set_threads(2);
+  gemm<float>(false, true, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+  set_threads(1);
+  usleep(100000);  // the 2-thread region's worker stops spinning and sleeps
+  const auto before = thread_cpu_ticks();
+  for (int i = 0; i < 6; ++i) gemm<float>(false, true, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+  const auto after = thread_cpu_ticks();
+  set_threads(2);
+  const int me = int(syscall(SYS_gettid));
+  long mine = 0, others = 0;
+  for (const auto& [tid, t] : after) (tid == me ? mine : others) += t - (before.count(tid) ? before.at(tid) : 0);
+  ASSERT_GE(mine, 10) << "the products took under 0.1 s of this thread's time: too short to tell";
+  EXPECT_LT(others, mine / 4) << "other threads took " << others << " ticks while this one took " << mine;
 }
 
 using PrecisionAudit = AuditEndToEnd;

@@ -43,13 +43,12 @@ dnnl::cpu_isa effective_isa() {
   return isa;
 }
 
-// A primitive for each distinct (precision, shape, layout, fusion, threads): created once, then
-// executed from any thread. oneDNN fixes a primitive's thread partition when it creates it, so the
-// key holds the thread count (and whether the call is inside a parallel region, where it runs in
-// the calling thread); each execution gets this thread's own scratchpad (a primitive's own would be
-// shared by threads executing it at once).
-// (bf16, M, N, K, lda and ldb negated when transposed, ldc, bias, accumulate, alpha's bits, threads)
-using PrimitiveKey = std::tuple<bool, int, int, int, int64_t, int64_t, int, bool, bool, uint32_t, int>;
+// A primitive for each distinct (precision, shape, layout, fusion): created once, then executed
+// from any thread, on the thread count of the call (oneDNN reads OpenMP's at execution:
+// Precision.OnednnRunsOnTheThreadCountOfTheCall); each execution gets this thread's own scratchpad
+// (a primitive's own would be shared by threads executing it at once).
+// (bf16, M, N, K, lda and ldb negated when transposed, ldc, bias, accumulate, alpha's bits)
+using PrimitiveKey = std::tuple<bool, int, int, int, int64_t, int64_t, int, bool, bool, uint32_t>;
 struct Primitive {
   dnnl::matmul matmul;
   dnnl::memory::desc scratchpad;
@@ -75,7 +74,7 @@ const Primitive& primitive_for(const OnednnGemm& g, const Layout& l, bool bf16, 
   uint32_t alpha_bits;
   std::memcpy(&alpha_bits, &g.alpha, sizeof alpha_bits);
   const PrimitiveKey key{bf16, g.M, g.N, g.K, int64_t(lda) * (g.trans_a ? -1 : 1), int64_t(ldb) * (g.trans_b ? -1 : 1),
-                         g.ldc, g.bias != nullptr, g.accumulate, alpha_bits, omp_in_parallel() ? -1 : omp_get_max_threads()};
+                         g.ldc, g.bias != nullptr, g.accumulate, alpha_bits};
   const std::lock_guard<std::mutex> lock(mutex);
   const auto it = primitives.find(key);
   if (it != primitives.end()) return it->second;
