@@ -28,12 +28,6 @@
 namespace fca {
 namespace {
 
-// Sets the process's precision for one test and puts fp32 back, whatever the test does.
-struct PrecisionFor {
-  explicit PrecisionFor(MatmulPrecision p) { set_matmul_precision(p); }
-  ~PrecisionFor() { set_matmul_precision(MatmulPrecision::fp32); }
-};
-
 std::vector<float> random_values(size_t n, uint32_t seed) { return testing::uniform_values(n, seed); }
 
 TEST(Precision, VectorRoundingIsTheScalarDefinitionOnEveryTarget) {
@@ -67,7 +61,7 @@ TEST(Precision, VectorRoundingIsTheScalarDefinitionOnEveryTarget) {
 }
 
 TEST(Precision, Bf16ProductsAreTheProductsOfTheRoundedOperands) {
-  const PrecisionFor bf16(MatmulPrecision::bf16);
+  const MatmulPrecisionScope bf16(MatmulPrecision::bf16);
   set_threads(2);
   for (const auto [M, N, K] : {std::array<int, 3>{45, 300, 520}, std::array<int, 3>{1, 2, 40}, std::array<int, 3>{70, 8, 2100}})
     for (bool ta : {false, true})
@@ -107,7 +101,7 @@ TEST(Precision, Bf16ProductsAreTheProductsOfTheRoundedOperands) {
 TEST(Precision, ProvenanceNamesThePrecisionAndTheGemmPath) {
   EXPECT_EQ(provenance_base()["precision"], "fp32");
   EXPECT_NE(build_description().find("oneDNN"), std::string::npos) << build_description();
-  const PrecisionFor bf16(MatmulPrecision::bf16);
+  const MatmulPrecisionScope bf16(MatmulPrecision::bf16);
   EXPECT_EQ(provenance_base()["precision"], "bf16");
   EXPECT_NE(build_description().find("sgemm bf16 oneDNN"), std::string::npos) << build_description();
   EXPECT_THROW(parse_matmul_precision("fp16", "--precision"), Error);
@@ -162,7 +156,7 @@ TEST_F(PrecisionAudit, Bf16ReplaysExactlyAndStaysWithinItsBoundOfFp32) {
   const auto fp32 = audit(m, "fp32");
   nlohmann::ordered_json bf16_audit;
   {
-    const PrecisionFor bf16(MatmulPrecision::bf16);
+    const MatmulPrecisionScope bf16(MatmulPrecision::bf16);
     bf16_audit = audit(m, "bf16");
   }
   EXPECT_TRUE(fp32["exact_replay"]["passed"].get<bool>());
@@ -195,7 +189,7 @@ TEST_F(PrecisionAudit, Bf16AuditsKeepTheirBatch) {
   GatedAuditable model(m, 8, 1 << 20);
   ASSERT_TRUE(model.batch_invariant());
   EXPECT_TRUE(results_batch_invariant(model));
-  const PrecisionFor bf16(MatmulPrecision::bf16);
+  const MatmulPrecisionScope bf16(MatmulPrecision::bf16);
   EXPECT_FALSE(results_batch_invariant(model));
   (void)audit(m, "b8");
   AuditOptions o = options(m, "b4");
@@ -215,7 +209,7 @@ TEST_F(PrecisionAudit, ACacheOfTheOtherPrecisionIsRefused) {
   (void)audit(m, "fp32");
   AuditOptions o = options(m, "bf16");
   o.cache_path = dir.file("fp32/cache.safetensors");
-  const PrecisionFor bf16(MatmulPrecision::bf16);
+  const MatmulPrecisionScope bf16(MatmulPrecision::bf16);
   GatedAuditable model(m, o.batch, 1 << 20);
   try {
     run_audit(model, Corpus(dir.path()), o);

@@ -48,11 +48,7 @@ TimingStats time_runs(const std::function<void()>& fn, int warmup, int runs) {
 
 double measure_sgemm_peak_gflops() {
   // The fp32 peak whatever the process's precision: bf16 figures are quoted against it too.
-  struct Fp32While {
-    MatmulPrecision saved = matmul_precision();
-    Fp32While() { set_matmul_precision(MatmulPrecision::fp32); }
-    ~Fp32While() { set_matmul_precision(saved); }
-  } fp32;
+  const MatmulPrecisionScope fp32(MatmulPrecision::fp32);
   const int n = 2048;
   std::vector<float> a(size_t(n) * n, 0.5f), b(size_t(n) * n, 0.25f), c(size_t(n) * n, 0.0f);
   // The faster of fca's GEMM (oneDNN's at this shape, ops/onednn_matmul.h) and OpenBLAS's: the

@@ -36,6 +36,19 @@ MatmulPrecision parse_matmul_precision(const std::string& text, const std::strin
 void set_matmul_precision(MatmulPrecision p);
 MatmulPrecision matmul_precision();
 
+// Sets the process's precision while alive and puts the previous one back (the fp32 SGEMM peak
+// probe under a bf16 command, tests).
+class MatmulPrecisionScope {
+ public:
+  explicit MatmulPrecisionScope(MatmulPrecision p) : previous_(matmul_precision()) { set_matmul_precision(p); }
+  ~MatmulPrecisionScope() { set_matmul_precision(previous_); }
+  MatmulPrecisionScope(const MatmulPrecisionScope&) = delete;
+  MatmulPrecisionScope& operator=(const MatmulPrecisionScope&) = delete;
+
+ private:
+  MatmulPrecision previous_;
+};
+
 // Whether a float GEMM with these dimensions runs on oneDNN under the current precision (above).
 bool onednn_runs_gemm(int N, int K);
 
