@@ -145,15 +145,16 @@ TEST_F(SimdTargets, EveryTargetIsBitwiseTheScalarDefinition) {
         simd::residual_row(got.data(), x.data(), 0.8f, y.data(), n);
         for (int i = 0; i < n; ++i) want[size_t(i)] = x[size_t(i)] + 0.8f * y[size_t(i)];
         ASSERT_EQ(0, std::memcmp(got.data(), want.data(), sizeof(float) * size_t(n)));
-        const simd::AdamWConstants k{0.9f, 0.95f, 0.999f, 3e-4f, 1.02f, 1e-8f};
+        const simd::AdamWConstants k{0.9f, 0.95f, 0.999f, 3e-4f, 1.02f, 1e-8f, 0.75f};
         auto p = x, m = y, v = random_values(size_t(n), 1.0f, uint32_t(n) + 17);
         for (auto& e : v) e = e * e;
         auto p2 = p, m2 = m, v2 = v;
         const auto g = random_values(size_t(n), 0.5f, uint32_t(n) + 19);
         simd::adamw_update(p.data(), g.data(), m.data(), v.data(), n, k);
-        for (size_t i = 0; i < size_t(n); ++i) {  // train/adamw.cpp's scalar step
-          m2[i] = k.b1 * m2[i] + (1.0f - k.b1) * g[i];
-          v2[i] = k.b2 * v2[i] + (1.0f - k.b2) * g[i] * g[i];
+        for (size_t i = 0; i < size_t(n); ++i) {  // the scalar step, on a gradient clipped first
+          const float gi = g[i] * k.grad_scale;
+          m2[i] = k.b1 * m2[i] + (1.0f - k.b1) * gi;
+          v2[i] = k.b2 * v2[i] + (1.0f - k.b2) * gi * gi;
           p2[i] = p2[i] * k.decay - k.step_size * m2[i] / (std::sqrt(v2[i]) * k.inv_sqrt_bias2 + k.eps);
         }
         ASSERT_EQ(0, std::memcmp(p.data(), p2.data(), sizeof(float) * size_t(n))) << "AdamW p";

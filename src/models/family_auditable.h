@@ -24,6 +24,26 @@
 
 namespace fca {
 
+// Declares the model's rank-2 tensors in `packed`, each then packed for the GEMM's transposed-B
+// form (ops/gemm.h, and rounded to bf16 in that precision) the first time a pass uses it as a
+// Linear weight: the weights never change after loading, and every pass of an audit would
+// otherwise pack each Linear weight again. Only while all of them fit 256 MiB: a large model's
+// weights are read from memory once per pass either way, and a second copy of them would cost more
+// memory than packing costs time. Audits install it around every pass, and so does `fca bench
+// forward`, which times what an audit's passes run.
+template <typename Model>
+void declare_packable_weights(PackedWeights& packed, const Model& model) {
+  constexpr size_t kPackedWeightsBudget = size_t(256) << 20;
+  size_t bytes = 0;
+  for (const TensorSlot& t : model.layout())
+    if (t.shape.size() == 2) bytes += size_t(t.shape[0] * t.shape[1]) * sizeof(float);
+  if (bytes > kPackedWeightsBudget) return;
+  for (size_t i = 0; i < model.layout().size(); ++i) {
+    const TensorSlot& t = model.layout()[i];
+    if (t.shape.size() == 2) packed.add(model.slot(i), int(t.shape[0]), int(t.shape[1]));
+  }
+}
+
 template <typename Traits>
 class FamilyAuditable : public AuditableModel, public Traceable {
  public:
@@ -83,15 +103,10 @@ class FamilyAuditable : public AuditableModel, public Traceable {
       : model_(std::move(model)),
         max_tokens_(max_tokens),
         rs_(make_run_state(max_batch)) {
-    declare_packable_weights();
+    declare_packable_weights(packed_, model_);
   }
   Model model_;
-  // The model's rank-2 tensors, each packed for the GEMM's transposed-B form (ops/gemm.h) the first
-  // time a pass uses it as a Linear weight, installed around every pass: the weights never change
-  // after loading, and every pass of an audit would otherwise pack each Linear weight again. Only
-  // while all of them fit kPackedWeightsBudget: a large model's weights are read from memory once
-  // per pass either way, and a second copy of them would cost more memory than packing costs time.
-  static constexpr size_t kPackedWeightsBudget = size_t(256) << 20;
+  // The model's rank-2 tensors (declare_packable_weights), installed around every pass.
   PackedWeights packed_;
   int max_tokens_;
   // Declared before rs_: the constructor builds rs_ from it (members initialise in this order).
@@ -104,16 +119,6 @@ class FamilyAuditable : public AuditableModel, public Traceable {
       return std::make_unique<typename Traits::RunState>(Traits::run_state(model_, max_batch, max_tokens_, keep_intermediates_));
     else
       return std::make_unique<typename Traits::RunState>(Traits::run_state(model_, max_batch, max_tokens_));
-  }
-  void declare_packable_weights() {
-    size_t bytes = 0;
-    for (const TensorSlot& t : model_.layout())
-      if (t.shape.size() == 2) bytes += size_t(t.shape[0] * t.shape[1]) * sizeof(float);
-    if (bytes > kPackedWeightsBudget) return;
-    for (size_t i = 0; i < model_.layout().size(); ++i) {
-      const TensorSlot& t = model_.layout()[i];
-      if (t.shape.size() == 2) packed_.add(model_.slot(i), int(t.shape[0]), int(t.shape[1]));
-    }
   }
   // A recording sink or a replayed tensor must have the family's record shape and mask for T tokens
   // (those of make_coefficients, cached per T): the sources copy whole rows of it, and a family with

@@ -492,7 +492,8 @@ void MixStreams(float* const* y, int streams, const float* const* x, int sources
 // One pass: m, v and p of each vector are updated together (a single read and write of each), for
 // the first `live` lanes.
 HWY_INLINE void AdamWVector(D d, float* p, const float* g, float* m, float* v, const AdamWConstants& k, int live) {
-  const V gv = LoadFirst(d, g, live), m0 = LoadFirst(d, m, live), v0 = LoadFirst(d, v, live);
+  const V gv = hn::Mul(LoadFirst(d, g, live), hn::Set(d, k.grad_scale));
+  const V m0 = LoadFirst(d, m, live), v0 = LoadFirst(d, v, live);
   const V p0 = LoadFirst(d, p, live);
   const V m1 = hn::Add(hn::Mul(hn::Set(d, k.b1), m0), hn::Mul(hn::Set(d, 1.0f - k.b1), gv));
   const V v1 = hn::Add(hn::Mul(hn::Set(d, k.b2), v0), hn::Mul(hn::Mul(hn::Set(d, 1.0f - k.b2), gv), gv));

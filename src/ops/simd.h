@@ -118,8 +118,10 @@ inline constexpr int kMixStreamsMaxOutputs = 4;  // mix_streams' `streams` per c
 // One AdamW step over n values, the operations of train/adamw.cpp in its order:
 //   m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g g;
 //   p = p decay - step_size m / (sqrt(v) inv_sqrt_bias2 + eps).
+// grad_scale multiplies each gradient as it is read (global-norm clipping's factor, 1 otherwise):
+// the same float product as scaling the buffer first, without a pass over it.
 struct AdamWConstants {
-  float b1, b2, decay, step_size, inv_sqrt_bias2, eps;
+  float b1, b2, decay, step_size, inv_sqrt_bias2, eps, grad_scale;
 };
 void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, const AdamWConstants& k);
 

@@ -11,9 +11,14 @@
 namespace fca {
 
 AdamW::AdamW(const std::vector<TensorSlot>& layout, size_t buffer_size, AdamWOptions options)
-    : layout_(layout), options_(options), m_(buffer_size, 0.0f), v_(buffer_size, 0.0f) {}
+    : layout_(layout), options_(options), m_(buffer_size, 0.0f), v_(buffer_size, 0.0f) {
+  constexpr int64_t kChunk = 16384;
+  for (size_t s = 0; s < layout_.size(); ++s)
+    for (int64_t i = 0; i < int64_t(layout_[s].numel); i += kChunk)
+      chunks_.push_back({s, layout_[s].offset + size_t(i), std::min(kChunk, int64_t(layout_[s].numel) - i)});
+}
 
-void AdamW::step(float* params, const float* grads, double lr) {
+void AdamW::step(float* params, const float* grads, double lr, float grad_scale) {
   const PhaseScope phase_scope(Phase::optimizer);
   ++t_;
   const double bias1 = 1.0 - std::pow(options_.beta1, double(t_));
@@ -22,22 +27,20 @@ void AdamW::step(float* params, const float* grads, double lr) {
   const float step_size = float(lr / bias1);
   const float inv_sqrt_bias2 = float(1.0 / std::sqrt(bias2));
   const float eps = float(options_.eps);
-  for (const auto& slot : layout_) {
-    const float decay = slot.weight_decay ? float(1.0 - lr * options_.weight_decay) : 1.0f;
-    float* p = params + slot.offset;
-    const float* g = grads + slot.offset;
-    float* m = m_.data() + slot.offset;
-    float* v = v_.data() + slot.offset;
-    const int64_t n = int64_t(slot.numel);
-    // The dispatched SIMD update (ops/simd.h: the same operations, element by element) over fixed
-    // chunks; large tensors spread the chunks over the threads.
-    const simd::AdamWConstants k{b1, b2, decay, step_size, inv_sqrt_bias2, eps};
-    constexpr int64_t chunk = 16384;
-#pragma omp parallel for schedule(static) if (n > 65536)
-    for (int64_t c = 0; c < (n + chunk - 1) / chunk; ++c) {
-      const int64_t i = c * chunk;
-      simd::adamw_update(p + i, g + i, m + i, v + i, std::min(chunk, n - i), k);
-    }
+  // The dispatched SIMD update (ops/simd.h: the same operations, element by element) over fixed
+  // chunks of each slot, all slots' chunks in one parallel loop (a loop per slot would wait at a
+  // barrier per tensor). Every element is updated on its own, so the split changes no value.
+  std::vector<simd::AdamWConstants> constants(layout_.size());
+  for (size_t s = 0; s < layout_.size(); ++s) {
+    const float decay = layout_[s].weight_decay ? float(1.0 - lr * options_.weight_decay) : 1.0f;
+    constants[s] = {b1, b2, decay, step_size, inv_sqrt_bias2, eps, grad_scale};
+  }
+  const int64_t chunks = int64_t(chunks_.size());
+#pragma omp parallel for schedule(static) if (chunks > 4)
+  for (int64_t c = 0; c < chunks; ++c) {
+    const Chunk& chunk = chunks_[size_t(c)];
+    const int64_t i = int64_t(chunk.offset);
+    simd::adamw_update(params + i, grads + i, m_.data() + i, v_.data() + i, chunk.length, constants[chunk.slot]);
   }
 }
 
@@ -55,8 +58,7 @@ double clip_and_step(AdamW& optimizer, float* params, float* grads, size_t n, do
   if (!std::isfinite(loss) || !std::isfinite(norm))
     throw Error("training diverged (loss " + std::to_string(loss) + ", gradient norm " + std::to_string(norm) +
                 "): lower --lr");
-  if (clip > 0 && norm > clip) scale_buffer(grads, n, float(clip / norm));
-  optimizer.step(params, grads, lr);
+  optimizer.step(params, grads, lr, clip > 0 && norm > clip ? float(clip / norm) : 1.0f);
   return norm;
 }
 
@@ -67,18 +69,22 @@ double global_norm(const float* grads, size_t n) {
 #pragma omp parallel for schedule(static)
   for (int64_t c = 0; c < chunks; ++c) {
     const size_t begin = size_t(c) * kChunk, end = std::min(n, begin + kChunk);
+    // 16 independent sums (element i into lane i mod 16) so the adds do not wait on each other, as
+    // one running sum's would (4 cycles per element); the lanes and their combination are in a
+    // fixed order, so the norm does not depend on the vector width the compiler picks.
+    constexpr size_t kLanes = 16;
+    double lanes[kLanes] = {};
+    size_t i = begin;
+    for (; i + kLanes <= end; i += kLanes)
+      for (size_t j = 0; j < kLanes; ++j) lanes[j] += double(grads[i + j]) * double(grads[i + j]);
+    for (; i < end; ++i) lanes[i % kLanes] += double(grads[i]) * double(grads[i]);
     double s = 0;
-    for (size_t i = begin; i < end; ++i) s += double(grads[i]) * double(grads[i]);
+    for (double lane : lanes) s += lane;
     partial[size_t(c)] = s;
   }
   double total = 0;
   for (double s : partial) total += s;
   return std::sqrt(total);
-}
-
-void scale_buffer(float* x, size_t n, float factor) {
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < int64_t(n); ++i) x[i] *= factor;
 }
 
 }  // namespace fca

@@ -15,8 +15,9 @@ struct AdamWOptions {
 class AdamW {
  public:
   AdamW(const std::vector<TensorSlot>& layout, size_t buffer_size, AdamWOptions options);
-  // One update of params from grads at learning rate lr; decays only slots with weight_decay set.
-  void step(float* params, const float* grads, double lr);
+  // One update of params from grad_scale * grads at learning rate lr (grads is only read); decays
+  // only slots with weight_decay set.
+  void step(float* params, const float* grads, double lr, float grad_scale = 1.0f);
   void set_steps_taken(int64_t t) { t_ = t; }
   std::vector<float>& first_moment() { return m_; }
   std::vector<float>& second_moment() { return v_; }
@@ -26,6 +27,11 @@ class AdamW {
   AdamWOptions options_;
   std::vector<float> m_, v_;
   int64_t t_ = 0;
+  struct Chunk {
+    size_t slot, offset;
+    int64_t length;
+  };
+  std::vector<Chunk> chunks_;  // every slot in pieces of at most 16 Ki values, in buffer order
 };
 
 // Linear warm-up over `warmup` steps to peak_lr, then cosine decay to min_ratio * peak_lr at
@@ -33,13 +39,12 @@ class AdamW {
 double learning_rate(int64_t step, int64_t total, int64_t warmup, double peak_lr, double min_ratio);
 
 // The end of every optimizer step: the global gradient norm (before clipping), a divergence check,
-// clipping to `clip` (0 = off) and the AdamW update. Returns the norm; throws Error on a non-finite
-// loss or norm.
+// clipping to `clip` (0 = off; the factor is applied as AdamW reads each gradient, grads is left
+// as it was) and the AdamW update. Returns the norm; throws Error on a non-finite loss or norm.
 double clip_and_step(AdamW& optimizer, float* params, float* grads, size_t n, double loss, double clip, double lr);
 
 // L2 norm of the whole buffer, summed in double over fixed 64Ki-element chunks combined in index
 // order: the same bits for any thread count.
 double global_norm(const float* grads, size_t n);
-void scale_buffer(float* x, size_t n, float factor);
 
 }  // namespace fca

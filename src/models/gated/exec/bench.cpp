@@ -8,6 +8,7 @@
 #include "models/gated/exec/flops.h"
 #include "models/gated/forward.h"
 #include "models/gated/train/trainable.h"
+#include "models/family_auditable.h"
 
 namespace fca {
 namespace {
@@ -48,8 +49,14 @@ BenchWork gated_bench_forward(const BenchRequest& r) {
   BenchWork w = work_of(r, *model, T);
   w.flops_per_pass = gated_forward_flops(model->config(), r.batch, T, model->config().n_layer);
   w.run_state_bytes = rs->bytes();
+  // The Linear weights packed once, as an audit's passes read them (declare_packable_weights).
+  const auto packed = std::make_shared<PackedWeights>();
+  declare_packable_weights(*packed, *model);
   const int B = r.batch;
-  w.pass = [model, rs, tokens, recorded, source, B, T] { gated_forward(*model, *rs, tokens->data(), B, T, *source); };
+  w.pass = [model, rs, tokens, recorded, source, packed, B, T] {
+    const PackedWeightsScope scope(packed.get());
+    gated_forward(*model, *rs, tokens->data(), B, T, *source);
+  };
   return w;
 }
 
