@@ -108,6 +108,9 @@ MUTATIONS = [
       throw''', gtest="Cli.PrecisionIsAFlagEveryResultRecords", rebuild=True),
  M("oneDNN scratchpad per thread", "src/ops/onednn_matmul.cpp", '''  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);''',
    '''''', gtest="Gemm.UnitsAThreadLeavesAreComputedByAnother", rebuild=True),
+ M("oneDNN reads kept weights from their blocked copies", "src/ops/gemm.cpp",
+   '''    b_blocked = active_packed_weights->onednn_blocked(g.B, g.N, g.K);''', '''''',
+   gtest="Gemm.OnednnReadsKeptWeightsBlockedWithThePlainLayoutsBits", rebuild=True),
 ]
 
 

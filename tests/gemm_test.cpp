@@ -10,12 +10,14 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "core/threads.h"
 #include "ops/elementwise.h"
 #include "ops/gemm.h"
 #include "ops/norms.h"
+#include "ops/onednn_matmul.h"
 #include "ops/simd.h"
 #include "test_util.h"
 
@@ -221,6 +223,44 @@ TEST(Gemm, PackedWeightsAreBitwisePackingPerCall) {
     linear_forward<float>(got.data(), x.data(), w.data(), bias.data(), N, in, out);
     EXPECT_EQ(got[0], bias[0]);
     EXPECT_NE(0, std::memcmp(got.data(), want.data(), sizeof(float) * got.size()));
+  }
+}
+
+TEST(Gemm, OnednnReadsKeptWeightsBlockedWithThePlainLayoutsBits) {
+  // The products oneDNN runs (out and in >= 64, ops/onednn_matmul.h) read a kept weight from its
+  // copy in oneDNN's blocked layout (OnednnBlockedWeights), made once: bitwise the results of the
+  // plain layout, in fp32 and in bf16, with and without the fused GELU, for M of 1, 17 and 300.
+  // The weights are then zeroed inside the scope: a second pass that still gives the old results
+  // read the blocked copy (oneDNN read fp32 weights in place before; that pass then failed).
+  set_threads(2);
+  for (const MatmulPrecision precision : {MatmulPrecision::fp32, MatmulPrecision::bf16}) {
+    const MatmulPrecisionScope in_precision(precision);
+    for (const auto [N, in, out] : {std::array<int, 3>{300, 256, 384}, std::array<int, 3>{17, 1024, 256},
+                                    std::array<int, 3>{1, 256, 1024}}) {
+      SCOPED_TRACE(std::string(matmul_precision_name(precision)) + " " + std::to_string(N) + " x " +
+                   std::to_string(out) + " x " + std::to_string(in));
+      const auto x = random_values(size_t(N) * in, 51), bias = random_values(size_t(out), 52);
+      auto w = random_values(size_t(out) * in, 53);
+      std::vector<float> want(size_t(N) * out), want_pre(want.size()), want_act(want.size());
+      linear_forward<float>(want.data(), x.data(), w.data(), bias.data(), N, in, out);
+      linear_gelu_forward<float>(want_pre.data(), want_act.data(), x.data(), w.data(), bias.data(), N, in, out);
+      PackedWeights packed;
+      packed.add(w.data(), out, in);
+      std::vector<float> got(want.size(), 7.0f), pre(want.size(), 7.0f), act(want.size(), 7.0f);
+      {
+        const PackedWeightsScope scope(&packed);
+        for (int pass = 0; pass < 2; ++pass) {
+          if (pass == 1) std::fill(w.begin(), w.end(), 0.0f);  // only the copies hold the weights now
+          linear_forward<float>(got.data(), x.data(), w.data(), bias.data(), N, in, out);
+          linear_gelu_forward<float>(pre.data(), act.data(), x.data(), w.data(), bias.data(), N, in, out);
+          EXPECT_EQ(0, std::memcmp(got.data(), want.data(), sizeof(float) * got.size())) << "pass " << pass;
+          EXPECT_EQ(0, std::memcmp(pre.data(), want_pre.data(), sizeof(float) * pre.size())) << "pass " << pass;
+          EXPECT_EQ(0, std::memcmp(act.data(), want_act.data(), sizeof(float) * act.size())) << "pass " << pass;
+        }
+      }
+      EXPECT_GE(packed.onednn_blocked(w.data(), out, in)->bytes(), size_t(out) * in * (precision == MatmulPrecision::bf16 ? 2 : 4));
+      EXPECT_EQ(packed.count(), 1u);
+    }
   }
 }
 

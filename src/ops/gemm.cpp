@@ -183,10 +183,13 @@ void gemm_float_rectangle(const FloatGemm& g, int chunk_begin, int chunk_end, in
 // the unfused layers here too). In bf16 a Linear weight under a PackedWeightsScope is rounded once.
 void gemm_float_onednn(const FloatGemm& g) {
   const uint16_t* b_bf16 = nullptr;
-  if (matmul_precision() == MatmulPrecision::bf16 && g.trans_b && g.ldb == g.K && active_packed_weights != nullptr)
-    b_bf16 = active_packed_weights->bf16(g.B, g.N, g.K);
+  OnednnBlockedWeights* b_blocked = nullptr;
+  if (g.trans_b && g.ldb == g.K && active_packed_weights != nullptr) {  // a kept Linear weight
+    if (matmul_precision() == MatmulPrecision::bf16) b_bf16 = active_packed_weights->bf16(g.B, g.N, g.K);
+    b_blocked = active_packed_weights->onednn_blocked(g.B, g.N, g.K);
+  }
   onednn_gemm({g.trans_a, g.trans_b, g.M, g.N, g.K, g.alpha, g.A, g.lda, g.B, g.ldb, g.beta != 0.0f, g.C, g.ldc, g.bias,
-               b_bf16});
+               b_bf16, b_blocked});
   if (g.gelu_out == nullptr) return;
   const auto gelu = g.gelu_form == GeluForm::tanh ? simd::gelu_tanh_forward : simd::gelu_erf_forward;
 #pragma omp parallel for schedule(static) if (!omp_in_parallel())
@@ -270,7 +273,7 @@ void gemm_float(const FloatGemm& g) { gemm_float_group(&g, 1); }
 
 }  // namespace
 
-void PackedWeights::add(const float* weight, int out, int in) { entries_.try_emplace(weight, Entry{out, in, 0, {}, {}}); }
+void PackedWeights::add(const float* weight, int out, int in) { entries_.try_emplace(weight, Entry{out, in, 0, {}, {}, nullptr}); }
 
 const float* PackedWeights::packed(const float* weight, int out, int in) {
   const auto it = entries_.find(weight);
@@ -302,9 +305,23 @@ const uint16_t* PackedWeights::bf16(const float* weight, int out, int in) {
   return e.bf16_values.data();
 }
 
+OnednnBlockedWeights* PackedWeights::onednn_blocked(const float* weight, int out, int in) {
+  const auto it = entries_.find(weight);
+  if (it == entries_.end() || it->second.out != out || it->second.in != in) return nullptr;
+  if (!it->second.onednn) it->second.onednn = std::make_unique<OnednnBlockedWeights>();
+  return it->second.onednn.get();
+}
+
+size_t PackedWeights::bytes() const {
+  size_t n = bytes_;
+  for (const auto& [weight, e] : entries_) n += e.onednn ? e.onednn->bytes() : 0;
+  return n;
+}
+
 size_t PackedWeights::count() const {
   size_t n = 0;
-  for (const auto& [weight, e] : entries_) n += e.values.empty() && e.bf16_values.empty() ? 0 : 1;
+  for (const auto& [weight, e] : entries_)
+    n += e.values.empty() && e.bf16_values.empty() && !(e.onednn && e.onednn->bytes() > 0) ? 0 : 1;
   return n;
 }
 

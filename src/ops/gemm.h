@@ -7,9 +7,12 @@
 #pragma once
 #include <cstdint>
 #include <initializer_list>
+#include <memory>
 #include <string>
 #include <unordered_map>
 #include <vector>
+
+#include "ops/onednn_matmul.h"
 
 namespace fca {
 
@@ -91,7 +94,10 @@ class PackedWeights {
   // The weight rounded to bf16 (ops/onednn_matmul.h), in W's own layout, rounded now if it was not
   // yet: what the bf16 matmul precision reads; null when `weight` was not added with this shape.
   const uint16_t* bf16(const float* weight, int out, int in);
-  size_t bytes() const { return bytes_; }  // of the weights packed so far
+  // The weight's copies in oneDNN's blocked layouts (ops/onednn_matmul.h), made as products ask
+  // for them; null when `weight` was not added with this shape.
+  OnednnBlockedWeights* onednn_blocked(const float* weight, int out, int in);
+  size_t bytes() const;  // of the weights' copies made so far (packed, bf16 and blocked)
   size_t count() const;                    // weights packed so far
 
  private:
@@ -100,6 +106,7 @@ class PackedWeights {
     int panel_width = 0;        // simd::tile_panel_width() when packed
     std::vector<float> values;  // empty until first used
     std::vector<uint16_t> bf16_values;  // empty until a bf16 product first reads it
+    std::unique_ptr<OnednnBlockedWeights> onednn;  // null until a oneDNN product first reads it
   };
   std::unordered_map<const float*, Entry> entries_;
   size_t bytes_ = 0;

@@ -47,34 +47,38 @@ dnnl::cpu_isa effective_isa() {
 // from any thread, on the thread count of the call (oneDNN reads OpenMP's at execution:
 // Precision.OnednnRunsOnTheThreadCountOfTheCall); each execution gets this thread's own scratchpad
 // (a primitive's own would be shared by threads executing it at once).
-// (bf16, M, N, K, lda and ldb negated when transposed, ldc, bias, accumulate, alpha's bits)
-using PrimitiveKey = std::tuple<bool, int, int, int, int64_t, int64_t, int, bool, bool, uint32_t>;
+// (bf16, M, N, K, lda and ldb negated when transposed, ldc, bias, accumulate, alpha's bits, B blocked)
+using PrimitiveKey = std::tuple<bool, int, int, int, int64_t, int64_t, int, bool, bool, uint32_t, bool>;
 struct Primitive {
   dnnl::matmul matmul;
   dnnl::memory::desc scratchpad;
+  dnnl::memory::desc weights;  // the layout B is read in (a blocked one when B is a kept weight)
 };
 
 struct Layout {
   dnnl::memory::desc a, b, c, bias;
 };
 
-Layout layout_of(const OnednnGemm& g, dnnl::memory::data_type in_type, int lda, int ldb) {
+// B's layout is the plain one of its leading dimension, or oneDNN's choice (format any) when
+// `blocked`: a kept weight, reordered into that choice once (OnednnBlockedWeights).
+Layout layout_of(const OnednnGemm& g, dnnl::memory::data_type in_type, int lda, int ldb, bool blocked) {
   using dt = dnnl::memory::data_type;
   Layout l;
   l.a = dnnl::memory::desc({g.M, g.K}, in_type, g.trans_a ? dnnl::memory::dims{1, lda} : dnnl::memory::dims{lda, 1});
-  l.b = dnnl::memory::desc({g.K, g.N}, in_type, g.trans_b ? dnnl::memory::dims{1, ldb} : dnnl::memory::dims{ldb, 1});
+  l.b = blocked ? dnnl::memory::desc({g.K, g.N}, in_type, dnnl::memory::format_tag::any)
+                : dnnl::memory::desc({g.K, g.N}, in_type, g.trans_b ? dnnl::memory::dims{1, ldb} : dnnl::memory::dims{ldb, 1});
   l.c = dnnl::memory::desc({g.M, g.N}, dt::f32, dnnl::memory::dims{g.ldc, 1});
   if (g.bias != nullptr) l.bias = dnnl::memory::desc({1, g.N}, dt::f32, dnnl::memory::dims{g.N, 1});
   return l;
 }
 
-const Primitive& primitive_for(const OnednnGemm& g, const Layout& l, bool bf16, int lda, int ldb) {
+const Primitive& primitive_for(const OnednnGemm& g, const Layout& l, bool bf16, int lda, int ldb, bool blocked) {
   static std::mutex mutex;
   static std::map<PrimitiveKey, Primitive> primitives;
   uint32_t alpha_bits;
   std::memcpy(&alpha_bits, &g.alpha, sizeof alpha_bits);
   const PrimitiveKey key{bf16, g.M, g.N, g.K, int64_t(lda) * (g.trans_a ? -1 : 1), int64_t(ldb) * (g.trans_b ? -1 : 1),
-                         g.ldc, g.bias != nullptr, g.accumulate, alpha_bits};
+                         g.ldc, g.bias != nullptr, g.accumulate, alpha_bits, blocked};
   const std::lock_guard<std::mutex> lock(mutex);
   const auto it = primitives.find(key);
   if (it != primitives.end()) return it->second;
@@ -89,7 +93,7 @@ const Primitive& primitive_for(const OnednnGemm& g, const Layout& l, bool bf16, 
   try {
     const dnnl::matmul::desc desc = g.bias != nullptr ? dnnl::matmul::desc(l.a, l.b, l.bias, l.c) : dnnl::matmul::desc(l.a, l.b, l.c);
     const dnnl::matmul::primitive_desc pd(desc, attr, cpu_engine());
-    return primitives.emplace(key, Primitive{dnnl::matmul(pd), pd.scratchpad_desc()}).first->second;
+    return primitives.emplace(key, Primitive{dnnl::matmul(pd), pd.scratchpad_desc(), pd.weights_desc()}).first->second;
   } catch (const dnnl::error& e) {
     throw Error(std::string("oneDNN has no ") + (bf16 ? "bf16" : "fp32") + " matmul for " + std::to_string(g.M) + " x " +
                 std::to_string(g.N) + " x " + std::to_string(g.K) + " on this CPU (" + isa_name(effective_isa()) + "): " + e.what());
@@ -125,6 +129,34 @@ const float* dense_operand(std::vector<float>& buffer, const float* x, int rows,
 }
 
 }  // namespace
+
+struct OnednnBlockedWeights::Copies {
+  std::mutex mutex;  // GEMMs on several threads may ask for a layout at once
+  std::vector<std::pair<dnnl::memory::desc, dnnl::memory>> by_layout;
+  // The copy in `layout`, reordered now from `plain` (W as the product reads it unblocked, at
+  // `values`) if this layout was not asked for before.
+  const void* in(const dnnl::memory::desc& layout, const dnnl::memory::desc& plain, const void* values) {
+    const std::lock_guard<std::mutex> lock(mutex);
+    for (const auto& [desc, copy] : by_layout)
+      if (desc == layout) return copy.get_data_handle();
+    dnnl::engine& engine = cpu_engine();
+    dnnl::memory source(plain, engine, const_cast<void*>(values)), copy(layout, engine);
+    dnnl::stream stream(engine);
+    dnnl::reorder(source, copy).execute(stream, source, copy);
+    stream.wait();
+    by_layout.emplace_back(layout, copy);
+    return copy.get_data_handle();
+  }
+};
+
+OnednnBlockedWeights::OnednnBlockedWeights() : copies_(std::make_unique<Copies>()) {}
+OnednnBlockedWeights::~OnednnBlockedWeights() = default;
+size_t OnednnBlockedWeights::bytes() const {
+  const std::lock_guard<std::mutex> lock(copies_->mutex);
+  size_t n = 0;
+  for (const auto& [desc, copy] : copies_->by_layout) n += desc.get_size();
+  return n;
+}
 
 const char* matmul_precision_name(MatmulPrecision p) { return p == MatmulPrecision::bf16 ? "bf16" : "fp32"; }
 
@@ -192,15 +224,18 @@ void onednn_gemm(const OnednnGemm& g) {
   OnednnGemm dense = g;
   dense.ldc = g.N;
   using dt = dnnl::memory::data_type;
-  const Layout l = layout_of(dense, bf16 ? dt::bf16 : dt::f32, lda, ldb);
-  const Primitive& primitive = primitive_for(dense, l, bf16, lda, ldb);
+  const dt in_type = bf16 ? dt::bf16 : dt::f32;
+  const bool blocked = g.b_blocked != nullptr && g.trans_b && ldb == g.K;
+  const Layout l = layout_of(dense, in_type, lda, ldb, blocked);
+  const Primitive& primitive = primitive_for(dense, l, bf16, lda, ldb, blocked);
+  if (blocked) b = g.b_blocked->copies().in(primitive.weights, layout_of(dense, in_type, lda, ldb, false).b, b);
   dnnl::engine& engine = cpu_engine();
   thread_local dnnl::stream stream(engine);
   thread_local std::vector<uint64_t> scratch;  // 8-byte units; the start aligned to 64 bytes below
   scratch.resize(primitive.scratchpad.get_size() / 8 + 9);
   void* scratch_start = reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(scratch.data()) + 63) & ~uintptr_t(63));
   std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, dnnl::memory(l.a, engine, const_cast<void*>(a))},
-                                             {DNNL_ARG_WEIGHTS, dnnl::memory(l.b, engine, const_cast<void*>(b))},
+                                             {DNNL_ARG_WEIGHTS, dnnl::memory(primitive.weights, engine, const_cast<void*>(b))},
                                              {DNNL_ARG_DST, dnnl::memory(l.c, engine, c)},
                                              {DNNL_ARG_SCRATCHPAD, dnnl::memory(primitive.scratchpad, engine, scratch_start)}};
   if (g.bias != nullptr) args.emplace(DNNL_ARG_BIAS, dnnl::memory(l.bias, engine, const_cast<float*>(g.bias)));

@@ -20,6 +20,7 @@
 //   so exact replay still holds within the mode (tests/precision_test.cpp).
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 
 namespace fca {
@@ -56,6 +57,26 @@ bool onednn_runs_gemm(int N, int K);
 // row's finished product), row-major with leading dimensions; in the current precision. `b_bf16`, when not null, is op(B) already
 // rounded to bf16 in B's layout (a Linear weight kept by PackedWeights), read in place of B in the
 // bf16 precision.
+// A Linear weight W [N, K] in oneDNN's own blocked layouts, one copy per layout a primitive asks
+// for (oneDNN picks it for the product's shape and data type), reordered from W (or from its bf16
+// copy) the first time that layout is asked for. With the weight in a plain layout oneDNN repacks
+// it on every call; blocked once, fc-shaped products run 5-30% faster (docs/precision.md), and the
+// results are bitwise those of the plain layout (tests/gemm_test.cpp). Owned by PackedWeights
+// (ops/gemm.h), whose contract applies: the weight does not change while it is alive.
+class OnednnBlockedWeights {
+ public:
+  OnednnBlockedWeights();
+  ~OnednnBlockedWeights();
+  OnednnBlockedWeights(const OnednnBlockedWeights&) = delete;
+  OnednnBlockedWeights& operator=(const OnednnBlockedWeights&) = delete;
+  size_t bytes() const;  // of the blocked copies made so far
+  struct Copies;         // the copies, by layout (onednn_matmul.cpp)
+  Copies& copies() { return *copies_; }
+
+ private:
+  std::unique_ptr<Copies> copies_;
+};
+
 struct OnednnGemm {
   bool trans_a, trans_b;
   int M, N, K;
@@ -69,6 +90,9 @@ struct OnednnGemm {
   int ldc;
   const float* bias = nullptr;
   const uint16_t* b_bf16 = nullptr;
+  // When not null, op(B) = W^T is this Linear weight (B = W [N, K], trans_b, ldb == K), read from
+  // its blocked copy for the primitive's layout.
+  OnednnBlockedWeights* b_blocked = nullptr;
 };
 void onednn_gemm(const OnednnGemm& g);
 
