@@ -111,6 +111,11 @@ MUTATIONS = [
  M("oneDNN reads kept weights from their blocked copies", "src/ops/gemm.cpp",
    '''    b_blocked = active_packed_weights->onednn_blocked(g.B, g.N, g.K);''', '''''',
    gtest="Gemm.OnednnReadsKeptWeightsBlockedWithThePlainLayoutsBits", rebuild=True),
+ M("bf16 MLP applies its GELU", "src/ops/gemm.cpp", '''  fc.post_op = OnednnPostOp::gelu_tanh;''', '''''',
+   gtest="Gemm.MlpForwardIsItsTwoLayersAndKeepsItsHiddenActivationInBf16", rebuild=True),
+ M("bf16 MLP adds the fc bias", "src/ops/gemm.cpp", '''  OnednnGemm fc{false, true, N, F, D, 1.0f, x, D, fc_weight, D, false, nullptr, F, fc_bias};''',
+   '''  OnednnGemm fc{false, true, N, F, D, 1.0f, x, D, fc_weight, D, false, nullptr, F, ((void)fc_bias, nullptr)};''',
+   gtest="Gemm.MlpForwardIsItsTwoLayersAndKeepsItsHiddenActivationInBf16", rebuild=True),
 ]
 
 

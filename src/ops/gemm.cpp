@@ -8,6 +8,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "core/error.h"
 #include "core/exec_counters.h"
 #include "core/phase_timer.h"
 #include "core/threads.h"
@@ -424,6 +425,51 @@ void linear_gelu_forward(T* pre, T* act, const T* x, const T* weight, const T* b
   }
 }
 
+namespace {
+
+// mlp_forward in the bf16 precision: both products on oneDNN, the hidden activation in bf16 only.
+void mlp_forward_bf16(float* y, const float* x, const float* fc_weight, const float* fc_bias, const float* proj_weight,
+                      const float* proj_bias, int N, int D, int F, bool accumulate) {
+  const PhaseScope phase_scope(Phase::gemm);
+  count_gemm_flops(2 * int64_t(N) * F * D, 1);
+  count_gemm_flops(2 * int64_t(N) * D * F, 1);
+  if (N <= 0) return;
+  thread_local std::vector<uint16_t> hidden;  // [N, F] GELU(x Wfc^T + bfc) in bf16
+  hidden.resize(size_t(N) * F);
+  PackedWeights* kept = active_packed_weights;
+  const auto weight = [&](OnednnGemm& g, const float* w, int out, int in) {
+    if (kept == nullptr) return;
+    g.b_bf16 = kept->bf16(w, out, in);
+    g.b_blocked = kept->onednn_blocked(w, out, in);
+  };
+  OnednnGemm fc{false, true, N, F, D, 1.0f, x, D, fc_weight, D, false, nullptr, F, fc_bias};
+  fc.c_bf16 = hidden.data();
+  fc.post_op = OnednnPostOp::gelu_tanh;
+  weight(fc, fc_weight, F, D);
+  onednn_gemm(fc);
+  OnednnGemm proj{false, true, N, D, F, 1.0f, nullptr, F, proj_weight, F, accumulate, y, D, proj_bias};
+  proj.a_bf16 = hidden.data();
+  weight(proj, proj_weight, D, F);
+  onednn_gemm(proj);
+}
+
+}  // namespace
+
+template <typename T>
+void mlp_forward(T* y, T* pre, T* act, const T* x, const T* fc_weight, const T* fc_bias, const T* proj_weight,
+                 const T* proj_bias, int N, int D, int F, bool accumulate) {
+  if (accumulate && proj_bias != nullptr) throw Error("mlp_forward: with accumulate, add the proj bias to y first");
+  if constexpr (std::is_same_v<T, float>) {
+    if (matmul_precision() == MatmulPrecision::bf16) {
+      mlp_forward_bf16(y, x, fc_weight, fc_bias, proj_weight, proj_bias, N, D, F, accumulate);
+      return;
+    }
+  }
+  linear_gelu_forward(pre, act, x, fc_weight, fc_bias, N, D, F);
+  if (accumulate) gemm<T>(false, true, N, D, F, T(1), act, F, proj_weight, F, T(1), y, D);
+  else linear_forward(y, act, proj_weight, proj_bias, N, F, D);
+}
+
 template <typename T>
 void linear_backward(T* dx, T* dweight, T* dbias, const T* dy, const T* x, const T* weight, int N, int in,
                      int out, bool accumulate_dx) {
@@ -438,6 +484,7 @@ void linear_backward(T* dx, T* dweight, T* dbias, const T* dy, const T* x, const
   template void linear_forward<T>(T*, const T*, const T*, const T*, int, int, int, int);        \
   template void linear_forward_group<T>(std::initializer_list<LinearOperands<T>>, int);            \
   template void linear_gelu_forward<T>(T*, T*, const T*, const T*, const T*, int, int, int, GeluForm); \
+  template void mlp_forward<T>(T*, T*, T*, const T*, const T*, const T*, const T*, const T*, int, int, int, bool); \
   template void linear_backward<T>(T*, T*, T*, const T*, const T*, const T*, int, int, int, bool);
 FCA_INSTANTIATE(float)
 FCA_INSTANTIATE(double)

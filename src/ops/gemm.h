@@ -74,6 +74,19 @@ template <typename T>
 void linear_gelu_forward(T* pre, T* act, const T* x, const T* weight, const T* bias, int N, int in, int out,
                          GeluForm form = GeluForm::tanh);
 
+// A pre-norm block's MLP: pre[N, F] = x[N, D] Wfc^T + bfc, act = GELU_tanh(pre), then
+// y[N, D] = act Wproj^T + bproj (bproj may be null), or y += act Wproj^T with `accumulate` (then
+// bproj must be null: a caller adds it to y first). In fp32 and
+// double, bitwise linear_gelu_forward then linear_forward (the GEMM with beta 1 when accumulating).
+// In the bf16 matmul precision (ops/onednn_matmul.h; inference only, where no backward pass reads
+// pre or act) the hidden activation never exists in fp32: the GELU is oneDNN's post-op on the fc
+// product's fp32 accumulator, stored in bf16 (the precision the proj product reads it in), and
+// pre and act are left as they were. That saves a pass writing and reading [N, F] at fp32 width
+// and the proj product's rounding pass (docs/precision.md).
+template <typename T>
+void mlp_forward(T* y, T* pre, T* act, const T* x, const T* fc_weight, const T* fc_bias, const T* proj_weight,
+                 const T* proj_bias, int N, int D, int F, bool accumulate);
+
 // Linear weights packed once, as fca's float GEMM kernel packs op(B) = W^T for each call (the
 // GEMMs oneDNN runs read fp32 weights in place, and in bf16 the copy of bf16()): for inference
 // with fixed weights (the audit's thousands of passes), where every call would otherwise copy the

@@ -47,8 +47,9 @@ dnnl::cpu_isa effective_isa() {
 // from any thread, on the thread count of the call (oneDNN reads OpenMP's at execution:
 // Precision.OnednnRunsOnTheThreadCountOfTheCall); each execution gets this thread's own scratchpad
 // (a primitive's own would be shared by threads executing it at once).
-// (bf16, M, N, K, lda and ldb negated when transposed, ldc, bias, accumulate, alpha's bits, B blocked)
-using PrimitiveKey = std::tuple<bool, int, int, int, int64_t, int64_t, int, bool, bool, uint32_t, bool>;
+// (bf16, M, N, K, lda and ldb negated when transposed, ldc, bias, accumulate, alpha's bits, B
+// blocked, post-op, C in bf16)
+using PrimitiveKey = std::tuple<bool, int, int, int, int64_t, int64_t, int, bool, bool, uint32_t, bool, OnednnPostOp, bool>;
 struct Primitive {
   dnnl::matmul matmul;
   dnnl::memory::desc scratchpad;
@@ -67,7 +68,7 @@ Layout layout_of(const OnednnGemm& g, dnnl::memory::data_type in_type, int lda, 
   l.a = dnnl::memory::desc({g.M, g.K}, in_type, g.trans_a ? dnnl::memory::dims{1, lda} : dnnl::memory::dims{lda, 1});
   l.b = blocked ? dnnl::memory::desc({g.K, g.N}, in_type, dnnl::memory::format_tag::any)
                 : dnnl::memory::desc({g.K, g.N}, in_type, g.trans_b ? dnnl::memory::dims{1, ldb} : dnnl::memory::dims{ldb, 1});
-  l.c = dnnl::memory::desc({g.M, g.N}, dt::f32, dnnl::memory::dims{g.ldc, 1});
+  l.c = dnnl::memory::desc({g.M, g.N}, g.c_bf16 != nullptr ? dt::bf16 : dt::f32, dnnl::memory::dims{g.ldc, 1});
   if (g.bias != nullptr) l.bias = dnnl::memory::desc({1, g.N}, dt::f32, dnnl::memory::dims{g.N, 1});
   return l;
 }
@@ -78,16 +79,17 @@ const Primitive& primitive_for(const OnednnGemm& g, const Layout& l, bool bf16, 
   uint32_t alpha_bits;
   std::memcpy(&alpha_bits, &g.alpha, sizeof alpha_bits);
   const PrimitiveKey key{bf16, g.M, g.N, g.K, int64_t(lda) * (g.trans_a ? -1 : 1), int64_t(ldb) * (g.trans_b ? -1 : 1),
-                         g.ldc, g.bias != nullptr, g.accumulate, alpha_bits, blocked};
+                         g.ldc, g.bias != nullptr, g.accumulate, alpha_bits, blocked, g.post_op, g.c_bf16 != nullptr};
   const std::lock_guard<std::mutex> lock(mutex);
   const auto it = primitives.find(key);
   if (it != primitives.end()) return it->second;
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   if (g.alpha != 1.0f) attr.set_output_scales(0, {g.alpha});
-  if (g.accumulate) {
+  if (g.accumulate || g.post_op != OnednnPostOp::none) {
     dnnl::post_ops ops;
-    ops.append_sum(1.0f);
+    if (g.accumulate) ops.append_sum(1.0f);
+    if (g.post_op == OnednnPostOp::gelu_tanh) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_gelu_tanh, 0.0f, 0.0f);
     attr.set_post_ops(ops);
   }
   try {
@@ -202,9 +204,18 @@ void onednn_gemm(const OnednnGemm& g) {
   const void* a = g.A;
   const void* b = g.B;
   int lda = g.lda, ldb = g.ldb;
+  if ((g.a_bf16 != nullptr || g.c_bf16 != nullptr || g.post_op != OnednnPostOp::none) && !bf16)
+    throw Error("oneDNN GEMM: bf16 operands, a bf16 result and post-ops are for the bf16 precision only");
+  if (g.c_bf16 != nullptr && g.accumulate) throw Error("oneDNN GEMM: a bf16 result cannot accumulate");
+  if (g.a_bf16 != nullptr) {
+    if (g.trans_a) throw Error("oneDNN GEMM: a bf16 A must not be transposed");
+    a = g.a_bf16, lda = g.K;
+  }
   if (bf16) {
-    lda = round_operand(a_bf16, g.A, g.trans_a, g.M, g.K, g.lda);
-    a = a_bf16.data();
+    if (g.a_bf16 == nullptr) {
+      lda = round_operand(a_bf16, g.A, g.trans_a, g.M, g.K, g.lda);
+      a = a_bf16.data();
+    }
     if (g.b_bf16 != nullptr) {
       b = g.b_bf16, ldb = g.trans_b ? g.K : g.N;
     } else {
@@ -215,11 +226,11 @@ void onednn_gemm(const OnednnGemm& g) {
     a = dense_operand(a_dense, g.A, g.trans_a ? g.K : g.M, g.trans_a ? g.M : g.K, lda);
     b = dense_operand(b_dense, g.B, g.trans_b ? g.N : g.K, g.trans_b ? g.K : g.N, ldb);
   }
-  float* c = g.C;
-  if (g.ldc != g.N) {
+  void* c = g.c_bf16 != nullptr ? static_cast<void*>(g.c_bf16) : g.C;
+  if (g.c_bf16 == nullptr && g.ldc != g.N) {
     c_dense.resize(size_t(g.M) * g.N);
     c = c_dense.data();
-    if (g.accumulate) copy_rows(c, g.N, g.C, g.ldc, g.M, g.N);
+    if (g.accumulate) copy_rows(c_dense.data(), g.N, g.C, g.ldc, g.M, g.N);
   }
   OnednnGemm dense = g;
   dense.ldc = g.N;
@@ -241,7 +252,7 @@ void onednn_gemm(const OnednnGemm& g) {
   if (g.bias != nullptr) args.emplace(DNNL_ARG_BIAS, dnnl::memory(l.bias, engine, const_cast<float*>(g.bias)));
   primitive.matmul.execute(stream, args);
   stream.wait();
-  if (c != g.C) copy_rows(g.C, g.ldc, c, g.N, g.M, g.N);
+  if (g.c_bf16 == nullptr && c != g.C) copy_rows(g.C, g.ldc, static_cast<const float*>(c), g.N, g.M, g.N);
 }
 
 std::string onednn_description() {

@@ -53,10 +53,17 @@ class MatmulPrecisionScope {
 // Whether a float GEMM with these dimensions runs on oneDNN under the current precision (above).
 bool onednn_runs_gemm(int N, int K);
 
-// C[M, N] = alpha op(A) op(B) (+ C when accumulate) (+ bias[N] when not null, added to each
-// row's finished product), row-major with leading dimensions; in the current precision. `b_bf16`, when not null, is op(B) already
-// rounded to bf16 in B's layout (a Linear weight kept by PackedWeights), read in place of B in the
-// bf16 precision.
+// An element-wise function oneDNN applies to each finished value before it is stored (its eltwise
+// post-op, in fp32 on the accumulator): the GELU of a bf16 MLP (ops/gemm.h: mlp_forward).
+enum class OnednnPostOp { none, gelu_tanh };
+
+// C[M, N] = f(alpha op(A) op(B) (+ C when accumulate) (+ bias[N] when not null, added to each
+// row's finished product)), f the post-op (the identity for none), row-major with leading
+// dimensions; in the current precision. `b_bf16`, when not null, is op(B) already rounded to bf16
+// in B's layout (a Linear weight kept by PackedWeights), read in place of B in the bf16 precision.
+// In the bf16 precision only: `a_bf16`, when not null, is A already in bf16 (not transposed, rows
+// K apart), read in place of A; `c_bf16`, when not null, receives the result rounded to bf16
+// (rows N apart) in place of C (not with accumulate).
 // A Linear weight W [N, K] in oneDNN's own blocked layouts, one copy per layout a primitive asks
 // for (oneDNN picks it for the product's shape and data type), reordered from W (or from its bf16
 // copy) the first time that layout is asked for. With the weight in a plain layout oneDNN repacks
@@ -93,6 +100,9 @@ struct OnednnGemm {
   // When not null, op(B) = W^T is this Linear weight (B = W [N, K], trans_b, ldb == K), read from
   // its blocked copy for the primitive's layout.
   OnednnBlockedWeights* b_blocked = nullptr;
+  const uint16_t* a_bf16 = nullptr;
+  uint16_t* c_bf16 = nullptr;
+  OnednnPostOp post_op = OnednnPostOp::none;
 };
 void onednn_gemm(const OnednnGemm& g);
 

@@ -35,14 +35,13 @@ void attention_half_forward(BlockActivations<T>& a, T* attn_scratch, const Block
 template <typename T>
 void mlp_branch_forward(BlockActivations<T>& a, const BlockWeights<T>& p, int N, int D) {
   layernorm_forward(a.ln2_out, a.ln2_mean, a.ln2_rstd, a.ln2_in, p.ln2_weight, p.ln2_bias, N, D);
-  linear_gelu_forward(a.fc_pre, a.fc_act, a.ln2_out, p.fc_weight, p.fc_bias, N, D, 4 * D);
-  linear_forward(a.update, a.fc_act, p.mlp_proj_weight, p.mlp_proj_bias, N, 4 * D, D);
+  mlp_forward(a.update, a.fc_pre, a.fc_act, a.ln2_out, p.fc_weight, p.fc_bias, p.mlp_proj_weight, p.mlp_proj_bias, N, D,
+              4 * D, false);
 }
 
 template <typename T>
 void dense_mlp_forward(BlockActivations<T>& a, const BlockWeights<T>& p, int N, int D) {
-  linear_gelu_forward(a.fc_pre, a.fc_act, a.ln2_out, p.fc_weight, p.fc_bias, N, D, 4 * D);
-  // F_l = u_l + w_l: the MLP's GEMM accumulates onto a copy of u_l (beta = 1).
+  // F_l = u_l + w_l: the MLP's second product accumulates onto u_l + b (beta = 1).
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; ++n) {  // by row: no index division per element, and the loop vectorises
     const T* u = a.u + int64_t(n) * D;
@@ -52,7 +51,8 @@ void dense_mlp_forward(BlockActivations<T>& a, const BlockWeights<T>& p, int N, 
     else
       for (int d = 0; d < D; ++d) update[d] = u[d] + p.mlp_proj_bias[d];
   }
-  gemm<T>(false, true, N, D, 4 * D, T(1), a.fc_act, 4 * D, p.mlp_proj_weight, 4 * D, T(1), a.update, D);
+  mlp_forward(a.update, a.fc_pre, a.fc_act, a.ln2_out, p.fc_weight, p.fc_bias, p.mlp_proj_weight,
+              static_cast<const T*>(nullptr), N, D, 4 * D, true);
 }
 
 template <typename T>
