@@ -11,6 +11,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/half.h"
@@ -266,8 +267,8 @@ TEST(Gemm, OnednnReadsKeptWeightsBlockedWithThePlainLayoutsBits) {
 }
 
 TEST(Gemm, MlpForwardIsItsTwoLayersAndKeepsItsHiddenActivationInBf16) {
-  // fp32 and double: bitwise linear_gelu_forward then linear_forward (or the GEMM onto y). bf16:
-  // against a double reference of what the mode computes, hidden = bf16(GELU_tanh(bf16(x)
+  // Both GELU forms. fp32 and double: bitwise linear_gelu_forward then linear_forward (or the GEMM
+  // onto y). bf16: against a double reference of what the mode computes, hidden = bf16(GELU(bf16(x)
   // bf16(Wfc)^T + bfc)), y = hidden bf16(Wproj)^T + bproj (+ y). The tolerance, 1e-3 on outputs of
   // size ~0.5: fp32 accumulation and oneDNN's tanh differ from the double reference by ~1e-6
   // relative, which can move a hidden value across a bf16 rounding boundary (one step, 2^-8
@@ -281,33 +282,34 @@ TEST(Gemm, MlpForwardIsItsTwoLayersAndKeepsItsHiddenActivationInBf16) {
     for (auto& w : fc_w) w *= 0.2f;
     for (auto& w : proj_w) w *= 0.12f;
     const auto y0 = random_values(size_t(N) * D, 66);
-    for (const bool accumulate : {false, true}) {
-      SCOPED_TRACE(accumulate ? "accumulate" : "with bias");
+    for (const auto& [accumulate, form] : {std::pair{false, GeluForm::tanh}, std::pair{true, GeluForm::tanh},
+                                          std::pair{false, GeluForm::erf}}) {
+      SCOPED_TRACE(std::string(accumulate ? "accumulate" : "with bias") + (form == GeluForm::erf ? ", erf" : ", tanh"));
       const float* bias = accumulate ? nullptr : proj_b.data();
       std::vector<float> want_pre(size_t(N) * F), want_act(want_pre.size()), want = y0;
-      linear_gelu_forward<float>(want_pre.data(), want_act.data(), x.data(), fc_w.data(), fc_b.data(), N, D, F);
+      linear_gelu_forward<float>(want_pre.data(), want_act.data(), x.data(), fc_w.data(), fc_b.data(), N, D, F, form);
       if (accumulate) gemm<float>(false, true, N, D, F, 1.0f, want_act.data(), F, proj_w.data(), F, 1.0f, want.data(), D);
       else linear_forward<float>(want.data(), want_act.data(), proj_w.data(), bias, N, F, D);
       std::vector<float> pre(want_pre.size(), 7.0f), act(want_pre.size(), 7.0f), got = y0;
       mlp_forward<float>(got.data(), pre.data(), act.data(), x.data(), fc_w.data(), fc_b.data(), proj_w.data(), bias, N, D, F,
-                         accumulate);
+                         accumulate, form);
       EXPECT_EQ(0, std::memcmp(got.data(), want.data(), sizeof(float) * got.size()));
       EXPECT_EQ(0, std::memcmp(act.data(), want_act.data(), sizeof(float) * act.size()));
       // double: the same composition
       const auto to_d = [](const std::vector<float>& v) { return std::vector<double>(v.begin(), v.end()); };
       const auto xd = to_d(x), fwd = to_d(fc_w), fbd = to_d(fc_b), pwd = to_d(proj_w), pbd = to_d(proj_b);
       std::vector<double> dpre(pre.size()), dact(pre.size()), dwant = to_d(y0), dgot = to_d(y0);
-      linear_gelu_forward<double>(dpre.data(), dact.data(), xd.data(), fwd.data(), fbd.data(), N, D, F);
+      linear_gelu_forward<double>(dpre.data(), dact.data(), xd.data(), fwd.data(), fbd.data(), N, D, F, form);
       if (accumulate) gemm<double>(false, true, N, D, F, 1.0, dact.data(), F, pwd.data(), F, 1.0, dwant.data(), D);
       else linear_forward<double>(dwant.data(), dact.data(), pwd.data(), pbd.data(), N, F, D);
       mlp_forward<double>(dgot.data(), dpre.data(), dact.data(), xd.data(), fwd.data(), fbd.data(), pwd.data(),
-                          accumulate ? nullptr : pbd.data(), N, D, F, accumulate);
+                          accumulate ? nullptr : pbd.data(), N, D, F, accumulate, form);
       EXPECT_EQ(0, std::memcmp(dgot.data(), dwant.data(), sizeof(double) * dgot.size()));
       // bf16
       const MatmulPrecisionScope in_bf16(MatmulPrecision::bf16);
       std::vector<float> bpre(pre.size(), 7.0f), bact(pre.size(), 7.0f), bgot = y0;
       mlp_forward<float>(bgot.data(), bpre.data(), bact.data(), x.data(), fc_w.data(), fc_b.data(), proj_w.data(), bias, N, D, F,
-                         accumulate);
+                         accumulate, form);
       double worst = 0;
       for (int n = 0; n < N; ++n) {
         std::vector<double> hidden(static_cast<size_t>(F));
@@ -315,7 +317,8 @@ TEST(Gemm, MlpForwardIsItsTwoLayersAndKeepsItsHiddenActivationInBf16) {
           double s = fc_b[size_t(f)];
           for (int k = 0; k < D; ++k)
             s += double(round_through_bf16(x[size_t(n) * D + k])) * double(round_through_bf16(fc_w[size_t(f) * D + k]));
-          const double g = 0.5 * s * (1.0 + std::tanh(0.7978845608028654 * (s + 0.044715 * s * s * s)));
+          const double g = form == GeluForm::tanh ? 0.5 * s * (1.0 + std::tanh(0.7978845608028654 * (s + 0.044715 * s * s * s)))
+                                                  : 0.5 * s * (1.0 + std::erf(s / std::sqrt(2.0)));
           hidden[size_t(f)] = double(round_through_bf16(float(g)));
         }
         for (int d = 0; d < D; ++d) {

@@ -429,7 +429,7 @@ namespace {
 
 // mlp_forward in the bf16 precision: both products on oneDNN, the hidden activation in bf16 only.
 void mlp_forward_bf16(float* y, const float* x, const float* fc_weight, const float* fc_bias, const float* proj_weight,
-                      const float* proj_bias, int N, int D, int F, bool accumulate) {
+                      const float* proj_bias, int N, int D, int F, bool accumulate, GeluForm form) {
   const PhaseScope phase_scope(Phase::gemm);
   count_gemm_flops(2 * int64_t(N) * F * D, 1);
   count_gemm_flops(2 * int64_t(N) * D * F, 1);
@@ -444,7 +444,7 @@ void mlp_forward_bf16(float* y, const float* x, const float* fc_weight, const fl
   };
   OnednnGemm fc{false, true, N, F, D, 1.0f, x, D, fc_weight, D, false, nullptr, F, fc_bias};
   fc.c_bf16 = hidden.data();
-  fc.post_op = OnednnPostOp::gelu_tanh;
+  fc.post_op = form == GeluForm::tanh ? OnednnPostOp::gelu_tanh : OnednnPostOp::gelu_erf;
   weight(fc, fc_weight, F, D);
   onednn_gemm(fc);
   OnednnGemm proj{false, true, N, D, F, 1.0f, nullptr, F, proj_weight, F, accumulate, y, D, proj_bias};
@@ -457,15 +457,15 @@ void mlp_forward_bf16(float* y, const float* x, const float* fc_weight, const fl
 
 template <typename T>
 void mlp_forward(T* y, T* pre, T* act, const T* x, const T* fc_weight, const T* fc_bias, const T* proj_weight,
-                 const T* proj_bias, int N, int D, int F, bool accumulate) {
+                 const T* proj_bias, int N, int D, int F, bool accumulate, GeluForm form) {
   if (accumulate && proj_bias != nullptr) throw Error("mlp_forward: with accumulate, add the proj bias to y first");
   if constexpr (std::is_same_v<T, float>) {
     if (matmul_precision() == MatmulPrecision::bf16) {
-      mlp_forward_bf16(y, x, fc_weight, fc_bias, proj_weight, proj_bias, N, D, F, accumulate);
+      mlp_forward_bf16(y, x, fc_weight, fc_bias, proj_weight, proj_bias, N, D, F, accumulate, form);
       return;
     }
   }
-  linear_gelu_forward(pre, act, x, fc_weight, fc_bias, N, D, F);
+  linear_gelu_forward(pre, act, x, fc_weight, fc_bias, N, D, F, form);
   if (accumulate) gemm<T>(false, true, N, D, F, T(1), act, F, proj_weight, F, T(1), y, D);
   else linear_forward(y, act, proj_weight, proj_bias, N, F, D);
 }
@@ -484,7 +484,7 @@ void linear_backward(T* dx, T* dweight, T* dbias, const T* dy, const T* x, const
   template void linear_forward<T>(T*, const T*, const T*, const T*, int, int, int, int);        \
   template void linear_forward_group<T>(std::initializer_list<LinearOperands<T>>, int);            \
   template void linear_gelu_forward<T>(T*, T*, const T*, const T*, const T*, int, int, int, GeluForm); \
-  template void mlp_forward<T>(T*, T*, T*, const T*, const T*, const T*, const T*, const T*, int, int, int, bool); \
+  template void mlp_forward<T>(T*, T*, T*, const T*, const T*, const T*, const T*, const T*, int, int, int, bool, GeluForm); \
   template void linear_backward<T>(T*, T*, T*, const T*, const T*, const T*, int, int, int, bool);
 FCA_INSTANTIATE(float)
 FCA_INSTANTIATE(double)

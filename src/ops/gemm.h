@@ -74,7 +74,7 @@ template <typename T>
 void linear_gelu_forward(T* pre, T* act, const T* x, const T* weight, const T* bias, int N, int in, int out,
                          GeluForm form = GeluForm::tanh);
 
-// A pre-norm block's MLP: pre[N, F] = x[N, D] Wfc^T + bfc, act = GELU_tanh(pre), then
+// A transformer MLP: pre[N, F] = x[N, D] Wfc^T + bfc, act = GELU(pre) of the given form, then
 // y[N, D] = act Wproj^T + bproj (bproj may be null), or y += act Wproj^T with `accumulate` (then
 // bproj must be null: a caller adds it to y first). In fp32 and
 // double, bitwise linear_gelu_forward then linear_forward (the GEMM with beta 1 when accumulating).
@@ -85,7 +85,7 @@ void linear_gelu_forward(T* pre, T* act, const T* x, const T* weight, const T* b
 // and the proj product's rounding pass (docs/precision.md).
 template <typename T>
 void mlp_forward(T* y, T* pre, T* act, const T* x, const T* fc_weight, const T* fc_bias, const T* proj_weight,
-                 const T* proj_bias, int N, int D, int F, bool accumulate);
+                 const T* proj_bias, int N, int D, int F, bool accumulate, GeluForm form = GeluForm::tanh);
 
 // Linear weights packed once, as fca's float GEMM kernel packs op(B) = W^T for each call (the
 // GEMMs oneDNN runs read fp32 weights in place, and in bf16 the copy of bf16()): for inference

@@ -89,7 +89,9 @@ const Primitive& primitive_for(const OnednnGemm& g, const Layout& l, bool bf16, 
   if (g.accumulate || g.post_op != OnednnPostOp::none) {
     dnnl::post_ops ops;
     if (g.accumulate) ops.append_sum(1.0f);
-    if (g.post_op == OnednnPostOp::gelu_tanh) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_gelu_tanh, 0.0f, 0.0f);
+    if (g.post_op != OnednnPostOp::none)
+      ops.append_eltwise(1.0f, g.post_op == OnednnPostOp::gelu_tanh ? dnnl::algorithm::eltwise_gelu_tanh : dnnl::algorithm::eltwise_gelu_erf,
+                         0.0f, 0.0f);
     attr.set_post_ops(ops);
   }
   try {

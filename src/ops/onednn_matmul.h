@@ -55,7 +55,7 @@ bool onednn_runs_gemm(int N, int K);
 
 // An element-wise function oneDNN applies to each finished value before it is stored (its eltwise
 // post-op, in fp32 on the accumulator): the GELU of a bf16 MLP (ops/gemm.h: mlp_forward).
-enum class OnednnPostOp { none, gelu_tanh };
+enum class OnednnPostOp { none, gelu_tanh, gelu_erf };
 
 // C[M, N] = f(alpha op(A) op(B) (+ C when accumulate) (+ bias[N] when not null, added to each
 // row's finished product)), f the post-op (the identity for none), row-major with leading

@@ -121,13 +121,14 @@ void block_forward(const MuddModel<T>& model, MuddRunState<T>& rs, int i, int B,
   // buffer; inference projects straight into it.
   const bool keep_raw = rs.keep_all_layers;
   const int ld_qk = keep_raw ? D : 3 * D;
-  // The FFN's first layer reads only its LayerNorm: it runs with the attention's projections.
-  const int F = p.ffn_width;
   linear_forward_group<T>({{a.qkv + 2 * D, v_in, p.wv, p.bv, D, D, 3 * D},
                            {keep_raw ? a.q_raw : q, q_in, p.wq, p.bq, D, D, ld_qk},
-                           {keep_raw ? a.k_raw : k, k_in, p.wk, p.bk, D, D, ld_qk},
-                           {a.ffn_pre, a.ffn_in, p.w1, p.b1, D, F, F, a.ffn_act, GeluForm::erf}},
+                           {keep_raw ? a.k_raw : k, k_in, p.wk, p.bk, D, D, ld_qk}},
                           N);
+  // The FFN (parallel residual: it reads only its own LayerNorm), its two layers at once: in bf16
+  // its hidden activation then stays in bf16 (ops/gemm.h).
+  const int F = p.ffn_width;
+  mlp_forward<T>(a.ffn_out, a.ffn_pre, a.ffn_act, a.ffn_in, p.w1, p.b1, p.w2, p.b2, N, D, F, false, GeluForm::erf);
   if (keep_raw)
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; ++n) {
@@ -138,8 +139,8 @@ void block_forward(const MuddModel<T>& model, MuddRunState<T>& rs, int i, int B,
   rmsnorm_rope_forward<T>(q, a.q_rstd, p.q_norm, rs.rope_cos, rs.rope_sin, B, Tn, H, dh, c.rotary_dims(), 3 * D, c.norm_eps);
   rmsnorm_rope_forward<T>(k, a.k_rstd, p.k_norm, rs.rope_cos, rs.rope_sin, B, Tn, H, dh, c.rotary_dims(), 3 * D, c.norm_eps);
   attention_forward<T>(a.attn_out, a.probs, rs.attn_scratch, nullptr, a.qkv, B, Tn, D, H);
-  // The attention's output projection and the FFN's second layer (parallel residual: R feeds both).
-  linear_forward_group<T>({{a.attn_proj, a.attn_out, p.wo, p.bo, D, D, D}, {a.ffn_out, a.ffn_act, p.w2, p.b2, F, D, D}}, N);
+  // The attention's output projection (parallel residual: R feeds it and the FFN).
+  linear_forward<T>(a.attn_proj, a.attn_out, p.wo, p.bo, N, D, D);
   T* X = rs.hidden[size_t(i + 1)];
   // X = (R + attn_proj) + ffn_out, the reference's order; in float as two vector passes per row
   // (R + 1 attn_proj, then + 1 ffn_out: 1 v is v exactly), the row still in L1 for the second.
