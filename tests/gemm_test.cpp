@@ -16,6 +16,7 @@
 
 #include "core/half.h"
 #include "core/threads.h"
+#include "models/family_auditable.h"
 #include "ops/elementwise.h"
 #include "ops/gemm.h"
 #include "ops/norms.h"
@@ -332,6 +333,23 @@ TEST(Gemm, MlpForwardIsItsTwoLayersAndKeepsItsHiddenActivationInBf16) {
       EXPECT_TRUE(std::all_of(bact.begin(), bact.end(), [](float v) { return v == 7.0f; }));
     }
   }
+}
+
+TEST(Gemm, KeptWeightsAreEveryMatrixAndEachExpertSlice) {
+  // declare_packable_weights (models/family_auditable.h) keeps the rank-2 tensors and each [out, in]
+  // slice of a rank-3 one (the MoE's experts: their Linear weights are those slices), not vectors.
+  struct Model {
+    std::vector<TensorSlot> slots{{"w", {8, 4}, 0, 32, true}, {"experts", {3, 8, 4}, 32, 96, true}, {"b", {8}, 128, 8, false}};
+    std::vector<float> values = random_values(136, 71);
+    const std::vector<TensorSlot>& layout() const { return slots; }
+    const float* slot(size_t i) const { return values.data() + slots[i].offset; }
+  } model;
+  PackedWeights packed;
+  declare_packable_weights(packed, model);
+  EXPECT_NE(packed.bf16(model.slot(0), 8, 4), nullptr);
+  for (int g = 0; g < 3; ++g) EXPECT_NE(packed.bf16(model.slot(1) + g * 32, 8, 4), nullptr) << "expert " << g;
+  EXPECT_EQ(packed.bf16(model.slot(1) + 1, 8, 4), nullptr);  // not a slice's start
+  EXPECT_EQ(packed.bf16(model.slot(2), 8, 1), nullptr);      // a bias is no Linear weight
 }
 
 TEST(Gemm, UnitsAThreadLeavesAreComputedByAnother) {

@@ -24,7 +24,8 @@
 
 namespace fca {
 
-// Declares the model's rank-2 tensors in `packed`, each then packed for the GEMM's transposed-B
+// Declares the model's rank-2 tensors, and each [out, in] slice of its rank-3 tensors (the MoE's
+// experts, [E, out, in]), in `packed`, each then packed for the GEMM's transposed-B
 // form (ops/gemm.h, and rounded to bf16 in that precision) the first time a pass uses it as a
 // Linear weight: the weights never change after loading, and every pass of an audit would
 // otherwise pack each Linear weight again. Only while all of them fit 256 MiB: a large model's
@@ -36,11 +37,14 @@ void declare_packable_weights(PackedWeights& packed, const Model& model) {
   constexpr size_t kPackedWeightsBudget = size_t(256) << 20;
   size_t bytes = 0;
   for (const TensorSlot& t : model.layout())
-    if (t.shape.size() == 2) bytes += size_t(t.shape[0] * t.shape[1]) * sizeof(float);
+    if (t.shape.size() == 2 || t.shape.size() == 3) bytes += t.numel * sizeof(float);
   if (bytes > kPackedWeightsBudget) return;
   for (size_t i = 0; i < model.layout().size(); ++i) {
     const TensorSlot& t = model.layout()[i];
     if (t.shape.size() == 2) packed.add(model.slot(i), int(t.shape[0]), int(t.shape[1]));
+    if (t.shape.size() == 3)
+      for (int64_t g = 0; g < t.shape[0]; ++g)
+        packed.add(model.slot(i) + g * t.shape[1] * t.shape[2], int(t.shape[1]), int(t.shape[2]));
   }
 }
 

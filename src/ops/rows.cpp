@@ -65,13 +65,14 @@ void combine_rows_backward(T* dsrc, T* dweights, const T* dy, const T* src, cons
 }
 
 template <typename T>
-void grouped_linear_forward(T* y, const T* x, const T* weight, const T* bias, const int64_t* offsets, int groups, int in,
-                            int out) {
+void grouped_mlp_forward(T* y, T* pre, T* act, const T* x, const T* fc_weight, const T* fc_bias, const T* proj_weight,
+                         const T* proj_bias, const int64_t* offsets, int groups, int in, int F) {
   for (int g = 0; g < groups; ++g) {
     const int64_t r0 = offsets[g], n = offsets[g + 1] - r0;
     if (n == 0) continue;
-    linear_forward(y + r0 * out, x + r0 * in, weight + int64_t(g) * out * in, bias != nullptr ? bias + int64_t(g) * out : nullptr,
-                   int(n), in, out);
+    mlp_forward(y + r0 * in, pre + r0 * F, act + r0 * F, x + r0 * in, fc_weight + int64_t(g) * F * in,
+                fc_bias != nullptr ? fc_bias + int64_t(g) * F : nullptr, proj_weight + int64_t(g) * in * F,
+                proj_bias != nullptr ? proj_bias + int64_t(g) * in : nullptr, int(n), in, F, false);
   }
 }
 
@@ -92,7 +93,8 @@ void grouped_linear_backward(T* dx, T* dweight, T* dbias, const T* dy, const T* 
   template void scatter_add_rows<T>(T*, const T*, const int32_t*, const T*, int64_t, int);                         \
   template void combine_rows<T>(T*, const T*, const int32_t*, const T*, int64_t, int, int, bool);                  \
   template void combine_rows_backward<T>(T*, T*, const T*, const T*, const int32_t*, const T*, int64_t, int, int); \
-  template void grouped_linear_forward<T>(T*, const T*, const T*, const T*, const int64_t*, int, int, int);        \
+  template void grouped_mlp_forward<T>(T*, T*, T*, const T*, const T*, const T*, const T*, const T*, const int64_t*, int, int, \
+                                       int);                                                                        \
   template void grouped_linear_backward<T>(T*, T*, T*, const T*, const T*, const T*, const int64_t*, int, int, int);
 FCA_INSTANTIATE(float)
 FCA_INSTANTIATE(double)

@@ -28,12 +28,14 @@ template <typename T>
 void combine_rows_backward(T* dsrc, T* dweights, const T* dy, const T* src, const int32_t* rows, const T* weights,
                            int64_t N, int S, int C);
 
-// Grouped Linear: the rows [offsets[g], offsets[g+1]) of x [rows, in] are multiplied by group g's
-// weight: y[r, :] = x[r, :] W_g^T + b_g with W_g = weight + g*out*in ([out, in]) and b_g = bias + g*out.
-// One GEMM per non-empty group over its contiguous rows (the MoE's grouped expert execution).
+// Grouped MLP (the MoE's grouped expert execution): the rows [offsets[g], offsets[g+1]) of x
+// [rows, in] go through group g's MLP, mlp_forward (ops/gemm.h) with fc W = fc_weight + g*F*in
+// ([F, in]), b = fc_bias + g*F and proj W = proj_weight + g*in*F ([in, F]), b = proj_bias + g*in:
+// pre, act [rows, F], y [rows, in]. Two GEMMs per non-empty group over its contiguous rows; in
+// bf16 each group's hidden activation stays in bf16 (pre and act unwritten).
 template <typename T>
-void grouped_linear_forward(T* y, const T* x, const T* weight, const T* bias, const int64_t* offsets, int groups, int in,
-                            int out);
+void grouped_mlp_forward(T* y, T* pre, T* act, const T* x, const T* fc_weight, const T* fc_bias, const T* proj_weight,
+                         const T* proj_bias, const int64_t* offsets, int groups, int in, int F);
 // dx (overwritten, may be null), dweight and dbias (accumulated) per group, as linear_backward.
 template <typename T>
 void grouped_linear_backward(T* dx, T* dweight, T* dbias, const T* dy, const T* x, const T* weight,

@@ -133,9 +133,7 @@ void moe_forward(const MoeModel<T>& model, MoeRunState<T>& rs, const int32_t* to
     }
     if (counters != nullptr) counters->routed_rows.fetch_add(R, std::memory_order_relaxed);
     gather_rows(s.x, a.ln2_out, s.row_tokens, R, D);
-    grouped_linear_forward(s.pre, s.x, p.fc_weight, p.fc_bias, s.offsets, E, D, F);
-    gelu_tanh_forward(s.act, s.pre, R * F);
-    grouped_linear_forward(s.y, s.act, p.proj_weight, p.proj_bias, s.offsets, E, F, D);
+    grouped_mlp_forward(s.y, s.pre, s.act, s.x, p.fc_weight, p.fc_bias, p.proj_weight, p.proj_bias, s.offsets, E, D, F);
     std::copy(a.u, a.u + N * D, a.update);
     combine_rows(a.update, s.y, s.entry_rows, s.entry_weights, N, int(S), D, true);
     count_mixing_flops(2 * R * D);  // each routed row weighted and added
