@@ -109,7 +109,7 @@ MUTATIONS = [
  M("oneDNN scratchpad per thread", "src/ops/onednn_matmul.cpp", '''  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);''',
    '''''', gtest="Gemm.UnitsAThreadLeavesAreComputedByAnother", rebuild=True),
  M("oneDNN reads kept weights from their blocked copies", "src/ops/gemm.cpp",
-   '''    b_blocked = active_packed_weights->onednn_blocked(g.B, g.N, g.K);''', '''''',
+   '''  g.b_blocked = active_packed_weights->onednn_blocked(g.B, g.N, g.K);''', '''''',
    gtest="Gemm.OnednnReadsKeptWeightsBlockedWithThePlainLayoutsBits", rebuild=True),
  M("bf16 MLP applies its GELU", "src/ops/gemm.cpp", '''  fc.post_op = OnednnPostOp::gelu_tanh;''', '''''',
    gtest="Gemm.MlpForwardIsItsTwoLayersAndKeepsItsHiddenActivationInBf16", rebuild=True),

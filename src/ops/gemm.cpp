@@ -182,15 +182,18 @@ void gemm_float_rectangle(const FloatGemm& g, int chunk_begin, int chunk_end, in
 // it (beta 1) give too; the GELU epilogue is applied to C's rows
 // afterwards with the same row function as the blocked path (so the values are bitwise those of
 // the unfused layers here too). In bf16 a Linear weight under a PackedWeightsScope is rounded once.
+// When op(B) = W^T is a Linear weight kept by the active PackedWeights: its bf16 copy (in the bf16
+// precision) and its blocked copies for oneDNN, in place of W.
+void use_kept_weight(OnednnGemm& g) {
+  if (!g.trans_b || g.ldb != g.K || active_packed_weights == nullptr) return;
+  if (matmul_precision() == MatmulPrecision::bf16) g.b_bf16 = active_packed_weights->bf16(g.B, g.N, g.K);
+  g.b_blocked = active_packed_weights->onednn_blocked(g.B, g.N, g.K);
+}
+
 void gemm_float_onednn(const FloatGemm& g) {
-  const uint16_t* b_bf16 = nullptr;
-  OnednnBlockedWeights* b_blocked = nullptr;
-  if (g.trans_b && g.ldb == g.K && active_packed_weights != nullptr) {  // a kept Linear weight
-    if (matmul_precision() == MatmulPrecision::bf16) b_bf16 = active_packed_weights->bf16(g.B, g.N, g.K);
-    b_blocked = active_packed_weights->onednn_blocked(g.B, g.N, g.K);
-  }
-  onednn_gemm({g.trans_a, g.trans_b, g.M, g.N, g.K, g.alpha, g.A, g.lda, g.B, g.ldb, g.beta != 0.0f, g.C, g.ldc, g.bias,
-               b_bf16, b_blocked});
+  OnednnGemm call{g.trans_a, g.trans_b, g.M, g.N, g.K, g.alpha, g.A, g.lda, g.B, g.ldb, g.beta != 0.0f, g.C, g.ldc, g.bias};
+  use_kept_weight(call);
+  onednn_gemm(call);
   if (g.gelu_out == nullptr) return;
   const auto gelu = g.gelu_form == GeluForm::tanh ? simd::gelu_tanh_forward : simd::gelu_erf_forward;
 #pragma omp parallel for schedule(static) if (!omp_in_parallel())
@@ -436,20 +439,14 @@ void mlp_forward_bf16(float* y, const float* x, const float* fc_weight, const fl
   if (N <= 0) return;
   thread_local std::vector<uint16_t> hidden;  // [N, F] GELU(x Wfc^T + bfc) in bf16
   hidden.resize(size_t(N) * F);
-  PackedWeights* kept = active_packed_weights;
-  const auto weight = [&](OnednnGemm& g, const float* w, int out, int in) {
-    if (kept == nullptr) return;
-    g.b_bf16 = kept->bf16(w, out, in);
-    g.b_blocked = kept->onednn_blocked(w, out, in);
-  };
   OnednnGemm fc{false, true, N, F, D, 1.0f, x, D, fc_weight, D, false, nullptr, F, fc_bias};
   fc.c_bf16 = hidden.data();
   fc.post_op = form == GeluForm::tanh ? OnednnPostOp::gelu_tanh : OnednnPostOp::gelu_erf;
-  weight(fc, fc_weight, F, D);
+  use_kept_weight(fc);
   onednn_gemm(fc);
   OnednnGemm proj{false, true, N, D, F, 1.0f, nullptr, F, proj_weight, F, accumulate, y, D, proj_bias};
   proj.a_bf16 = hidden.data();
-  weight(proj, proj_weight, D, F);
+  use_kept_weight(proj);
   onednn_gemm(proj);
 }
 
